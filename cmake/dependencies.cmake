@@ -1,0 +1,31 @@
+# Finds the Debian packages of DESIGN §9 and says what it found, llm.c style.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(yaml-cpp REQUIRED)
+find_package(Catch2 2 REQUIRED)
+message(STATUS "✓ zstd ${ZSTD_VERSION}, xxHash ${XXHASH_VERSION}, yaml-cpp ${yaml-cpp_VERSION}, Catch2 ${Catch2_VERSION}")
+
+# yaml-cpp 0.7 exports the target as `yaml-cpp`; give it the namespaced name too.
+if(TARGET yaml-cpp AND NOT TARGET yaml-cpp::yaml-cpp)
+  add_library(yaml-cpp::yaml-cpp ALIAS yaml-cpp)
+endif()
+
+if(GEOLOCO_CUDA)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "nvcc")
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(NOT NCCL_LIBRARY OR NOT NCCL_INCLUDE_DIR)
+    message(FATAL_ERROR "GEOLOCO_CUDA is ON but NCCL was not found under /usr/local/cuda; pass -DGEOLOCO_CUDA=OFF to build without the CUDA backend")
+  endif()
+  message(STATUS "✓ CUDA ${CUDAToolkit_VERSION} found (nvcc ${CMAKE_CUDA_COMPILER})")
+  message(STATUS "✓ cuBLAS found")
+  message(STATUS "✓ NCCL found (${NCCL_LIBRARY})")
+else()
+  message(STATUS "✗ CUDA backend off (no nvcc at /usr/local/cuda, or -DGEOLOCO_CUDA=OFF)")
+endif()
+set(GEOLOCO_HAVE_CUDA ${GEOLOCO_CUDA})

@@ -1,0 +1,37 @@
+# geoloco_test(NAME name SOURCES ... LIBS ... [SANITIZE] [LABELS ...] [TIMEOUT s])
+#
+# One Catch2 executable registered as one ctest test. In a GEOLOCO_SANITIZE
+# build only the tests marked SANITIZE (those that parse or decode untrusted
+# input) are defined, so the sanitizer pass stays short.
+set(GEOLOCO_CATCH_MAIN_SOURCE ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
+
+function(geoloco_test)
+  cmake_parse_arguments(T "SANITIZE" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(GEOLOCO_SANITIZE AND NOT T_SANITIZE)
+    return()
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} geoloco_catch_main)
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} --order rand --rng-seed 20261130
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set(labels ${T_LABELS})
+  if(T_SANITIZE)
+    list(APPEND labels sanitize)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}")
+  if(GEOLOCO_SANITIZE)
+    add_dependencies(geoloco_sanitize_tests ${T_NAME})
+  endif()
+endfunction()
+
+# Catch2 v2's main is slow to compile: build it once.
+add_library(geoloco_catch_main STATIC ${GEOLOCO_CATCH_MAIN_SOURCE})
+target_link_libraries(geoloco_catch_main PUBLIC Catch2::Catch2)
+
+if(GEOLOCO_SANITIZE)
+  add_custom_target(geoloco_sanitize_tests)
+endif()

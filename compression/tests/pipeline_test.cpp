@@ -1,0 +1,114 @@
+#include "compression/pipeline.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/digest.h"
+#include "compression/payload.h"
+#include "compression/tests/test_util.h"
+
+using namespace geoloco;
+using namespace geoloco::compression;
+
+TEST_CASE("every chain round-trips with finite output, and lossless chains exactly") {
+  for (const auto& chain : test::all_chains()) {
+    auto p = test::make_pipeline(chain);
+    INFO(p.describe());
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{333}, std::size_t{65537}}) {
+      auto in = test::gradient(n, n);
+      auto payload = test::encode(p, in);
+      CHECK(payload.size() <= p.max_encoded_size(n));
+      auto out = test::decode(p, payload, n);
+      for (float v : out) REQUIRE(std::isfinite(v));
+      if (!p.lossy()) CHECK(out == in);
+      if (n > 1000) {
+        // Every chain here keeps most of the signal.
+        CHECK(test::rel_l2(in, out) < 0.999);
+      }
+    }
+  }
+}
+
+TEST_CASE("encoding is deterministic: the same input and seed give the same bytes") {
+  for (const auto& chain : test::all_chains()) {
+    auto p = test::make_pipeline(chain);
+    auto q = test::make_pipeline(chain);
+    auto in = test::gradient(40000, 11);
+    CHECK(xxh3_64(test::encode(p, in, 3)) == xxh3_64(test::encode(q, in, 3)));
+  }
+}
+
+TEST_CASE("topk | quantize(4) | zstd compresses a pseudo-gradient by far more than 10x") {
+  auto p = test::make_pipeline({TopkSpec{0.01, 4096}, QuantizeSpec{4, 128, Rounding::nearest}, ZstdSpec{3}});
+  auto in = test::gradient(1 << 20);
+  auto payload = test::encode(p, in);
+  const double ratio = double(in.size() * 4) / payload.size();
+  CHECK(ratio > 50);
+  auto out = test::decode(p, payload, in.size());
+  // 1% of the values by magnitude carry a large share of a heavy-tailed signal.
+  CHECK(test::rel_l2(in, out) < 0.9);
+}
+
+TEST_CASE("a payload names its chain and is refused by a pipeline with another chain") {
+  auto p4 = test::make_pipeline({QuantizeSpec{4, 128, Rounding::nearest}});
+  auto p8 = test::make_pipeline({QuantizeSpec{8, 128, Rounding::nearest}});
+  auto in = test::gradient(1000);
+  auto payload = test::encode(p4, in);
+  std::vector<float> out(in.size());
+  Status s = p8.decode(payload, out);
+  CHECK(s.code() == Err::mismatch);
+  CHECK(s.message().find("quantize(bits=4") != std::string::npos);
+
+  // The chain-agnostic decoder reads it, with the same result.
+  REQUIRE(decode_payload(payload, out).ok());
+  CHECK(out == test::decode(p4, payload, in.size()));
+  auto info = inspect_payload(payload);
+  REQUIRE(info.ok());
+  CHECK(info->element_count == 1000);
+  CHECK(info->chain == "quantize(bits=4, block=128, rounding=nearest)");
+}
+
+TEST_CASE("decoding into a buffer of another size is a mismatch, not a misread") {
+  auto p = test::make_pipeline({Fp16Spec{}, ZstdSpec{}});
+  auto payload = test::encode(p, test::gradient(500));
+  std::vector<float> small(499), large(501);
+  CHECK(p.decode(payload, small).code() == Err::mismatch);
+  CHECK(p.decode(payload, large).code() == Err::mismatch);
+}
+
+TEST_CASE("encode refuses non-finite input and a too-small output buffer") {
+  for (const auto& chain : test::all_chains()) {
+    auto p = test::make_pipeline(chain);
+    INFO(p.describe());
+    auto in = test::gradient(5000);
+    in[4321] = std::nanf("");
+    std::vector<std::byte> out(p.max_encoded_size(in.size()));
+    CHECK(p.encode(in, out, 0).status().code() == Err::non_finite);
+    in[4321] = 0.0f;
+    std::vector<std::byte> small(p.max_encoded_size(in.size()) - 1);
+    CHECK(p.encode(in, small, 0).status().code() == Err::invalid_argument);
+  }
+}
+
+TEST_CASE("pipeline specs are validated with the rule that was broken") {
+  auto msg = [](std::vector<StageSpec> stages) { return validate(PipelineSpec{std::move(stages)}).message(); };
+  CHECK(msg({}).find("at least one stage") != std::string::npos);
+  CHECK(msg({ZstdSpec{}, QuantizeSpec{}}).find("cannot come after zstd") != std::string::npos);
+  CHECK(msg({QuantizeSpec{}, TopkSpec{}}).find("the order is topk") != std::string::npos);
+  CHECK(msg({Fp16Spec{}, Bf16Spec{}}).find("at most one") != std::string::npos);
+  CHECK(msg({QuantizeSpec{3, 128}}).find("bits must be 8, 4 or 2") != std::string::npos);
+  CHECK(msg({QuantizeSpec{8, 100}}).find("multiple of 8") != std::string::npos);
+  CHECK(msg({TopkSpec{0.0, 128}}).find("density") != std::string::npos);
+  CHECK(msg({ZstdSpec{42}}).find("zstd.level") != std::string::npos);
+  CHECK(Pipeline::create(PipelineSpec{{ZstdSpec{42}}}).status().code() == Err::invalid_argument);
+}
+
+TEST_CASE("error feedback is on by default exactly for lossy pipelines") {
+  CHECK(test::make_pipeline({TopkSpec{}}).error_feedback());
+  CHECK_FALSE(test::make_pipeline({ZstdSpec{}}).error_feedback());
+  auto off = Pipeline::create(PipelineSpec{{QuantizeSpec{}}, ErrorFeedbackMode::off});
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->error_feedback());
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds geoloco and runs the whole test suite (ctest): the main build with
+# warnings as errors, then an ASan+UBSan build of the code that parses and
+# decodes untrusted input, with its libFuzzer targets when clang is present.
+#
+#   scripts/test.sh            the suite (what CI runs)
+#   scripts/test.sh --long     also the opt-in long suites (label "long")
+# Environment: JOBS (parallel build jobs, default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+long=0
+for arg in "$@"; do
+  case "$arg" in
+    --long) long=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+scripts/install-deps.sh
+jobs=${JOBS:-$(nproc)}
+
+echo "== main build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEOLOCO_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+
+echo "== sanitizer build (build-sanitize/)"
+sanitize_cc=()
+if command -v clang++ >/dev/null; then
+  sanitize_cc=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGEOLOCO_FUZZ=ON)
+else
+  echo "test.sh: clang not found, sanitizer build uses g++ and skips the fuzzers" >&2
+fi
+cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DGEOLOCO_SANITIZE=ON -DGEOLOCO_CUDA=OFF \
+  -DGEOLOCO_WERROR=ON "${sanitize_cc[@]}" >/dev/null
+cmake --build build-sanitize -j "$jobs" --target geoloco_sanitize_tests
+
+echo "== tests"
+exclude=(-LE long)
+[ "$long" = 1 ] && exclude=()
+status=0
+ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}" || status=1
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L sanitize || status=1
+exit $status

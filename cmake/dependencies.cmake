@@ -6,7 +6,9 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(yaml-cpp REQUIRED)
 find_package(Catch2 2 REQUIRED)
-message(STATUS "✓ zstd ${ZSTD_VERSION}, xxHash ${XXHASH_VERSION}, yaml-cpp ${yaml-cpp_VERSION}, Catch2 ${Catch2_VERSION}")
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+message(STATUS "✓ zstd ${ZSTD_VERSION}, xxHash ${XXHASH_VERSION}, yaml-cpp ${yaml-cpp_VERSION}, Catch2 ${Catch2_VERSION}, CLI11 ${CLI11_VERSION}, nlohmann_json ${nlohmann_json_VERSION}")
 
 # yaml-cpp 0.7 exports the target as `yaml-cpp`; give it the namespaced name too.
 if(TARGET yaml-cpp AND NOT TARGET yaml-cpp::yaml-cpp)

@@ -77,8 +77,9 @@ void read_stage(const YAML::Node& item, PipelineSpec& spec, Problems& problems) 
   } else if (item.IsMap() && item.size() == 1) {
     auto kv = *item.begin();
     name = kv.first.as<std::string>();
-    params = kv.second;
-    at = kv.first;
+    // Node::operator= writes through to the node it refers to; reset() rebinds.
+    params.reset(kv.second);
+    at.reset(kv.first);
   } else {
     problems.add(item, "expected a codec: a name (fp16, bf16, quantize, topk, zstd) or {name: {options}}");
     return;
@@ -128,7 +129,8 @@ void read_stage(const YAML::Node& item, PipelineSpec& spec, Problems& problems) 
 
 }  // namespace
 
-Result<PipelineSpec> parse_pipeline_yaml(const YAML::Node& node, std::string_view source) {
+namespace {
+Result<PipelineSpec> parse_pipeline_node(const YAML::Node& node, std::string_view source) {
   Problems problems(source);
   PipelineSpec spec;
   YAML::Node list = node;
@@ -136,7 +138,7 @@ Result<PipelineSpec> parse_pipeline_yaml(const YAML::Node& node, std::string_vie
     for (const auto& kv : node) {
       const auto key = kv.first.as<std::string>();
       if (key == "pipeline") {
-        list = kv.second;
+        list.reset(kv.second);  // rebind; operator= would overwrite `node`
       } else if (key == "error_feedback") {
         const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
         if (v == "auto") spec.error_feedback = ErrorFeedbackMode::automatic;
@@ -163,6 +165,16 @@ Result<PipelineSpec> parse_pipeline_yaml(const YAML::Node& node, std::string_vie
   }
   if (!problems.empty()) return problems.status();
   return spec;
+}
+
+}  // namespace
+
+Result<PipelineSpec> parse_pipeline_yaml(const YAML::Node& node, std::string_view source) {
+  try {
+    return parse_pipeline_node(node, source);
+  } catch (const YAML::Exception& e) {  // e.g. a key that is itself a list
+    return GEOLOCO_ERROR(Err::invalid_argument, source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg);
+  }
 }
 
 Result<PipelineSpec> parse_pipeline_text(std::string_view text, std::string_view source) {

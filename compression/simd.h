@@ -12,6 +12,9 @@ namespace geoloco::compression {
 
 enum class Simd { scalar, avx2 };
 
+/// Whether this CPU (and OS) can run the AVX2 + F16C kernels.
+bool cpu_has_avx2_f16c();
+
 /// The best level this CPU supports (AVX2 + F16C), unless GEOLOCO_SIMD=scalar.
 Simd detected_simd();
 std::string_view simd_name(Simd simd);

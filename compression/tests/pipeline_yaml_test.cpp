@@ -55,6 +55,10 @@ TEST_CASE("order, shape and syntax errors are refused with a message", "[sanitiz
   REQUIRE_FALSE(options_on_cast.ok());
   CHECK(options_on_cast.status().message().find("fp16 takes no options") != std::string::npos);
 
+  auto list_key = parse_pipeline_text("[{[a, b]: 1}]", "j.yaml");
+  REQUIRE_FALSE(list_key.ok());
+  CHECK(list_key.status().message().find("j.yaml:1:") == 0);
+
   auto bad_ef = parse_pipeline_text("{pipeline: [zstd], error_feedback: maybe}", "j.yaml");
   REQUIRE_FALSE(bad_ef.ok());
   CHECK(bad_ef.status().message().find("error_feedback: expected auto, on or off") != std::string::npos);

@@ -16,10 +16,7 @@ using namespace geoloco;
 using namespace geoloco::compression;
 
 namespace {
-bool have_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-}
+bool have_avx2() { return cpu_has_avx2_f16c(); }
 
 // Gradient-like values plus the edge cases: zeros of both signs, subnormals,
 // fp16's rounding ties and overflow, and random bit patterns.

@@ -1,0 +1,16 @@
+// The `geoloco` command line: each subcommand registers itself on the CLI11
+// app and returns the process exit code when it runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace geoloco::cli {
+
+/// What main() runs after parsing: the chosen subcommand's body.
+using Action = std::function<int()>;
+
+/// `geoloco bench codecs [--size BYTES] [--json] [--repeats N]`.
+void add_bench_command(CLI::App& app, Action& action);
+
+}  // namespace geoloco::cli

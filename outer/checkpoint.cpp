@@ -1,0 +1,370 @@
+#include "outer/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/digest.h"
+
+namespace geoloco::outer {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kResidualPrefix = "residual/";
+
+Status errno_status(std::string_view what, const std::filesystem::path& path) {
+  return GEOLOCO_ERROR(Err::io, what, " ", path.string(), ": ", std::strerror(errno));
+}
+
+// Closes a descriptor on every path out of a function.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  /// Closes now and reports the error close() gives (a late write error).
+  int release_close() {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+Status write_all(int fd, const void* data, std::size_t size, const std::filesystem::path& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    // At most 1 GiB per call: Linux caps a single write below 2 GiB anyway.
+    const ssize_t n = ::write(fd, p, std::min<std::size_t>(size, 1u << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("cannot write", path);
+    }
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+json tensor_entry(std::uint64_t count, std::uint64_t& offset) {
+  json e;
+  e["dtype"] = "F32";
+  e["shape"] = json::array({count});
+  e["data_offsets"] = json::array({offset, offset + count * 4});
+  offset += count * 4;
+  return e;
+}
+
+// Where the bytes of a checkpoint come from: a file (read piecewise, so a
+// large model is never read twice into memory) or a buffer.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual std::uint64_t size() const = 0;
+  virtual Status read(std::uint64_t offset, std::span<std::byte> out) = 0;
+};
+
+class MemorySource : public Source {
+ public:
+  explicit MemorySource(std::span<const std::byte> bytes) : bytes_(bytes) {}
+  std::uint64_t size() const override { return bytes_.size(); }
+  Status read(std::uint64_t offset, std::span<std::byte> out) override {
+    std::memcpy(out.data(), bytes_.data() + offset, out.size());
+    return {};
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+};
+
+class FileSource : public Source {
+ public:
+  FileSource(int fd, std::uint64_t size, std::filesystem::path path) : fd_(fd), size_(size), path_(std::move(path)) {}
+  std::uint64_t size() const override { return size_; }
+  Status read(std::uint64_t offset, std::span<std::byte> out) override {
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd_, out.data() + done, std::min<std::size_t>(out.size() - done, 1u << 30),
+                                static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("cannot read", path_);
+      }
+      GEOLOCO_RETURN_IF(n == 0, Err::truncated, path_.string(), ": the file ended while reading (it shrank?)");
+      done += static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+
+ private:
+  int fd_;
+  std::uint64_t size_;
+  std::filesystem::path path_;
+};
+
+struct TensorRange {
+  std::string name;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t count = 0;
+};
+
+Result<std::string> meta_string(const json& meta, const char* key, std::string_view source) {
+  auto it = meta.find(key);
+  GEOLOCO_RETURN_IF(it == meta.end(), Err::malformed, source, ": __metadata__ has no '", key, "'");
+  GEOLOCO_RETURN_IF(!it->is_string(), Err::malformed, source, ": __metadata__.", key, " must be a string");
+  return it->get<std::string>();
+}
+
+Result<std::uint64_t> parse_u64(const std::string& text, std::string_view what, std::string_view source) {
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  GEOLOCO_RETURN_IF(text.empty() || ec != std::errc() || end != text.data() + text.size(), Err::malformed, source,
+                    ": ", what, " '", text, "' is not an unsigned decimal integer");
+  return v;
+}
+
+Result<std::vector<TensorInfo>> parse_layout(const std::string& text, std::string_view source) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  GEOLOCO_RETURN_IF(j.is_discarded() || !j.is_array(), Err::malformed, source,
+                    ": __metadata__.layout must be a JSON list of {name, shape}");
+  std::vector<TensorInfo> layout;
+  for (const auto& t : j) {
+    GEOLOCO_RETURN_IF(!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("shape") ||
+                          !t["shape"].is_array(),
+                      Err::malformed, source, ": __metadata__.layout entry ", layout.size(),
+                      " must be {\"name\": string, \"shape\": [unsigned, ...]}");
+    TensorInfo info;
+    info.name = t["name"].get<std::string>();
+    for (const auto& d : t["shape"]) {
+      GEOLOCO_RETURN_IF(!d.is_number_unsigned(), Err::malformed, source, ": __metadata__.layout tensor '", info.name,
+                        "' has a dimension that is not an unsigned integer");
+      info.shape.push_back(d.get<std::uint64_t>());
+    }
+    layout.push_back(std::move(info));
+  }
+  Status valid = validate_layout(layout);
+  GEOLOCO_RETURN_IF(!valid.ok(), Err::malformed, source, ": __metadata__.layout: ", valid.message());
+  return layout;
+}
+
+Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const CheckpointLimits& limits) {
+  const std::uint64_t file_size = src.size();
+  GEOLOCO_RETURN_IF(file_size < 8, Err::truncated, source, ": ", file_size,
+                    " bytes, shorter than the 8-byte safetensors header length");
+  std::array<std::byte, 8> len_bytes{};
+  GEOLOCO_TRY(src.read(0, len_bytes));
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, len_bytes.data(), 8);  // little-endian hosts only (x86-64, aarch64)
+  GEOLOCO_RETURN_IF(header_len > limits.max_header_bytes, Err::too_large, source, ": header length ", header_len,
+                    " is over the bound of ", limits.max_header_bytes, " bytes (not a checkpoint, or corrupted)");
+  GEOLOCO_RETURN_IF(header_len > file_size - 8, Err::truncated, source, ": header says ", header_len,
+                    " bytes of JSON but the file has only ", file_size - 8, " after the length");
+  std::string header_text(header_len, '\0');
+  GEOLOCO_TRY(src.read(8, std::as_writable_bytes(std::span(header_text))));
+  json header = json::parse(header_text, nullptr, /*allow_exceptions=*/false);
+  GEOLOCO_RETURN_IF(header.is_discarded() || !header.is_object(), Err::malformed, source,
+                    ": the safetensors header is not a JSON object");
+
+  auto meta_it = header.find("__metadata__");
+  GEOLOCO_RETURN_IF(meta_it == header.end() || !meta_it->is_object() || !meta_it->contains("format") ||
+                        (*meta_it)["format"] != kCheckpointFormat,
+                    Err::mismatch, source, ": not a geoloco outer checkpoint (a safetensors file without __metadata__",
+                    ".format = \"", kCheckpointFormat, "\")");
+  const json& meta = *meta_it;
+  auto version = meta_string(meta, "format_version", source);
+  if (!version.ok()) return version.status();
+  GEOLOCO_RETURN_IF(*version != kCheckpointFormatVersion, Err::unsupported, source, ": format version ", *version,
+                    "; this build reads version ", kCheckpointFormatVersion);
+  for (const auto& [key, value] : meta.items()) {
+    GEOLOCO_RETURN_IF(!value.is_string(), Err::malformed, source, ": __metadata__.", key,
+                      " must be a string (safetensors metadata is string to string)");
+  }
+  auto job = meta_string(meta, "job", source);
+  if (!job.ok()) return job.status();
+  auto round_text = meta_string(meta, "round", source);
+  if (!round_text.ok()) return round_text.status();
+  auto round = parse_u64(*round_text, "__metadata__.round", source);
+  if (!round.ok()) return round.status();
+  auto config_hash = meta_string(meta, "config_hash", source);
+  if (!config_hash.ok()) return config_hash.status();
+  auto layout_text = meta_string(meta, "layout", source);
+  if (!layout_text.ok()) return layout_text.status();
+  auto layout = parse_layout(*layout_text, source);
+  if (!layout.ok()) return layout.status();
+
+  // Every tensor entry, checked against the data section's real size.
+  const std::uint64_t data_start = 8 + header_len;
+  const std::uint64_t data_size = file_size - data_start;
+  std::vector<TensorRange> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    GEOLOCO_RETURN_IF(!entry.is_object(), Err::malformed, source, ": tensor '", name, "' is not a JSON object");
+    GEOLOCO_RETURN_IF(!entry.contains("dtype") || !entry["dtype"].is_string(), Err::malformed, source, ": tensor '",
+                      name, "' has no dtype");
+    GEOLOCO_RETURN_IF(entry["dtype"] != "F32", Err::unsupported, source, ": tensor '", name, "' has dtype ",
+                      entry["dtype"].get<std::string>(), "; outer state is F32");
+    GEOLOCO_RETURN_IF(!entry.contains("shape") || !entry["shape"].is_array() || entry["shape"].size() != 1 ||
+                          !entry["shape"][0].is_number_unsigned(),
+                      Err::malformed, source, ": tensor '", name, "' must have a 1-D shape [n]");
+    GEOLOCO_RETURN_IF(!entry.contains("data_offsets") || !entry["data_offsets"].is_array() ||
+                          entry["data_offsets"].size() != 2 || !entry["data_offsets"][0].is_number_unsigned() ||
+                          !entry["data_offsets"][1].is_number_unsigned(),
+                      Err::malformed, source, ": tensor '", name, "' must have data_offsets [begin, end]");
+    TensorRange r;
+    r.name = name;
+    r.count = entry["shape"][0].get<std::uint64_t>();
+    r.begin = entry["data_offsets"][0].get<std::uint64_t>();
+    r.end = entry["data_offsets"][1].get<std::uint64_t>();
+    GEOLOCO_RETURN_IF(r.begin > r.end, Err::malformed, source, ": tensor '", name, "' has data_offsets [", r.begin,
+                      ", ", r.end, "] that run backwards");
+    GEOLOCO_RETURN_IF(r.count > (r.end - r.begin) / 4 || r.end - r.begin != r.count * 4, Err::malformed, source,
+                      ": tensor '", name, "' has shape [", r.count, "] (", r.count, " x 4 bytes) but data_offsets [",
+                      r.begin, ", ", r.end, "]");
+    GEOLOCO_RETURN_IF(r.end > data_size, Err::truncated, source, ": tensor '", name, "' ends at byte ", r.end,
+                      " of the data section, but the file holds only ", data_size, " bytes of data (truncated)");
+    ranges.push_back(std::move(r));
+  }
+  // safetensors requires the ranges to tile the data section exactly.
+  std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  std::uint64_t expect = 0;
+  for (const auto& r : ranges) {
+    GEOLOCO_RETURN_IF(r.begin != expect, Err::malformed, source, ": tensor '", r.name, "' starts at byte ", r.begin,
+                      " of the data section, expected ", expect, " (ranges must not overlap or leave holes)");
+    expect = r.end;
+  }
+  GEOLOCO_RETURN_IF(expect != data_size, Err::malformed, source, ": ", data_size - expect,
+                    " bytes follow the last tensor; the file is not what its header describes");
+
+  LoadedCheckpoint out;
+  out.config_hash = std::move(config_hash).value();
+  OuterState& state = out.state;
+  state.job = std::move(job).value();
+  state.round = *round;
+  state.layout = std::move(layout).value();
+  const std::uint64_t n = total_size(state.layout);
+  bool have_anchor = false, have_momentum = false;
+  for (const auto& r : ranges) {
+    std::vector<float>* target = nullptr;
+    if (r.name == "anchor") {
+      target = &state.anchor;
+      have_anchor = true;
+    } else if (r.name == "momentum") {
+      target = &state.momentum;
+      have_momentum = true;
+    } else if (r.name.starts_with(kResidualPrefix) && r.name.size() > kResidualPrefix.size()) {
+      state.residuals.push_back({r.name.substr(kResidualPrefix.size()), {}});
+      target = &state.residuals.back().values;
+    } else {
+      return GEOLOCO_ERROR(Err::malformed, source, ": unknown tensor '", r.name,
+                           "' (expected anchor, momentum, residual/<site>)");
+    }
+    // Sizes are checked before allocating: the header cannot make us
+    // allocate more than the layout (itself bounded) says.
+    GEOLOCO_RETURN_IF(r.count != n, Err::malformed, source, ": tensor '", r.name, "' has ", r.count,
+                      " values but the layout has ", n);
+    auto digest = meta_string(meta, cat("digest.", r.name).c_str(), source);
+    if (!digest.ok()) return digest.status();
+    target->resize(r.count);
+    GEOLOCO_TRY(src.read(data_start + r.begin, std::as_writable_bytes(std::span(*target))));
+    GEOLOCO_RETURN_IF(digest_hex(digest_f32(*target)) != *digest, Err::mismatch, source, ": tensor '", r.name,
+                      "' does not match its digest ", *digest, " (the file is corrupted)");
+  }
+  GEOLOCO_RETURN_IF(!have_anchor || !have_momentum, Err::malformed, source,
+                    ": a checkpoint needs both 'anchor' and 'momentum' tensors");
+  std::sort(state.residuals.begin(), state.residuals.end(), [](const auto& a, const auto& b) { return a.site < b.site; });
+  Status valid = state.validate();
+  GEOLOCO_RETURN_IF(!valid.ok(), Err::malformed, source, ": ", valid.message());
+  return out;
+}
+
+}  // namespace
+
+Status save_checkpoint(const std::filesystem::path& path, const OuterState& state, std::string_view config_hash) {
+  GEOLOCO_TRY(state.validate());
+  json layout = json::array();
+  for (const auto& t : state.layout) layout.push_back({{"name", t.name}, {"shape", t.shape}});
+
+  // Residuals in site order, so the same state always gives the same bytes.
+  std::vector<const SiteResidual*> residuals;
+  for (const auto& r : state.residuals) residuals.push_back(&r);
+  std::sort(residuals.begin(), residuals.end(), [](auto* a, auto* b) { return a->site < b->site; });
+
+  json header;
+  json meta;
+  meta["format"] = kCheckpointFormat;
+  meta["format_version"] = kCheckpointFormatVersion;
+  meta["job"] = state.job;
+  meta["round"] = std::to_string(state.round);
+  meta["config_hash"] = config_hash;
+  meta["layout"] = layout.dump();
+  std::uint64_t offset = 0;
+  header["anchor"] = tensor_entry(state.anchor.size(), offset);
+  meta["digest.anchor"] = digest_hex(digest_f32(state.anchor));
+  header["momentum"] = tensor_entry(state.momentum.size(), offset);
+  meta["digest.momentum"] = digest_hex(digest_f32(state.momentum));
+  for (const auto* r : residuals) {
+    const std::string name = cat(kResidualPrefix, r->site);
+    header[name] = tensor_entry(r->values.size(), offset);
+    meta[cat("digest.", name)] = digest_hex(digest_f32(r->values));
+  }
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  // Pad with spaces so the data starts 8-byte aligned, as safetensors writers do.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t header_len = text.size();
+
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return errno_status("cannot create", tmp);
+  GEOLOCO_TRY(write_all(fd.get(), &header_len, 8, tmp));
+  GEOLOCO_TRY(write_all(fd.get(), text.data(), text.size(), tmp));
+  GEOLOCO_TRY(write_all(fd.get(), state.anchor.data(), state.anchor.size() * 4, tmp));
+  GEOLOCO_TRY(write_all(fd.get(), state.momentum.data(), state.momentum.size() * 4, tmp));
+  for (const auto* r : residuals) GEOLOCO_TRY(write_all(fd.get(), r->values.data(), r->values.size() * 4, tmp));
+  // The data must be on disk before the rename makes it the checkpoint;
+  // otherwise a crash could leave the new name pointing at missing blocks.
+  if (::fsync(fd.get()) != 0) return errno_status("cannot fsync", tmp);
+  if (fd.release_close() != 0) return errno_status("cannot close", tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_status("cannot rename into place", path);
+  // And the rename itself must be durable: fsync the directory entry.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() < 0) return errno_status("cannot open directory", dir);
+  if (::fsync(dfd.get()) != 0) return errno_status("cannot fsync directory", dir);
+  return {};
+}
+
+Result<LoadedCheckpoint> load_checkpoint(const std::filesystem::path& path, const CheckpointLimits& limits) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errno_status("cannot open checkpoint", path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_status("cannot stat", path);
+  GEOLOCO_RETURN_IF(!S_ISREG(st.st_mode), Err::io, path.string(), ": not a regular file");
+  FileSource src(fd.get(), static_cast<std::uint64_t>(st.st_size), path);
+  return parse(src, path.string(), limits);
+}
+
+Result<LoadedCheckpoint> parse_checkpoint(std::span<const std::byte> bytes, std::string_view source,
+                                          const CheckpointLimits& limits) {
+  MemorySource src(bytes);
+  return parse(src, source, limits);
+}
+
+}  // namespace geoloco::outer

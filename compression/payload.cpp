@@ -21,8 +21,8 @@ Result<PayloadHeader> parse_payload_header(std::span<const std::byte> payload) {
   GEOLOCO_RETURN_IF(magic != kPayloadMagic, Err::malformed, "payload: bad magic, this is not a geoloco payload");
   GEOLOCO_RETURN_IF(version != kPayloadVersion, Err::unsupported, "payload: version ", int(version),
                     " is not supported (this build reads version ", int(kPayloadVersion), ")");
-  GEOLOCO_RETURN_IF(h.stage_count < 1 || h.stage_count > 3, Err::malformed, "payload: ", int(h.stage_count),
-                    " stages; a pipeline has 1 to 3");
+  GEOLOCO_RETURN_IF(h.stage_count > 3, Err::malformed, "payload: ", int(h.stage_count),
+                    " stages; a pipeline has 0 (raw fp32) to 3");
   h.descriptor = in.get_bytes(descriptor_size);
   GEOLOCO_RETURN_IF(in.failed(), Err::truncated, "payload: stage descriptors end past the payload's ",
                     payload.size(), " bytes");

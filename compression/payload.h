@@ -3,7 +3,7 @@
 //   offset size field
 //   0      4    magic "GLCP"
 //   4      1    version (1)
-//   5      1    stage count (1..3)
+//   5      1    stage count (0..3; 0 is raw fp32)
 //   6      2    descriptor size D
 //   8      8    element count n (dense floats in this chunk)
 //   16     8    raw body size (bytes before the byte codec; = body size without one)

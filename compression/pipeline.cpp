@@ -278,6 +278,7 @@ Result<PayloadInfo> inspect_payload(std::span<const std::byte> payload) {
     if (!info.chain.empty()) info.chain += " | ";
     info.chain += c->describe();
   }
+  if (info.chain.empty()) info.chain = "raw";
   return info;
 }
 

@@ -47,8 +47,6 @@ Status validate_stage(const StageSpec& stage) {
 }  // namespace
 
 Status validate(const PipelineSpec& spec) {
-  GEOLOCO_RETURN_IF(spec.stages.empty(), Err::invalid_argument,
-                    "a compression pipeline needs at least one stage (e.g. [zstd] for lossless)");
   int previous_rank = -1;
   std::string previous;
   for (const auto& stage : spec.stages) {
@@ -81,6 +79,7 @@ std::string describe(const StageSpec& stage) {
 }
 
 std::string describe(const PipelineSpec& spec) {
+  if (spec.stages.empty()) return "raw";
   std::string out;
   for (const auto& stage : spec.stages) {
     if (!out.empty()) out += " | ";

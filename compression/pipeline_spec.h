@@ -44,12 +44,14 @@ struct PipelineSpec {
   ErrorFeedbackMode error_feedback = ErrorFeedbackMode::automatic;
 };
 
-/// Checks every rule: at least one stage; order sparsifier (topk), then at
+/// An empty pipeline sends raw fp32 (lossless, no compression).
+/// Checks every rule: order sparsifier (topk), then at
 /// most one value codec (fp16, bf16, quantize), then at most one zstd; each
 /// parameter in range. Errors: invalid_argument, naming the rule.
 Status validate(const PipelineSpec& spec);
 
-/// "topk(density=0.01, block=4096) | quantize(bits=4, block=128, rounding=nearest) | zstd(level=3)".
+/// "topk(density=0.01, block=4096) | quantize(bits=4, block=128, rounding=nearest) | zstd(level=3)",
+/// or "raw" for the empty pipeline.
 std::string describe(const PipelineSpec& spec);
 std::string describe(const StageSpec& stage);
 

@@ -43,6 +43,7 @@ std::vector<float> golden_input() {
 TEST_CASE("golden payloads: the wire format of every codec is pinned", "[golden]") {
   const bool regenerate = std::getenv("GEOLOCO_REGENERATE_GOLDEN") != nullptr;
   const std::vector<std::pair<std::string, std::vector<StageSpec>>> cases{
+      {"raw", {}},
       {"fp16", {Fp16Spec{}}},
       {"bf16", {Bf16Spec{}}},
       {"quantize8", {QuantizeSpec{8, 64, Rounding::nearest}}},

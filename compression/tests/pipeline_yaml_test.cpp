@@ -13,6 +13,13 @@ TEST_CASE("the pipeline of DESIGN §5 parses from a job's YAML", "[sanitize]") {
   CHECK(spec->error_feedback == ErrorFeedbackMode::automatic);
 }
 
+TEST_CASE("an empty list is the raw fp32 pipeline", "[sanitize]") {
+  auto spec = parse_pipeline_text("[]");
+  REQUIRE(spec.ok());
+  CHECK(spec->stages.empty());
+  CHECK(describe(*spec) == "raw");
+}
+
 TEST_CASE("bare names take defaults; a map form sets error feedback", "[sanitize]") {
   auto spec = parse_pipeline_text("pipeline: [topk, fp16, zstd]\nerror_feedback: off\n");
   REQUIRE(spec.ok());

@@ -49,6 +49,7 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 /// Every pipeline shape the tests cover.
 inline std::vector<std::vector<StageSpec>> all_chains() {
   return {
+      {},  // raw fp32
       {ZstdSpec{}},
       {Fp16Spec{}},
       {Bf16Spec{}},

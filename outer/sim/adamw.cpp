@@ -1,5 +1,6 @@
 #include "outer/sim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace geoloco::outer::sim {
@@ -15,6 +16,8 @@ Status AdamWOptions::validate() const {
                     "inner.epsilon must be finite and > 0, got ", epsilon);
   GEOLOCO_RETURN_IF(!(weight_decay >= 0.0 && std::isfinite(weight_decay)), Err::invalid_argument,
                     "inner.weight_decay must be finite and >= 0, got ", weight_decay);
+  GEOLOCO_RETURN_IF(!(final_lr_fraction >= 0.0 && final_lr_fraction <= 1.0), Err::invalid_argument,
+                    "inner.final_lr_fraction must be in [0, 1], got ", final_lr_fraction);
   return {};
 }
 
@@ -34,9 +37,14 @@ Status AdamW::step(std::span<float> params, std::span<const float> grad) {
   const float c2 = static_cast<float>(1.0 - options_.beta2);
   const float bias1 = static_cast<float>(1.0 - beta1_t_);
   const float bias2 = static_cast<float>(1.0 - beta2_t_);
-  const float lr = static_cast<float>(options_.learning_rate);
+  double lr_t = options_.learning_rate;
+  if (options_.decay_steps > 0) {
+    const double progress = static_cast<double>(std::min(t_ - 1, options_.decay_steps)) / options_.decay_steps;
+    lr_t *= 1.0 - (1.0 - options_.final_lr_fraction) * progress;
+  }
+  const float lr = static_cast<float>(lr_t);
   const float eps = static_cast<float>(options_.epsilon);
-  const float decay = static_cast<float>(options_.learning_rate * options_.weight_decay);
+  const float decay = static_cast<float>(lr_t * options_.weight_decay);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const float g = grad[i];
     m_[i] = b1 * m_[i] + c1 * g;

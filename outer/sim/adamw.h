@@ -3,7 +3,9 @@
 // by repeated multiplication so every machine computes the same bits.
 //
 //   m ← β1 m + (1 − β1) g;  v ← β2 v + (1 − β2) g²
-//   θ ← θ − lr · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + ε) − lr · wd · θ
+//   θ ← θ − lr_t · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + ε) − lr_t · wd · θ
+//
+// with lr_t optionally decaying linearly (no libm calls: the same bits everywhere).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,10 @@ struct AdamWOptions {
   double beta2 = 0.999;         ///< second-moment decay, in [0, 1)
   double epsilon = 1e-8;        ///< added to sqrt(v), > 0
   double weight_decay = 0.0;    ///< decoupled decay per step (times lr), >= 0
+  /// Linear decay of lr over this many steps (0 = constant lr), to
+  /// final_lr_fraction × lr, then constant.
+  std::uint64_t decay_steps = 0;
+  double final_lr_fraction = 0.0;  ///< in [0, 1]
 
   /// Errors: invalid_argument naming the broken rule.
   Status validate() const;

@@ -67,8 +67,8 @@ class Exchange {
     std::vector<std::pair<std::size_t, std::uint64_t>> arrivals;
     for (std::size_t s = 0; s < n_sites; ++s)
       for (std::uint64_t i = 0; i < chunks; ++i) arrivals.emplace_back(s, i);
-    if (options_.shuffle_arrival) {
-      Rng rng(derive_seed(stream_seed, 0xa11a7));
+    if (options_.arrival_shuffle_seed != 0) {
+      Rng rng(derive_seed(options_.arrival_shuffle_seed, stream_seed));
       for (std::size_t k = arrivals.size(); k > 1; --k) std::swap(arrivals[k - 1], arrivals[rng.below(k)]);
     }
     auto agg = ChunkAggregator::create(layout, participants, std::max<std::uint64_t>(chunks, 1));

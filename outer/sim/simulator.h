@@ -57,9 +57,10 @@ struct SimulationOptions {
   double bandwidth_bits_per_s = 1e9;  ///< each site's link rate, bit/s, > 0
   double rtt_ms = 100.0;              ///< round-trip time between sites, ms, >= 0
   std::uint64_t seed = 1;             ///< keys stochastic rounding and the arrival shuffle
-  /// Deliver phase-1 chunks in a random order instead of site by site; the
-  /// anchors must not change (a determinism check).
-  bool shuffle_arrival = false;
+  /// Non-zero: deliver phase-1 chunks in a random order keyed by this seed
+  /// instead of site by site. The anchors must not change (a determinism
+  /// check); 0 keeps site order.
+  std::uint64_t arrival_shuffle_seed = 0;
   /// The site trainers; when empty, LeastSquaresTrainers built from `trainer`.
   TrainerFactory make_trainer;
   LeastSquaresOptions trainer;        ///< used when make_trainer is empty

@@ -1,0 +1,1 @@
+"""geoloco's Python side. For now: reading outer-state checkpoints (checkpoint.py)."""

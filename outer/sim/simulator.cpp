@@ -356,4 +356,15 @@ double modelled_exchange_seconds(std::uint64_t max_site_bytes, double bandwidth_
 
 Result<SimulationReport> simulate(const SimulationOptions& options) { return Simulation(options).run(); }
 
+Status apply_job_config(const OuterJobConfig& config, SimulationOptions& options) {
+  GEOLOCO_TRY(config.validate());
+  GEOLOCO_RETURN_IF(config.inner.duration_s != 0.0, Err::invalid_argument,
+                    "simulation: inner.duration (a time-based inner phase) cannot be simulated; give inner.steps");
+  options.inner_steps = config.inner.steps;
+  options.outer = config.outer;
+  options.weighting = config.weighting;
+  options.streaming = config.streaming;
+  return {};
+}
+
 }  // namespace geoloco::outer::sim

@@ -30,6 +30,7 @@
 #include "compression/chunked.h"
 #include "compression/pipeline_spec.h"
 #include "outer/fragments.h"
+#include "outer/job_yaml.h"
 #include "outer/outer_optimizer.h"
 #include "outer/sim/least_squares_trainer.h"
 #include "outer/sim/trainer.h"
@@ -96,6 +97,12 @@ struct SimulationReport {
 /// trainer, the pipeline or the outer engine returns (e.g. non_finite when a
 /// trainer diverges), with the round and site in the message.
 Result<SimulationReport> simulate(const SimulationOptions& options);
+
+/// Copies a job file's outer-engine settings into `options`: inner.steps (H),
+/// the outer optimizer, the weighting and streaming. Errors: invalid_argument
+/// for a time-based inner phase (inner.duration), which the step-based
+/// simulator cannot replay.
+Status apply_job_config(const OuterJobConfig& config, SimulationOptions& options);
 
 /// The modelled time of one two-phase exchange in which the busiest site
 /// sends `max_site_bytes`: 2·RTT + bytes·8 / bandwidth, in seconds.

@@ -222,3 +222,19 @@ TEST_CASE("simulator: a diverging trainer stops the run with the round and site"
   CHECK(r.status().code() == Err::non_finite);
   CHECK_THAT(r.status().message(), Catch::Contains("simulation round 1, pseudo-gradient of site 0"));
 }
+
+TEST_CASE("simulator: a job file's outer settings fill the options") {
+  OuterJobConfig job;
+  job.inner.steps = 30;
+  job.outer = OuterOptimizerOptions::averaging();
+  job.weighting = Weighting::uniform;
+  job.streaming.fragments = 2;
+  SimulationOptions o;
+  REQUIRE(apply_job_config(job, o).ok());
+  CHECK(o.inner_steps == 30);
+  CHECK(o.outer.learning_rate == 1.0);
+  CHECK(o.weighting == Weighting::uniform);
+  CHECK(o.streaming.fragments == 2);
+  job.inner.duration_s = 60;
+  CHECK_THAT(apply_job_config(job, o).message(), Catch::Contains("inner.duration"));
+}

@@ -1,0 +1,185 @@
+#include "outer/job_yaml.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace geoloco::outer {
+
+namespace {
+
+class Problems {
+ public:
+  explicit Problems(std::string_view source) : source_(source) {}
+  void add(const YAML::Node& at, const std::string& what) {
+    const auto mark = at.Mark();
+    lines_.push_back(cat(source_, ":", mark.line + 1, ":", mark.column + 1, ": ", what));
+  }
+  bool empty() const { return lines_.empty(); }
+  Status status() const {
+    std::string all;
+    for (const auto& l : lines_) all += (all.empty() ? "" : "\n") + l;
+    return Status(Err::invalid_argument, all);
+  }
+
+ private:
+  std::string source_;
+  std::vector<std::string> lines_;
+};
+
+template <class T>
+void read_number(const YAML::Node& v, const std::string& what, T& out, Problems& p) {
+  try {
+    if (!v.IsScalar()) throw YAML::Exception(v.Mark(), "");
+    out = v.as<T>();
+  } catch (const YAML::Exception&) {
+    p.add(v, cat(what, ": expected ", std::is_floating_point_v<T> ? "a number" : "a non-negative integer"));
+  }
+}
+
+template <class E>
+void read_enum(const YAML::Node& v, const std::string& what, const std::map<std::string, E>& names, E& out,
+               Problems& p) {
+  std::string allowed;
+  for (const auto& [k, e] : names) allowed += (allowed.empty() ? "" : " or ") + k;
+  if (v.IsScalar()) {
+    auto it = names.find(v.as<std::string>());
+    if (it != names.end()) {
+      out = it->second;
+      return;
+    }
+  }
+  p.add(v, cat(what, ": expected ", allowed));
+}
+
+// "90", "90s", "1.5m", "2h" → seconds.
+void read_duration(const YAML::Node& v, const std::string& what, double& out, Problems& p) {
+  if (v.IsScalar()) {
+    std::string text = v.as<std::string>();
+    double scale = 1.0;
+    if (!text.empty() && (text.back() == 's' || text.back() == 'm' || text.back() == 'h')) {
+      scale = text.back() == 's' ? 1.0 : text.back() == 'm' ? 60.0 : 3600.0;
+      text.pop_back();
+    }
+    std::istringstream in(text);
+    double x = 0;
+    if (!text.empty() && (in >> x) && in.eof() && std::isfinite(x) && x >= 0) {
+      out = x * scale;
+      return;
+    }
+  }
+  p.add(v, cat(what, ": expected a duration such as 90s, 1.5m or 2h (a bare number is seconds)"));
+}
+
+using KeyReader = std::function<void(const YAML::Node& value, const std::string& what)>;
+
+// Reads one section's map. Keys in `foreign` belong to another component and
+// are skipped; with `strict`, any other unknown key is a problem.
+void read_section(const YAML::Node& job, const std::string& section, const std::map<std::string, KeyReader>& known,
+                  const std::set<std::string>& foreign, bool strict, Problems& p) {
+  const YAML::Node node = job[section];
+  if (!node || node.IsNull()) return;
+  if (!node.IsMap()) {
+    p.add(node, cat(section, ": expected a map of options"));
+    return;
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : std::string();
+    auto it = known.find(key);
+    if (it != known.end()) {
+      it->second(kv.second, cat(section, ".", key));
+    } else if (strict && !foreign.count(key)) {
+      std::string allowed;
+      for (const auto& k : known) allowed += (allowed.empty() ? "" : ", ") + k.first;
+      p.add(kv.first, cat(section, ": unknown key '", key, "' (allowed: ", allowed, ")"));
+    }
+  }
+}
+
+}  // namespace
+
+Status OuterJobConfig::validate() const {
+  GEOLOCO_TRY(inner.validate());
+  GEOLOCO_TRY(outer.validate());
+  GEOLOCO_TRY(streaming.validate(inner.steps));
+  GEOLOCO_TRY(straggler.validate());
+  return {};
+}
+
+Result<OuterJobConfig> parse_outer_job_yaml(const YAML::Node& job, std::string_view source) {
+  Problems p(source);
+  OuterJobConfig c;
+  if (!job.IsMap()) {
+    p.add(job, "a job file must be a map of sections (name, sites, inner, outer, ...)");
+    return p.status();
+  }
+  // inner: shared with the trainer, so its other keys are not ours to refuse.
+  read_section(job, "inner",
+               {{"steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.steps, p); }},
+                {"duration", [&](const YAML::Node& v, const std::string& w) { read_duration(v, w, c.inner.duration_s, p); }},
+                {"min_steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.min_steps, p); }}},
+               {}, /*strict=*/false, p);
+  read_section(job, "outer",
+               {{"optimizer",
+                 [&](const YAML::Node& v, const std::string& w) {
+                   read_enum<OuterAlgorithm>(v, w, {{"nesterov", OuterAlgorithm::nesterov}, {"sgd", OuterAlgorithm::sgd}},
+                                             c.outer.algorithm, p);
+                 }},
+                {"lr", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.learning_rate, p); }},
+                {"momentum", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.momentum, p); }},
+                {"clip", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.clip_norm, p); }},
+                {"weighting",
+                 [&](const YAML::Node& v, const std::string& w) {
+                   read_enum<Weighting>(v, w, {{"tokens", Weighting::tokens}, {"uniform", Weighting::uniform}},
+                                        c.weighting, p);
+                 }}},
+               {}, /*strict=*/true, p);
+  read_section(job, "streaming",
+               {{"fragments", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.fragments, p); }},
+                {"overlap", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.overlap_steps, p); }},
+                {"alpha", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.alpha, p); }}},
+               {}, /*strict=*/true, p);
+  read_section(job, "straggler",
+               {{"policy",
+                 [&](const YAML::Node& v, const std::string& w) {
+                   read_enum<StragglerPolicy>(v, w, {{"carry", StragglerPolicy::carry}, {"drop", StragglerPolicy::drop}},
+                                              c.straggler.policy, p);
+                 }},
+                {"decay", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.decay, p); }},
+                {"max_rounds_late",
+                 [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.max_rounds_late, p); }}},
+               {"deadline", "min_sites"}, /*strict=*/true, p);
+  if (!p.empty()) return p.status();
+  // Range rules, reported at the section they concern.
+  Status valid = c.validate();
+  if (!valid.ok()) {
+    const std::string& m = valid.message();
+    const char* section = m.starts_with("outer") ? "outer"
+                          : m.starts_with("streaming") ? "streaming"
+                          : m.starts_with("straggler") ? "straggler"
+                                                       : "inner";
+    const YAML::Node at = job[section] ? job[section] : job;
+    p.add(at, m);
+    return p.status();
+  }
+  return c;
+}
+
+Result<OuterJobConfig> load_outer_job_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  GEOLOCO_RETURN_IF(!in, Err::io, "cannot read job file ", path.string());
+  try {
+    return parse_outer_job_yaml(YAML::Load(in), path.string());
+  } catch (const YAML::Exception& e) {
+    return GEOLOCO_ERROR(Err::invalid_argument, path.string(), ":", e.mark.line + 1, ":", e.mark.column + 1, ": ",
+                         e.msg);
+  }
+}
+
+}  // namespace geoloco::outer

@@ -71,6 +71,8 @@ class [[nodiscard]] Status {
 template <class T>
 class [[nodiscard]] Result {
  public:
+  /// An empty result: an internal error until assigned (needed by futures).
+  Result() : v_(Status(Err::internal, "no result was produced")) {}
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool ok() const { return std::holds_alternative<T>(v_); }

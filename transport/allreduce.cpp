@@ -1,0 +1,329 @@
+#include "transport/allreduce.h"
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "compression/counter_rng.h"
+#include "compression/pipeline.h"
+#include "transport/async_util.h"
+
+namespace geoloco::transport {
+
+Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j) {
+  const std::uint64_t begin = n * j / parts;
+  const std::uint64_t end = n * (j + 1) / parts;
+  return {begin, end - begin};
+}
+
+namespace {
+
+using asio::experimental::as_tuple;
+using asio::use_awaitable;
+using compression::mix64;
+
+Status validate(const Mesh& mesh, const AllReduceRequest& r) {
+  GEOLOCO_RETURN_IF(r.participants.empty(), Err::invalid_argument, "all-reduce: no participants");
+  GEOLOCO_RETURN_IF(r.weights.size() != r.participants.size(), Err::invalid_argument, "all-reduce: ",
+                    r.weights.size(), " weights for ", r.participants.size(), " participants");
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < r.participants.size(); ++i) {
+    GEOLOCO_RETURN_IF(!seen.insert(r.participants[i]).second, Err::invalid_argument, "all-reduce: participant '",
+                      r.participants[i], "' listed twice");
+    GEOLOCO_RETURN_IF(!(r.weights[i] > 0) || !std::isfinite(r.weights[i]), Err::invalid_argument,
+                      "all-reduce: weight of '", r.participants[i], "' must be finite and > 0, got ", r.weights[i]);
+  }
+  GEOLOCO_RETURN_IF(!seen.count(mesh.site()), Err::invalid_argument, "all-reduce: this site (", mesh.site(),
+                    ") is not among the participants");
+  GEOLOCO_RETURN_IF(r.input.size() != r.output.size(), Err::invalid_argument, "all-reduce: input has ",
+                    r.input.size(), " values, output ", r.output.size());
+  if (r.feedback != nullptr)
+    GEOLOCO_RETURN_IF(r.feedback->residual().size() != r.input.size(), Err::invalid_argument,
+                      "all-reduce: error feedback holds ", r.feedback->residual().size(), " values, input ",
+                      r.input.size());
+  return compression::validate(r.pipeline);
+}
+
+class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<AllReduceOp> {
+ public:
+  AllReduceOp(Mesh& mesh, AllReduceRequest request, compression::Pipeline pipeline)
+      : mesh_(mesh), r_(std::move(request)), pipeline_(std::move(pipeline)), done_(mesh.executor()) {
+    n_parts_ = r_.participants.size();
+    for (std::size_t i = 0; i < n_parts_; ++i) {
+      index_[r_.participants[i]] = i;
+      if (r_.participants[i] == mesh.site()) me_ = i;
+    }
+    chunk_ = mesh.options().transport.chunk_elements;
+    conns_ = mesh.options().transport.connections_per_peer;
+    double total = 0;
+    for (double w : r_.weights) total += w;
+    for (double w : r_.weights) normalized_.push_back(static_cast<float>(w / total));
+    gathered_.resize(n_parts_);
+    for (std::size_t j = 0; j < n_parts_; ++j) {
+      gathered_[j].assign(chunks_of(j), false);
+      gathers_expected_ += chunks_of(j);
+    }
+    contributions_.resize(chunks_of(me_));
+  }
+
+  asio::awaitable<Result<AllReduceStats>> run() {
+    const auto start = std::chrono::steady_clock::now();
+    auto self = shared_from_this();
+    auto ex = mesh_.executor();
+    mesh_.begin(r_.key, this);
+    for (std::size_t j = 0; j < n_parts_; ++j) {
+      if (j == me_) {
+        ++tasks_;
+        asio::co_spawn(ex, contribute_own(self), asio::detached);
+        continue;
+      }
+      for (int k = 0; k < conns_; ++k) {
+        ++tasks_;
+        asio::co_spawn(ex, send_shard(self, j, k), asio::detached);
+      }
+    }
+    std::optional<asio::steady_timer> deadline;
+    if (r_.timeout.count() > 0) {
+      deadline.emplace(ex, r_.timeout);
+      deadline->async_wait([self](std::error_code ec) {
+        if (!ec) self->fail(GEOLOCO_ERROR(Err::timeout, "all-reduce of round ", self->r_.key.round, " fragment ",
+                                          self->r_.key.fragment, " did not finish within ", self->r_.timeout.count(),
+                                          " ms"));
+      });
+    }
+    check_done();
+    while (!finished_) co_await done_.wait();
+    if (deadline) deadline->cancel();
+    mesh_.end(r_.key);
+    if (!status_.ok()) co_return status_;
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    co_return stats_;
+  }
+
+  Status admit(const std::string& peer, const FrameHeader& h) override {
+    auto it = index_.find(peer);
+    GEOLOCO_RETURN_IF(it == index_.end(), Err::invalid_argument, frame_type_name(h.type), " frame from ", peer,
+                      ", which is not a participant of round ", h.round);
+    const std::size_t from = it->second;
+    if (h.type == FrameType::shard) {
+      GEOLOCO_RETURN_IF(h.chunk >= contributions_.size(), Err::malformed, "shard chunk ", h.chunk, " from ", peer,
+                        ": this site's shard has ", contributions_.size(), " chunks");
+      GEOLOCO_RETURN_IF(contributions_[h.chunk].count(from), Err::malformed, "duplicate shard chunk ", h.chunk,
+                        " from ", peer);
+      return {};
+    }
+    if (h.type == FrameType::gather) {
+      GEOLOCO_RETURN_IF(h.chunk >= gathered_[from].size(), Err::malformed, "gather chunk ", h.chunk, " from ", peer,
+                        ": its shard has ", gathered_[from].size(), " chunks");
+      GEOLOCO_RETURN_IF(gathered_[from][h.chunk], Err::malformed, "duplicate gather chunk ", h.chunk, " from ", peer);
+      return {};
+    }
+    return GEOLOCO_ERROR(Err::malformed, frame_type_name(h.type), " frame from ", peer, " during an all-reduce");
+  }
+
+  Status deliver(const std::string& peer, const FrameHeader& h, std::vector<std::byte> payload) override {
+    if (finished_) return {};
+    const std::size_t from = index_.at(peer);
+    stats_.bytes_received += kFrameHeaderSize + payload.size();
+    if (h.type == FrameType::shard) {
+      contributions_[h.chunk][from] = std::move(payload);
+      return reduce_if_complete(h.chunk);
+    }
+    // Gather: the owner's averaged chunk; decode straight into the output.
+    const Range shard = shard_range(r_.output.size(), n_parts_, from);
+    const Range c = chunk_range(shard, h.chunk);
+    Status s = pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
+    if (!s.ok()) return GEOLOCO_ERROR(s.code(), "gather chunk ", h.chunk, " from ", peer, ": ", s.message());
+    gathered_[from][h.chunk] = true;
+    ++gathers_received_;
+    check_done();
+    return {};
+  }
+
+  void peer_lost(const std::string& peer, const Status& reason) override {
+    if (index_.count(peer)) fail(GEOLOCO_ERROR(reason.code(), "peer ", peer, ": ", reason.message()));
+  }
+
+ private:
+  std::uint64_t chunks_of(std::size_t j) const {
+    const auto size = shard_range(r_.output.size(), n_parts_, j).size;
+    return (size + chunk_ - 1) / chunk_;
+  }
+  Range chunk_range(Range shard, std::uint64_t c) const {
+    const std::uint64_t begin = c * chunk_;
+    return {shard.begin + begin, std::min(chunk_, shard.size - begin)};
+  }
+  std::uint64_t seed(std::size_t site, std::size_t shard, std::uint64_t c, int phase) const {
+    return mix64(r_.seed ^ mix64(r_.key.round * 0x100000001b3ull + r_.key.fragment) ^
+                 mix64((site << 40) ^ (shard << 20) ^ (c << 2) ^ static_cast<std::uint64_t>(phase)));
+  }
+
+  // Encodes chunk c of shard j of this site's input, through error feedback.
+  Result<std::vector<std::byte>> encode_contribution(std::size_t j, std::uint64_t c) {
+    const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
+    std::vector<std::byte> out(pipeline_.max_encoded_size(range.size));
+    auto values = r_.input.subspan(range.begin, range.size);
+    auto size = r_.feedback ? r_.feedback->encode(pipeline_, range.begin, values, out, seed(me_, j, c, 1))
+                            : pipeline_.encode(values, out, seed(me_, j, c, 1));
+    if (!size.ok()) return size.status();
+    out.resize(*size);
+    return out;
+  }
+
+  static asio::awaitable<void> contribute_own(std::shared_ptr<AllReduceOp> self) {
+    for (std::uint64_t c = 0; c < self->contributions_.size() && !self->finished_; ++c) {
+      auto payload = self->encode_contribution(self->me_, c);
+      if (!payload.ok()) {
+        self->fail(payload.status());
+        break;
+      }
+      self->contributions_[c][self->me_] = std::move(*payload);
+      if (Status s = self->reduce_if_complete(c); !s.ok()) {
+        self->fail(s);
+        break;
+      }
+      co_await asio::post(self->mesh_.executor(), use_awaitable);  // let the network make progress
+    }
+    self->task_done();
+  }
+
+  static asio::awaitable<void> send_shard(std::shared_ptr<AllReduceOp> self, std::size_t j, int k) {
+    const std::string& peer = self->r_.participants[j];
+    auto conn = self->mesh_.connection(peer, k);
+    for (std::uint64_t c = k; c < self->chunks_of(j) && !self->finished_; c += self->conns_) {
+      if (!conn) {
+        self->fail(GEOLOCO_ERROR(Err::io, "peer ", peer, ": not connected (slot ", k, ")"));
+        break;
+      }
+      auto payload = self->encode_contribution(j, c);
+      if (!payload.ok()) {
+        self->fail(payload.status());
+        break;
+      }
+      Status s = co_await self->send(*conn, FrameType::shard, c, *payload);
+      if (!s.ok()) {
+        self->fail(GEOLOCO_ERROR(s.code(), "peer ", peer, ": ", s.message()));
+        break;
+      }
+    }
+    self->task_done();
+  }
+
+  static asio::awaitable<void> send_gather(std::shared_ptr<AllReduceOp> self, std::size_t j, std::uint64_t c,
+                                           std::shared_ptr<const std::vector<std::byte>> payload) {
+    const std::string& peer = self->r_.participants[j];
+    auto conn = self->mesh_.connection(peer, static_cast<int>(c % self->conns_));
+    if (!self->finished_) {
+      // No co_await inside ?: — GCC 12 miscompiles it.
+      Status s = GEOLOCO_ERROR(Err::io, "not connected");
+      if (conn) s = co_await self->send(*conn, FrameType::gather, c, *payload);
+      if (!s.ok()) self->fail(GEOLOCO_ERROR(s.code(), "peer ", peer, ": ", s.message()));
+    }
+    self->task_done();
+  }
+
+  asio::awaitable<Status> send(Connection& conn, FrameType type, std::uint64_t c, std::span<const std::byte> payload) {
+    FrameHeader h;
+    h.type = type;
+    h.job = mesh_.options().job;
+    h.round = r_.key.round;
+    h.fragment = r_.key.fragment;
+    h.chunk = static_cast<std::uint32_t>(c);
+    seal(h, payload);
+    stats_.bytes_sent += kFrameHeaderSize + payload.size();
+    co_return co_await conn.write_frame(h, payload);
+  }
+
+  // When all contributions to chunk c of this site's shard are in: decode
+  // them in participant order, sum with normalized weights, encode the
+  // average once, decode it here and send the same bytes to every peer.
+  Status reduce_if_complete(std::uint64_t c) {
+    auto& parts = contributions_[c];
+    if (parts.size() < n_parts_ || finished_) return {};
+    const Range range = chunk_range(shard_range(r_.output.size(), n_parts_, me_), c);
+    sum_.assign(range.size, 0.0f);
+    decoded_.resize(range.size);
+    for (std::size_t s = 0; s < n_parts_; ++s) {
+      Status st = pipeline_.decode(parts[s], decoded_);
+      if (!st.ok())
+        return GEOLOCO_ERROR(st.code(), "shard chunk ", c, " from ", r_.participants[s], ": ", st.message());
+      const float w = normalized_[s];
+      for (std::size_t i = 0; i < range.size; ++i) sum_[i] = sum_[i] + w * decoded_[i];
+    }
+    parts.clear();
+    auto payload = std::make_shared<std::vector<std::byte>>(pipeline_.max_encoded_size(range.size));
+    auto size = pipeline_.encode(sum_, *payload, seed(me_, me_, c, 2));
+    if (!size.ok()) return size.status();
+    payload->resize(*size);
+    Status own = pipeline_.decode(*payload, r_.output.subspan(range.begin, range.size));
+    if (!own.ok()) return own;
+    gathered_[me_][c] = true;
+    ++gathers_received_;
+    auto self = shared_from_this();
+    for (std::size_t j = 0; j < n_parts_; ++j) {
+      if (j == me_) continue;
+      ++tasks_;
+      asio::co_spawn(mesh_.executor(), send_gather(self, j, c, payload), asio::detached);
+    }
+    check_done();
+    return {};
+  }
+
+  void task_done() {
+    --tasks_;
+    check_done();
+  }
+
+  void check_done() {
+    if (!finished_ && tasks_ == 0 && gathers_received_ == gathers_expected_) {
+      finished_ = true;
+      done_.notify_all();
+    }
+  }
+
+  void fail(Status s) {
+    if (finished_) return;
+    finished_ = true;
+    status_ = std::move(s);
+    done_.notify_all();
+  }
+
+  Mesh& mesh_;
+  AllReduceRequest r_;
+  compression::Pipeline pipeline_;
+  Signal done_;
+  std::size_t n_parts_ = 0;
+  std::size_t me_ = 0;
+  std::uint64_t chunk_ = 0;
+  int conns_ = 1;
+  std::map<std::string, std::size_t> index_;
+  std::vector<float> normalized_;
+  std::vector<std::map<std::size_t, std::vector<std::byte>>> contributions_;  // per chunk of my shard
+  std::vector<std::vector<bool>> gathered_;                                  // per shard, per chunk
+  std::uint64_t gathers_expected_ = 0;
+  std::uint64_t gathers_received_ = 0;
+  std::vector<float> sum_, decoded_;
+  int tasks_ = 0;
+  bool finished_ = false;
+  Status status_;
+  AllReduceStats stats_;
+};
+
+}  // namespace
+
+asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request) {
+  if (Status s = validate(mesh, request); !s.ok()) co_return s;
+  auto pipeline = compression::Pipeline::create(request.pipeline);
+  if (!pipeline.ok()) co_return pipeline.status();
+  auto op = std::make_shared<AllReduceOp>(mesh, std::move(request), std::move(*pipeline));
+  co_return co_await op->run();
+}
+
+}  // namespace geoloco::transport

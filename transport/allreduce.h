@@ -1,0 +1,65 @@
+// The cross-site all-reduce (DESIGN §3): a weighted average of one tensor per
+// site, in two phases over the full mesh of the operation's participants.
+//
+//   1. reduce-scatter: the tensor is cut into one contiguous shard per
+//      participant; site s compresses shard j of its input (through its
+//      error feedback) and sends it, chunk by chunk, to participant j.
+//   2. all-gather: participant j decodes the N contributions to each chunk of
+//      its shard, sums them weighted, in participant order (whatever the
+//      arrival order: the result is reproducible bit for bit), compresses the
+//      average and sends the same bytes to everyone. Every site, j included,
+//      decodes those bytes, so all hold the same output, bit for bit.
+//
+// Two WAN latencies instead of a ring's 2(N-1); each site sends and receives
+// 2(N-1)/N of the (compressed) tensor. Chunks of shard j travel on connection
+// (chunk mod connections_per_peer), so one long fat link is filled by several
+// TLS streams. Memory: encoded chunks in flight plus one chunk of scratch
+// per decode; never a second full copy of the tensor per peer.
+#pragma once
+
+#include <asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "compression/error_feedback.h"
+#include "compression/pipeline_spec.h"
+#include "transport/mesh.h"
+
+namespace geoloco::transport {
+
+struct AllReduceRequest {
+  OpKey key;                              ///< (round, fragment); the same on every participant
+  std::vector<std::string> participants;  ///< the plan's order, the same on every participant; includes this site
+  std::vector<double> weights;            ///< per participant (tokens x staleness), > 0
+  compression::PipelineSpec pipeline;     ///< the job's codec chain ({} = raw fp32)
+  std::span<const float> input;           ///< this site's contribution
+  std::span<float> output;                ///< receives the weighted average
+  compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
+  std::uint64_t seed = 0;                 ///< job seed, for stochastic rounding
+  std::chrono::milliseconds timeout{0};   ///< whole-operation limit; 0: only the connections' timeouts
+};
+
+struct AllReduceStats {
+  std::uint64_t bytes_sent = 0;      ///< frame bytes (headers and payloads) this site sent
+  std::uint64_t bytes_received = 0;  ///< frame bytes this site received
+  double seconds = 0;
+};
+
+/// Runs the all-reduce on the mesh's executor. Errors: invalid_argument
+/// (request), io/timeout naming the peer that failed ("peer b: no data from
+/// b for 2000 ms"), or the error of a refused frame from a participant. On
+/// error `output` holds no meaningful values and is no longer touched.
+asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request);
+
+/// Shard j's range of a tensor of n values split among `parts` participants.
+struct Range {
+  std::uint64_t begin = 0;
+  std::uint64_t size = 0;
+};
+Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j);
+
+}  // namespace geoloco::transport

@@ -1,0 +1,34 @@
+// The federation's PKI, made with OpenSSL: a CA per federation, and per site
+// an EC P-256 key with a certificate whose CN and DNS SAN are the site name.
+// `geoloco certs init` and `geoloco certs issue` call these; a user may bring
+// certificates from their own PKI instead, in the same PEM files.
+//
+// Files: CA dir: ca.pem, ca.key. Site dir: site.pem, site.key, ca.pem (a copy,
+// so a site dir is all a daemon needs). Keys are written mode 0600.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace geoloco::transport {
+
+struct CertOptions {
+  int days_valid = 825;             ///< validity from now, in days
+  long not_before_offset_s = -300;  ///< start of validity relative to now (tests use the past)
+};
+
+/// Creates a CA named `name` in `dir` (created if missing). Refuses to
+/// overwrite an existing ca.key. Errors: invalid_argument, io.
+Status create_ca(const std::string& dir, const std::string& name, const CertOptions& options = {});
+
+/// Issues a key and certificate for site `site`, signed by the CA in
+/// `ca_dir`, into `out_dir`. The site name must be 1-64 characters of
+/// [a-z0-9-.]. Errors: invalid_argument, io.
+Status issue_site_cert(const std::string& ca_dir, const std::string& site, const std::string& out_dir,
+                       const CertOptions& options = {});
+
+/// The rule a site name follows, as a message; empty when `name` is valid.
+std::string site_name_problem(const std::string& name);
+
+}  // namespace geoloco::transport

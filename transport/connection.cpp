@@ -1,0 +1,269 @@
+#include "transport/connection.h"
+
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/read.hpp>
+#include <asio/ssl/stream.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <chrono>
+
+#include "transport/async_util.h"
+#include "transport/tls/tls_context.h"
+
+namespace geoloco::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using asio::experimental::as_tuple;
+using asio::use_awaitable;
+
+// Writes and reads go in slices so that deadlines refresh on progress and
+// the rate limit is smooth across connections.
+constexpr std::size_t kSlice = 256 * 1024;
+
+template <class Stream>
+class StreamConnection final : public Connection, public std::enable_shared_from_this<StreamConnection<Stream>> {
+ public:
+  template <class... StreamArgs>
+  StreamConnection(const TransportOptions& options, std::shared_ptr<TokenBucket> limiter, StreamArgs&&... args)
+      : stream_(std::forward<StreamArgs>(args)...),
+        options_(options),
+        limiter_(std::move(limiter)),
+        write_lock_(stream_.get_executor()),
+        watchdog_timer_(stream_.get_executor()),
+        limit_timer_(stream_.get_executor()) {
+    std::error_code ec;
+    auto endpoint = socket().remote_endpoint(ec);
+    peer = ec ? "unknown peer" : cat(endpoint.address().to_string(), ":", endpoint.port());
+    socket().set_option(asio::ip::tcp::no_delay(true), ec);
+  }
+
+  asio::awaitable<Status> handshake(bool as_client) override {
+    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) {
+      (void)as_client;
+      co_return Status();
+    } else {
+      arm(read_deadline_, options_.connect_timeout_ms);
+      start_watchdog();
+      auto [ec] = co_await stream_.async_handshake(
+          as_client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server, as_tuple(use_awaitable));
+      read_deadline_ = Clock::time_point::max();
+      if (ec) {
+        const std::string why = tls::handshake_failure(stream_.native_handle(), describe(ec));
+        close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer, " failed: ", why));
+        co_return close_reason_;
+      }
+      co_return Status();
+    }
+  }
+
+  Status check_peer_name(const std::string& site) override {
+    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) {
+      (void)site;
+      return {};
+    } else {
+      return tls::check_peer_name(stream_.native_handle(), site);
+    }
+  }
+
+  asio::awaitable<Status> write_frame(const FrameHeader& header, std::span<const std::byte> payload) override {
+    co_await write_lock_.lock();
+    Status s = co_await write_locked(header, payload);
+    write_lock_.unlock();
+    co_return s;
+  }
+
+  asio::awaitable<Result<FrameHeader>> read_header() override {
+    for (;;) {
+      std::array<std::byte, kFrameHeaderSize> bytes;
+      Status s = co_await read_exact(bytes);
+      if (!s.ok()) co_return s;
+      auto header = decode_header(bytes, options_.limits);
+      if (!header.ok()) co_return header.status();
+      if (header->type != FrameType::keepalive) co_return header;
+    }
+  }
+
+  asio::awaitable<Result<std::vector<std::byte>>> read_payload(const FrameHeader& header) override {
+    // The length was bounded by decode_header before this allocation.
+    std::vector<std::byte> payload(static_cast<std::size_t>(header.payload_size));
+    for (std::size_t done = 0; done < payload.size(); done += kSlice) {
+      const std::size_t n = std::min(kSlice, payload.size() - done);
+      Status s = co_await read_exact(std::span(payload).subspan(done, n));
+      if (!s.ok()) co_return s;
+    }
+    Status v = verify_payload(header, payload);
+    if (!v.ok()) co_return v;
+    co_return payload;
+  }
+
+  void start() override {
+    start_watchdog();
+    if (keepalive_started_) return;
+    keepalive_started_ = true;
+    asio::co_spawn(stream_.get_executor(), keepalive(this->shared_from_this()), asio::detached);
+  }
+
+  void close(const Status& reason) override {
+    if (!open_) return;
+    open_ = false;
+    close_reason_ = reason;
+    std::error_code ignored;
+    socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
+    watchdog_timer_.cancel();
+    limit_timer_.cancel();
+  }
+
+  bool is_open() const override { return open_; }
+  const Status& close_reason() const override { return close_reason_; }
+  std::uint64_t bytes_sent() const override { return bytes_sent_; }
+  std::uint64_t bytes_received() const override { return bytes_received_; }
+
+ private:
+  asio::ip::tcp::socket& socket() {
+    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) return stream_;
+    else return stream_.next_layer();
+  }
+
+  std::string describe(const std::error_code& ec) const {
+    if (ec == asio::error::eof) return "the peer closed the connection";
+    if (ec == asio::error::connection_reset) return "the peer reset the connection";
+    return ec.message();
+  }
+
+  void arm(Clock::time_point& deadline, int timeout_ms) {
+    deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    watchdog_timer_.cancel();  // let the watchdog see the new deadline
+  }
+
+  Status io_error(const char* what, const std::error_code& ec) {
+    if (open_) close(GEOLOCO_ERROR(Err::io, what, " ", peer, ": ", describe(ec)));
+    return close_reason_;
+  }
+
+  asio::awaitable<Status> read_exact(std::span<std::byte> out) {
+    if (!open_) co_return close_reason_;
+    arm(read_deadline_, options_.read_timeout_ms);
+    auto [ec, n] = co_await asio::async_read(stream_, asio::buffer(out.data(), out.size()), as_tuple(use_awaitable));
+    bytes_received_ += n;
+    // Disarmed between reads: a reader paused on purpose (waiting for its
+    // round to start) is not a dead peer. While a read is pending, keepalives
+    // must arrive, or the peer is dead.
+    read_deadline_ = Clock::time_point::max();
+    if (ec) co_return io_error("reading from", ec);
+    co_return Status();
+  }
+
+  asio::awaitable<Status> write_locked(const FrameHeader& header, std::span<const std::byte> payload) {
+    if (!open_) co_return close_reason_;
+    const auto head = encode_header(header);
+    std::span<const std::byte> first(head);
+    std::size_t done = 0;
+    bool header_sent = false;
+    while (!header_sent || done < payload.size()) {
+      // The first slice carries the header; the rest carry payload.
+      std::array<asio::const_buffer, 2> bufs;
+      std::size_t count = 0, bytes = 0;
+      if (!header_sent) bufs[count++] = asio::buffer(first.data(), first.size()), bytes += first.size();
+      const std::size_t n = std::min(kSlice, payload.size() - done);
+      if (n > 0) bufs[count++] = asio::buffer(payload.data() + done, n), bytes += n;
+      if (limiter_ && limiter_->enabled()) {
+        const auto when = limiter_->reserve(Clock::now(), bytes);
+        if (when > Clock::now()) {
+          limit_timer_.expires_at(when);
+          co_await limit_timer_.async_wait(as_tuple(use_awaitable));
+          if (!open_) co_return close_reason_;
+        }
+      }
+      arm(write_deadline_, options_.write_timeout_ms);
+      auto [ec, written] = co_await asio::async_write(stream_, std::span(bufs.data(), count), as_tuple(use_awaitable));
+      write_deadline_ = Clock::time_point::max();
+      bytes_sent_ += written;
+      last_write_ = Clock::now();
+      if (ec) co_return io_error("writing to", ec);
+      header_sent = true;
+      done += n;
+    }
+    co_return Status();
+  }
+
+  void start_watchdog() {
+    if (watchdog_started_) return;
+    watchdog_started_ = true;
+    asio::co_spawn(stream_.get_executor(), watchdog(this->shared_from_this()), asio::detached);
+  }
+
+  // Closes the connection when a read or write deadline passes.
+  static asio::awaitable<void> watchdog(std::shared_ptr<StreamConnection> self) {
+    while (self->open_) {
+      const auto next = std::min(self->read_deadline_, self->write_deadline_);
+      self->watchdog_timer_.expires_at(std::min(next, Clock::now() + std::chrono::seconds(1)));
+      co_await self->watchdog_timer_.async_wait(as_tuple(use_awaitable));
+      const auto now = Clock::now();
+      if (!self->open_) break;
+      if (now >= self->read_deadline_) {
+        self->close(GEOLOCO_ERROR(Err::timeout, "no data from ", self->peer, " for ", self->options_.read_timeout_ms,
+                                  " ms: the peer is unreachable or stopped"));
+      } else if (now >= self->write_deadline_) {
+        self->close(GEOLOCO_ERROR(Err::timeout, "writing to ", self->peer, " made no progress for ",
+                                  self->options_.write_timeout_ms, " ms"));
+      }
+    }
+  }
+
+  // Sends a keepalive when nothing was written for a keepalive interval.
+  static asio::awaitable<void> keepalive(std::shared_ptr<StreamConnection> self) {
+    asio::steady_timer timer(self->stream_.get_executor());
+    const auto interval = std::chrono::milliseconds(self->options_.keepalive_interval_ms);
+    while (self->open_) {
+      timer.expires_after(interval / 2);
+      co_await timer.async_wait(as_tuple(use_awaitable));
+      if (!self->open_) break;
+      if (Clock::now() - self->last_write_ < interval) continue;
+      FrameHeader h;
+      h.type = FrameType::keepalive;
+      seal(h, {});
+      (void)co_await self->write_frame(h, {});
+    }
+  }
+
+  Stream stream_;
+  TransportOptions options_;
+  std::shared_ptr<TokenBucket> limiter_;
+  AsyncMutex write_lock_;
+  asio::steady_timer watchdog_timer_;
+  asio::steady_timer limit_timer_;
+  Clock::time_point read_deadline_ = Clock::time_point::max();
+  Clock::time_point write_deadline_ = Clock::time_point::max();
+  Clock::time_point last_write_ = Clock::now();
+  bool open_ = true;
+  bool watchdog_started_ = false;
+  bool keepalive_started_ = false;
+  Status close_reason_;
+  std::uint64_t bytes_sent_ = 0;
+  std::uint64_t bytes_received_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Connection> make_tls_connection(asio::ip::tcp::socket socket, std::shared_ptr<asio::ssl::context> ssl,
+                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter) {
+  auto c = std::make_shared<StreamConnection<asio::ssl::stream<asio::ip::tcp::socket>>>(options, std::move(limiter),
+                                                                                       std::move(socket), *ssl);
+  return c;
+}
+
+std::shared_ptr<Connection> make_plain_connection(asio::ip::tcp::socket socket, const TransportOptions& options,
+                                                  std::shared_ptr<TokenBucket> limiter) {
+  return std::make_shared<StreamConnection<asio::ip::tcp::socket>>(options, std::move(limiter), std::move(socket));
+}
+
+}  // namespace geoloco::transport

@@ -1,0 +1,71 @@
+// A framed connection to one peer: frames out (serialized among writers,
+// rate-limited, sliced so the limit is smooth), headers and payloads in, with
+// deadlines on every read and write and keepalives on idle links.
+//
+// Deadlines are enforced by a watchdog coroutine that closes the socket when
+// one passes (asio's "session && watchdog" shape): closing aborts whatever
+// read or write is pending, for TLS and plain TCP alike, and the reason is
+// kept for the error the caller sees. This class is the abstraction;
+// the TLS and plain-TCP streams beneath it are chosen by the factory.
+#pragma once
+
+#include <asio/awaitable.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ssl/context.hpp>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/frame.h"
+#include "transport/options.h"
+#include "transport/rate_limiter.h"
+
+namespace geoloco::transport {
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  /// TLS handshake (no-op for plain TCP), bounded by connect_timeout_ms.
+  /// Errors: io, with the reason in words (handshake_failure()).
+  virtual asio::awaitable<Status> handshake(bool as_client) = 0;
+  /// Checks the verified peer certificate names `site` (always ok for plain TCP).
+  virtual Status check_peer_name(const std::string& site) = 0;
+
+  /// Writes one frame; `header` must be sealed for `payload`. Writers take
+  /// turns; a frame is never interleaved with another. Errors: io (closed,
+  /// timed out, peer gone), with the close reason.
+  virtual asio::awaitable<Status> write_frame(const FrameHeader& header, std::span<const std::byte> payload) = 0;
+  /// Reads and checks the next header, skipping keepalives. Errors: as
+  /// decode_header, or io.
+  virtual asio::awaitable<Result<FrameHeader>> read_header() = 0;
+  /// Reads `header`'s payload and verifies its hash. Errors: malformed
+  /// (checksum), io.
+  virtual asio::awaitable<Result<std::vector<std::byte>>> read_payload(const FrameHeader& header) = 0;
+
+  /// Starts the watchdog (and keepalives) on the connection's executor.
+  virtual void start() = 0;
+  /// Closes the socket; pending operations fail with `reason`.
+  virtual void close(const Status& reason) = 0;
+  virtual bool is_open() const = 0;
+  /// Why the connection closed (ok while open).
+  virtual const Status& close_reason() const = 0;
+
+  virtual std::uint64_t bytes_sent() const = 0;
+  virtual std::uint64_t bytes_received() const = 0;
+
+  /// The peer's site name once known; "host:port" before.
+  std::string peer;
+};
+
+/// A TLS connection over `socket` (ssl_context required).
+std::shared_ptr<Connection> make_tls_connection(asio::ip::tcp::socket socket, std::shared_ptr<asio::ssl::context> ssl,
+                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter);
+/// The plain-TCP test switch (TransportOptions::insecure_plaintext_for_tests).
+std::shared_ptr<Connection> make_plain_connection(asio::ip::tcp::socket socket, const TransportOptions& options,
+                                                  std::shared_ptr<TokenBucket> limiter);
+
+}  // namespace geoloco::transport

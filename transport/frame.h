@@ -1,0 +1,74 @@
+// The frame: the unit of everything sites say to each other (DESIGN §3).
+//
+//   offset size field
+//   0      4    magic "GLF1"
+//   4      1    version (1)
+//   5      1    type (FrameType)
+//   6      2    reserved, 0
+//   8      8    job id
+//   16     8    round
+//   24     4    fragment
+//   28     4    chunk index
+//   32     8    payload length (bounded by FrameLimits before anything is allocated)
+//   40     8    xxh3-64 of the payload
+//   48          payload
+//
+// All integers little-endian. A header is checked on its own (decode_header)
+// before the payload is read; the payload is checked against the hash once read.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace geoloco::transport {
+
+inline constexpr std::uint32_t kFrameMagic = 0x31464c47u;  // "GLF1" on the wire
+inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::size_t kFrameHeaderSize = 48;
+
+enum class FrameType : std::uint8_t {
+  hello = 1,      ///< first frame on a connection: payload = the sender's site name
+  shard = 2,      ///< all-reduce phase 1: a chunk of the receiver's shard of the sender's input
+  gather = 3,     ///< all-reduce phase 2: a chunk of the sender's averaged shard
+  keepalive = 4,  ///< no payload; proves the peer alive on an idle connection
+  control = 5,    ///< control plane (coordinator messages); payload defined by the daemon
+};
+
+std::string_view frame_type_name(FrameType type);
+
+struct FrameHeader {
+  FrameType type = FrameType::keepalive;
+  std::uint64_t job = 0;
+  std::uint64_t round = 0;
+  std::uint32_t fragment = 0;
+  std::uint32_t chunk = 0;
+  std::uint64_t payload_size = 0;
+  std::uint64_t payload_hash = 0;
+};
+
+struct FrameLimits {
+  /// Largest payload accepted, in bytes; 64 MiB holds a 4 MiB chunk many times over.
+  std::uint64_t max_payload_bytes = 64ull << 20;
+};
+
+/// Fills payload_size and payload_hash from `payload`.
+void seal(FrameHeader& header, std::span<const std::byte> payload);
+
+/// Writes the 48 header bytes.
+std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& header);
+
+/// Parses and checks a header: magic, version, known type, zero reserved
+/// bits, payload length within `limits`. Errors: malformed (magic, type,
+/// reserved), unsupported (version), too_large (length).
+Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> bytes, const FrameLimits& limits);
+
+/// Checks the payload against the header's length and hash. Errors:
+/// malformed ("checksum mismatch").
+Status verify_payload(const FrameHeader& header, std::span<const std::byte> payload);
+
+}  // namespace geoloco::transport

@@ -1,0 +1,377 @@
+#include "transport/mesh.h"
+
+#include <spdlog/spdlog.h>
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/detached.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <string_view>
+
+namespace geoloco::transport {
+
+namespace {
+using asio::experimental::as_tuple;
+using asio::use_awaitable;
+using Clock = std::chrono::steady_clock;
+
+FrameHeader hello_header(std::uint64_t job, int slot, std::span<const std::byte> payload) {
+  FrameHeader h;
+  h.type = FrameType::hello;
+  h.job = job;
+  h.chunk = static_cast<std::uint32_t>(slot);
+  seal(h, payload);
+  return h;
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+}  // namespace
+
+Mesh::Mesh(asio::any_io_executor executor, MeshOptions options)
+    : executor_(executor),
+      options_(std::move(options)),
+      acceptor_(executor),
+      slots_changed_(executor),
+      op_changed_(executor) {}
+
+Mesh::~Mesh() { stop(); }
+
+void Mesh::set_peer_address(const PeerAddress& peer) {
+  for (auto& p : options_.peers)
+    if (p.name == peer.name) p = peer;
+}
+
+Status Mesh::listen() {
+  if (listening_) return {};
+  GEOLOCO_TRY(options_.transport.validate());
+  GEOLOCO_RETURN_IF(options_.site.empty(), Err::invalid_argument, "mesh: the site needs a name");
+  for (const auto& p : options_.peers) {
+    GEOLOCO_RETURN_IF(p.name == options_.site, Err::invalid_argument, "mesh: site '", p.name,
+                      "' lists itself as a peer");
+    slots_[p.name].resize(options_.transport.connections_per_peer);
+  }
+  if (!options_.transport.insecure_plaintext_for_tests) {
+    auto ctx = tls::make_context(options_.tls);
+    if (!ctx.ok()) return ctx.status();
+    ssl_ = *ctx;
+  }
+  const double rate = options_.transport.rate_limit_mbit * 1e6 / 8;
+  // Bursts of 4 slices: enough to keep every connection busy, small against a second of traffic.
+  limiter_ = std::make_shared<TokenBucket>(rate, 1024.0 * 1024);
+
+  std::error_code ec;
+  const auto address = asio::ip::make_address(options_.listen_host, ec);
+  GEOLOCO_RETURN_IF(ec, Err::invalid_argument, "mesh: listen address '", options_.listen_host, "': ", ec.message());
+  asio::ip::tcp::endpoint endpoint(address, options_.listen_port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  GEOLOCO_RETURN_IF(ec, Err::io, "mesh: cannot listen on ", options_.listen_host, ":", options_.listen_port, ": ",
+                    ec.message());
+  port_ = acceptor_.local_endpoint().port();
+  listening_ = true;
+  return {};
+}
+
+Status Mesh::start() {
+  GEOLOCO_TRY(listen());
+  running_ = true;
+  asio::co_spawn(executor_, accept_loop(), asio::detached);
+  for (const auto& p : options_.peers) {
+    if (options_.site < p.name) {  // the name that sorts first dials
+      for (int k = 0; k < options_.transport.connections_per_peer; ++k)
+        asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
+    }
+  }
+  return {};
+}
+
+void Mesh::stop() {
+  if (!running_ && !listening_) return;
+  running_ = false;
+  listening_ = false;
+  std::error_code ignored;
+  acceptor_.close(ignored);
+  for (auto& [peer, conns] : slots_)
+    for (auto& c : conns)
+      if (c) c->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
+  slots_changed_.notify_all();
+  op_changed_.notify_all();
+}
+
+bool Mesh::is_peer(const std::string& name) const { return slots_.count(name) != 0; }
+
+std::shared_ptr<Connection> Mesh::wrap(asio::ip::tcp::socket socket) {
+  if (options_.transport.insecure_plaintext_for_tests)
+    return make_plain_connection(std::move(socket), options_.transport, limiter_);
+  return make_tls_connection(std::move(socket), ssl_, options_.transport, limiter_);
+}
+
+asio::awaitable<void> Mesh::accept_loop() {
+  while (running_) {
+    auto [ec, socket] = co_await acceptor_.async_accept(as_tuple(use_awaitable));
+    if (ec) {
+      if (!running_) break;
+      spdlog::warn("[{}] accept failed: {}", options_.site, ec.message());
+      continue;
+    }
+    asio::co_spawn(executor_, serve_incoming(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
+  auto conn = wrap(std::move(socket));
+  Status s = co_await conn->handshake(false);
+  if (!s.ok()) {
+    reject(conn->peer, conn.get(), s);
+    co_return;
+  }
+  // The hello must come within the connect timeout; the watchdog enforces it.
+  conn->start();
+  auto header = co_await conn->read_header();
+  if (!header.ok()) {
+    reject(conn->peer, conn.get(), header.status());
+    co_return;
+  }
+  if (header->type != FrameType::hello) {
+    reject(conn->peer, conn.get(), GEOLOCO_ERROR(Err::malformed, "first frame is ", frame_type_name(header->type),
+                                                 ", expected hello"));
+    co_return;
+  }
+  auto payload = co_await conn->read_payload(*header);
+  if (!payload.ok()) {
+    reject(conn->peer, conn.get(), payload.status());
+    co_return;
+  }
+  const std::string claimed(reinterpret_cast<const char*>(payload->data()), payload->size());
+  const int slot = static_cast<int>(header->chunk);
+  Status refused;
+  if (header->job != options_.job) {
+    refused = GEOLOCO_ERROR(Err::mismatch, "hello from '", claimed, "' for job ", header->job, ", this mesh serves job ",
+                            options_.job);
+  } else if (!is_peer(claimed)) {
+    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
+  } else if (Status named = conn->check_peer_name(claimed); !named.ok()) {
+    refused = named;
+  } else if (slot < 0 || slot >= options_.transport.connections_per_peer) {
+    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot, " of ",
+                            options_.transport.connections_per_peer);
+  }
+  if (!refused.ok()) {
+    reject(conn->peer, conn.get(), refused);
+    co_return;
+  }
+  const FrameHeader reply = hello_header(options_.job, slot, bytes_of(options_.site));
+  Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
+  if (!replied.ok()) co_return;
+  install(claimed, slot, conn);
+  co_await read_loop(claimed, conn);
+}
+
+asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
+  int backoff_ms = options_.transport.reconnect_initial_ms;
+  asio::steady_timer timer(executor_);
+  while (running_) {
+    Status s = co_await dial_once(peer, slot);
+    if (!running_) break;
+    if (s.ok()) {
+      backoff_ms = options_.transport.reconnect_initial_ms;  // it worked; a drop retries promptly
+    } else {
+      spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, s.message());
+      backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
+    }
+    timer.expires_after(std::chrono::milliseconds(backoff_ms));
+    co_await timer.async_wait(as_tuple(use_awaitable));
+  }
+}
+
+// One connection attempt; returns when the connection has closed again, or at once on failure.
+asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
+  asio::ip::tcp::resolver resolver(executor_);
+  auto [rec, endpoints] =
+      co_await resolver.async_resolve(peer.host, std::to_string(peer.port), as_tuple(use_awaitable));
+  if (rec) co_return GEOLOCO_ERROR(Err::io, "cannot resolve ", peer.host, ": ", rec.message());
+  asio::ip::tcp::socket socket(executor_);
+  asio::steady_timer deadline(executor_, std::chrono::milliseconds(options_.transport.connect_timeout_ms));
+  deadline.async_wait([&socket](std::error_code ec) {
+    if (!ec) socket.close();  // connect took too long
+  });
+  auto [cec, endpoint] = co_await asio::async_connect(socket, endpoints, as_tuple(use_awaitable));
+  deadline.cancel();
+  if (cec) co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
+                                   cec.message());
+  auto conn = wrap(std::move(socket));
+  conn->peer = peer.name;
+  Status s = co_await conn->handshake(true);
+  if (!s.ok()) co_return s;
+  if (Status named = conn->check_peer_name(peer.name); !named.ok()) {
+    conn->close(named);
+    co_return named;
+  }
+  conn->start();
+  const FrameHeader hello = hello_header(options_.job, slot, bytes_of(options_.site));
+  s = co_await conn->write_frame(hello, bytes_of(options_.site));
+  if (!s.ok()) co_return s;
+  auto header = co_await conn->read_header();
+  if (!header.ok()) co_return header.status();
+  auto payload = co_await conn->read_payload(*header);
+  if (!payload.ok()) co_return payload.status();
+  const std::string answered(reinterpret_cast<const char*>(payload->data()), payload->size());
+  if (header->type != FrameType::hello || answered != peer.name) {
+    Status wrong = GEOLOCO_ERROR(Err::malformed, peer.name, " answered hello as '", answered, "'");
+    conn->close(wrong);
+    co_return wrong;
+  }
+  install(peer.name, slot, conn);
+  co_await read_loop(peer.name, conn);
+  co_return Status();
+}
+
+void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection> conn) {
+  conn->peer = peer;
+  auto& old = slots_[peer][slot];
+  if (old && old->is_open()) old->close(GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer));
+  if (old) {
+    retired_bytes_[peer].first += old->bytes_sent();
+    retired_bytes_[peer].second += old->bytes_received();
+  }
+  old = std::move(conn);
+  spdlog::debug("[{}] connected to {} (slot {})", options_.site, peer, slot);
+  slots_changed_.notify_all();
+}
+
+std::shared_ptr<Connection> Mesh::connection(const std::string& peer, int k) const {
+  auto it = slots_.find(peer);
+  if (it == slots_.end() || k < 0 || k >= static_cast<int>(it->second.size())) return nullptr;
+  const auto& c = it->second[k];
+  return c && c->is_open() ? c : nullptr;
+}
+
+asio::awaitable<Status> Mesh::wait_connected(std::vector<std::string> peers, std::chrono::milliseconds timeout) {
+  const auto until = Clock::now() + timeout;
+  asio::steady_timer timer(executor_, until);
+  bool timed_out = false;
+  timer.async_wait([&](std::error_code ec) {
+    if (!ec) {
+      timed_out = true;
+      slots_changed_.notify_all();
+    }
+  });
+  for (;;) {
+    std::string missing;
+    for (const auto& p : peers) {
+      if (p == options_.site) continue;
+      for (int k = 0; k < options_.transport.connections_per_peer; ++k) {
+        if (!connection(p, k)) {
+          missing += (missing.empty() ? "" : ", ") + p;
+          break;
+        }
+      }
+    }
+    if (missing.empty()) {
+      timer.cancel();
+      co_return Status();
+    }
+    if (timed_out || !running_)
+      co_return GEOLOCO_ERROR(Err::timeout, options_.site, ": not connected to ", missing, " after ", timeout.count(),
+                              " ms");
+    co_await slots_changed_.wait();
+  }
+}
+
+void Mesh::begin(OpKey key, FrameSink* sink) {
+  current_ = key;
+  have_current_ = true;
+  sink_ = sink;
+  op_changed_.notify_all();
+}
+
+void Mesh::end(OpKey key) {
+  if (have_current_ && current_ == key) sink_ = nullptr;
+  op_changed_.notify_all();
+}
+
+asio::awaitable<Status> Mesh::admit(const std::string& peer, const FrameHeader& h, Connection& conn) {
+  if (h.type == FrameType::hello)
+    co_return GEOLOCO_ERROR(Err::malformed, "unexpected hello from ", peer, " on an established connection");
+  if (h.job != options_.job)
+    co_return GEOLOCO_ERROR(Err::mismatch, "frame from ", peer, " for job ", h.job, ", this mesh serves job ",
+                            options_.job);
+  const OpKey key{h.round, h.fragment};
+  // A frame of an operation this site has not begun yet waits for it; the
+  // reader stops reading meanwhile, so nothing piles up in memory.
+  while (running_ && conn.is_open() && (!have_current_ || key > current_)) co_await op_changed_.wait();
+  if (!conn.is_open()) co_return conn.close_reason();
+  if (key < current_ || sink_ == nullptr)
+    co_return GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": ", frame_type_name(h.type), " of round ",
+                            h.round, " fragment ", h.fragment, ", which is over (current: round ", current_.round,
+                            " fragment ", current_.fragment, ")");
+  co_return sink_->admit(peer, h);
+}
+
+asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connection> conn) {
+  while (running_ && conn->is_open()) {
+    auto header = co_await conn->read_header();
+    if (!header.ok()) {
+      if (conn->is_open()) reject(peer, conn.get(), header.status());
+      break;
+    }
+    Status admitted = co_await admit(peer, *header, *conn);
+    if (!conn->is_open()) break;  // closed while waiting: not the peer's fault
+    if (!admitted.ok()) {
+      reject(peer, conn.get(), admitted);
+      break;
+    }
+    auto payload = co_await conn->read_payload(*header);
+    if (!payload.ok()) {
+      if (conn->is_open()) reject(peer, conn.get(), payload.status());
+      break;
+    }
+    // The operation may have ended while the payload was on the wire.
+    if (sink_ == nullptr || OpKey{header->round, header->fragment} != current_) {
+      reject(peer, conn.get(), GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": round ", header->round,
+                                             " ended while it arrived"));
+      break;
+    }
+    Status delivered = sink_->deliver(peer, *header, std::move(*payload));
+    if (!delivered.ok()) {
+      reject(peer, conn.get(), delivered);
+      break;
+    }
+  }
+  if (sink_ != nullptr) sink_->peer_lost(peer, conn->close_reason().ok()
+                                                   ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
+                                                   : conn->close_reason());
+}
+
+void Mesh::reject(const std::string& peer, Connection* conn, Status reason) {
+  ++rejected_total_;
+  spdlog::warn("[{}] refused {}: {}", options_.site, peer, reason.message());
+  rejections_.push_back({peer, reason});
+  if (rejections_.size() > 64) rejections_.pop_front();
+  if (conn != nullptr) conn->close(reason);
+}
+
+std::uint64_t Mesh::bytes_sent(const std::string& peer) const {
+  std::uint64_t total = 0;
+  if (auto r = retired_bytes_.find(peer); r != retired_bytes_.end()) total += r->second.first;
+  if (auto s = slots_.find(peer); s != slots_.end())
+    for (const auto& c : s->second)
+      if (c) total += c->bytes_sent();
+  return total;
+}
+
+std::uint64_t Mesh::bytes_received(const std::string& peer) const {
+  std::uint64_t total = 0;
+  if (auto r = retired_bytes_.find(peer); r != retired_bytes_.end()) total += r->second.second;
+  if (auto s = slots_.find(peer); s != slots_.end())
+    for (const auto& c : s->second)
+      if (c) total += c->bytes_received();
+  return total;
+}
+
+}  // namespace geoloco::transport

@@ -1,0 +1,155 @@
+// The site's mesh of authenticated connections to its peers (DESIGN §3):
+// `connections_per_peer` TLS connections per peer pair, dialed by the site
+// whose name sorts first and accepted by the other, re-dialed with backoff
+// when they drop. Every connection starts with HELLO (the claimed site
+// name, the connection's slot); the claim must match the verified
+// certificate and a configured peer, or the connection is refused.
+//
+// Frames for the job's current operation (round, fragment) go to the
+// registered FrameSink; frames for a later operation wait (the reader stops
+// reading, so TCP flow control bounds memory) until this site begins it;
+// frames for an earlier one, another job, or that the sink refuses are
+// refused: logged, counted, and the connection closed. Nothing of the sink's
+// state changes for a refused frame.
+//
+// All members run on one executor (a single-threaded io_context); a Mesh
+// must outlive the handlers it spawned (stop(), then let the io_context
+// finish, then destroy).
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/ip/tcp.hpp>
+#include <chrono>
+#include <compare>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/async_util.h"
+#include "transport/connection.h"
+#include "transport/options.h"
+#include "transport/tls/tls_context.h"
+
+namespace geoloco::transport {
+
+struct PeerAddress {
+  std::string name;
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+struct MeshOptions {
+  std::string site;                       ///< this site's name (must match its certificate)
+  std::string listen_host = "127.0.0.1";  ///< address to accept peers on
+  std::uint16_t listen_port = 0;          ///< 0: any free port (see Mesh::port())
+  std::vector<PeerAddress> peers;         ///< every other site this one may talk to
+  tls::TlsFiles tls;                      ///< CA, certificate, key (unused in plaintext test mode)
+  std::uint64_t job = 0;                  ///< the job whose frames this mesh carries
+  TransportOptions transport;
+};
+
+/// Which collective operation a frame belongs to; operations are ordered.
+struct OpKey {
+  std::uint64_t round = 0;
+  std::uint32_t fragment = 0;
+  auto operator<=>(const OpKey&) const = default;
+};
+
+/// Receives the frames of the current operation.
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  /// Before the payload is read: may this peer send this frame now?
+  /// An error refuses it (its message is logged and counted).
+  virtual Status admit(const std::string& peer, const FrameHeader& header) = 0;
+  /// The verified payload of an admitted frame. An error refuses it.
+  virtual Status deliver(const std::string& peer, const FrameHeader& header, std::vector<std::byte> payload) = 0;
+  /// A connection to `peer` closed while the operation ran.
+  virtual void peer_lost(const std::string& peer, const Status& reason) = 0;
+};
+
+class Mesh {
+ public:
+  Mesh(asio::any_io_executor executor, MeshOptions options);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  /// Binds the listener (so port() is known before peers are told it).
+  /// Errors: invalid_argument (options, TLS files), io (bind failed).
+  Status listen();
+  /// Sets a peer's address before start() (e.g. a port learned from listen()).
+  void set_peer_address(const PeerAddress& peer);
+  /// Listens if not yet listening, then starts accepting and dialing.
+  Status start();
+  /// Closes everything; spawned handlers finish on their own.
+  void stop();
+  /// The bound port (useful with listen_port 0).
+  std::uint16_t port() const { return port_; }
+
+  /// Waits until every slot to each of `peers` is connected. Errors: timeout
+  /// naming the peers still missing.
+  asio::awaitable<Status> wait_connected(std::vector<std::string> peers, std::chrono::milliseconds timeout);
+  /// Slot k's connection to `peer`, or null when it is not connected.
+  std::shared_ptr<Connection> connection(const std::string& peer, int k) const;
+
+  /// Makes `key` the current operation, delivered to `sink`, and releases
+  /// frames that waited for it.
+  void begin(OpKey key, FrameSink* sink);
+  /// Ends the current operation: its late frames are refused as stale.
+  void end(OpKey key);
+
+  const std::string& site() const { return options_.site; }
+  const MeshOptions& options() const { return options_; }
+  asio::any_io_executor executor() const { return executor_; }
+
+  struct Rejection {
+    std::string peer;
+    Status reason;
+  };
+  /// The most recent refusals (up to 64), oldest first.
+  const std::deque<Rejection>& rejections() const { return rejections_; }
+  std::uint64_t rejected_frames() const { return rejected_total_; }
+  std::uint64_t bytes_sent(const std::string& peer) const;
+  std::uint64_t bytes_received(const std::string& peer) const;
+
+ private:
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> serve_incoming(asio::ip::tcp::socket socket);
+  asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
+  asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot);
+  asio::awaitable<void> read_loop(std::string peer, std::shared_ptr<Connection> conn);
+  asio::awaitable<Status> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
+  std::shared_ptr<Connection> wrap(asio::ip::tcp::socket socket);
+  void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn);
+  void reject(const std::string& peer, Connection* conn, Status reason);
+  bool is_peer(const std::string& name) const;
+
+  asio::any_io_executor executor_;
+  MeshOptions options_;
+  std::shared_ptr<asio::ssl::context> ssl_;
+  std::shared_ptr<TokenBucket> limiter_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::uint16_t port_ = 0;
+  bool running_ = false;
+  bool listening_ = false;
+
+  std::map<std::string, std::vector<std::shared_ptr<Connection>>> slots_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> retired_bytes_;  // sent, received
+  Signal slots_changed_;
+
+  OpKey current_{};
+  bool have_current_ = false;
+  FrameSink* sink_ = nullptr;
+  Signal op_changed_;
+
+  std::deque<Rejection> rejections_;
+  std::uint64_t rejected_total_ = 0;
+};
+
+}  // namespace geoloco::transport

@@ -1,0 +1,191 @@
+// N sites as threads over real loopback TLS (N = 2, 3, 5): the all-reduce of
+// inputs with a closed-form answer is exact with lossless codecs, within the
+// codec's bound with lossy ones, and bit-identical on every site.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+
+#include "common/digest.h"
+#include "transport/allreduce.h"
+#include "transport/tests/harness.h"
+
+using namespace geoloco;
+using namespace geoloco::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> names_for(int n) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) names.push_back(std::string(1, static_cast<char>('a' + i)));
+  return names;
+}
+
+// Site s's input: quarter-integers, exact in fp32 and in every lossless codec.
+float input_value(std::size_t s, std::size_t i) { return 0.25f * static_cast<float>(static_cast<int>((i * 7 + s * 3) % 19) - 9); }
+
+struct Outcome {
+  std::vector<Result<AllReduceStats>> results;
+  std::vector<std::vector<float>> outputs;
+};
+
+Outcome run_all(std::vector<std::unique_ptr<test::Site>>& sites, std::uint64_t round, std::size_t n,
+                const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr) {
+  const std::size_t parts = sites.size();
+  std::vector<std::string> names;
+  std::vector<double> weights;
+  for (std::size_t s = 0; s < parts; ++s) {
+    names.push_back(sites[s]->name());
+    weights.push_back(static_cast<double>(s + 1));
+  }
+  std::vector<std::vector<float>> inputs(parts, std::vector<float>(n));
+  Outcome out;
+  out.outputs.assign(parts, std::vector<float>(n, -1.0f));
+  for (std::size_t s = 0; s < parts; ++s)
+    for (std::size_t i = 0; i < n; ++i) inputs[s][i] = input_value(s, i);
+  std::vector<std::future<Result<AllReduceStats>>> futures;
+  for (std::size_t s = 0; s < parts; ++s) {
+    AllReduceRequest r;
+    r.key = {round, 0};
+    r.participants = names;
+    r.weights = weights;
+    r.pipeline = pipeline;
+    r.input = inputs[s];
+    r.output = out.outputs[s];
+    r.feedback = feedback ? &(*feedback)[s] : nullptr;
+    r.seed = 99;
+    r.timeout = 60s;
+    Mesh& mesh = sites[s]->mesh();
+    futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
+  }
+  for (auto& f : futures) out.results.push_back(f.get());
+  return out;
+}
+
+// The documented arithmetic: weights normalized in double, cast to fp32,
+// summed in participant order without contraction.
+std::vector<float> reference(std::size_t parts, std::size_t n) {
+  double total = 0;
+  for (std::size_t s = 0; s < parts; ++s) total += s + 1.0;
+  std::vector<float> ref(n, 0.0f);
+  for (std::size_t s = 0; s < parts; ++s) {
+    const float w = static_cast<float>((s + 1.0) / total);
+    for (std::size_t i = 0; i < n; ++i) ref[i] = ref[i] + w * input_value(s, i);
+  }
+  return ref;
+}
+
+}  // namespace
+
+TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical everywhere") {
+  const int n_sites = GENERATE(2, 3, 5);
+  INFO(n_sites << " sites");
+  auto names = names_for(n_sites);
+  test::Federation federation(names);
+  auto sites = test::make_sites(federation, names, test::fast_options());
+  const std::size_t n = 50000;  // several 4096-value chunks per shard, uneven shards
+  const auto ref = reference(sites.size(), n);
+
+  SECTION("lossless chains give exactly the weighted average") {
+    std::uint64_t round = 1;
+    for (auto pipeline : {compression::PipelineSpec{}, compression::PipelineSpec{{compression::ZstdSpec{1}}}}) {
+      INFO(compression::describe(pipeline));
+      auto out = run_all(sites, round++, n, pipeline);
+      for (std::size_t s = 0; s < sites.size(); ++s) {
+        REQUIRE(out.results[s].ok());
+        CHECK(out.outputs[s] == ref);
+        // Closed form: sum_s (s+1) x_s / sum_s (s+1), within fp32 rounding.
+        for (std::size_t i = 0; i < n; i += 997) {
+          double exact = 0, total = 0;
+          for (int t = 0; t < n_sites; ++t) {
+            exact += (t + 1.0) * input_value(t, i);
+            total += t + 1.0;
+          }
+          REQUIRE(std::fabs(out.outputs[s][i] - exact / total) <= 1e-5);
+        }
+      }
+      // Each site sent its share: 2 (N-1)/N of the raw tensor, plus headers.
+      const double raw = n * 4.0;
+      const double expected_sent = 2.0 * (n_sites - 1) / n_sites * raw;
+      for (std::size_t s = 0; s < sites.size(); ++s) {
+        const auto sent = double(out.results[s]->bytes_sent);
+        if (pipeline.stages.empty()) {
+          CHECK(sent >= 0.9 * expected_sent);
+          CHECK(sent <= 1.1 * expected_sent + 4096);
+        }
+      }
+    }
+  }
+
+  SECTION("a lossy chain stays within its bound and is bit-identical on every site") {
+    compression::PipelineSpec q8{{compression::QuantizeSpec{8, 128, compression::Rounding::stochastic}}};
+    std::vector<compression::ErrorFeedback> feedback;
+    for (int s = 0; s < n_sites; ++s) feedback.emplace_back(n);
+    auto out = run_all(sites, 7, n, q8, &feedback);
+    for (std::size_t s = 0; s < sites.size(); ++s) REQUIRE(out.results[s].ok());
+    for (std::size_t s = 1; s < sites.size(); ++s) CHECK(digest_f32(out.outputs[s]) == digest_f32(out.outputs[0]));
+    // Two quantizations (contribution, then average), each within one step
+    // of 2.25 / 127 (stochastic rounding), so within 2 steps overall.
+    const float step = 2.25f / 127;
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(std::fabs(out.outputs[0][i] - ref[i]) <= 2 * step * 1.001f);
+    // Error feedback kept what the first quantization dropped.
+    CHECK(feedback[0].residual_norm() > 0);
+  }
+}
+
+TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
+  auto names = names_for(2);
+  test::Federation federation(names);
+  auto sites = test::make_sites(federation, names, test::fast_options());
+  std::vector<float> in(10), out(9);
+  AllReduceRequest r;
+  r.key = {1, 0};
+  r.participants = {"a", "b"};
+  r.weights = {1, 1};
+  r.input = in;
+  r.output = out;
+  Mesh& mesh = sites[0]->mesh();
+  auto res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();
+  REQUIRE_FALSE(res.ok());
+  CHECK(res.status().message() == "all-reduce: input has 10 values, output 9");
+  r.output = std::span<float>(in);
+  r.participants = {"b", "c"};
+  res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();
+  CHECK(res.status().message().find("this site (a) is not among the participants") != std::string::npos);
+  r.participants = {"a", "b"};
+  r.weights = {1, -2};
+  res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();
+  CHECK(res.status().message().find("weight of 'b' must be finite and > 0") != std::string::npos);
+}
+
+TEST_CASE("a peer that disappears mid-transfer is detected within the read timeout, named in the error") {
+  auto names = names_for(3);
+  test::Federation federation(names);
+  auto options = test::fast_options();
+  options.rate_limit_mbit = 40;  // slow enough that the transfer is under way when c vanishes
+  auto sites = test::make_sites(federation, names, options);
+  const std::size_t n = 400000;  // 1.6 MB per site: ~0.3 s of traffic per phase at 40 Mbit/s
+  std::vector<std::vector<float>> inputs(3, std::vector<float>(n, 1.0f)), outputs(3, std::vector<float>(n));
+  std::vector<std::future<Result<AllReduceStats>>> futures;
+  for (int s = 0; s < 2; ++s) {  // c never runs its part: it freezes instead
+    AllReduceRequest r;
+    r.key = {1, 0};
+    r.participants = names;
+    r.weights = {1, 1, 1};
+    r.input = inputs[s];
+    r.output = outputs[s];
+    Mesh& mesh = sites[s]->mesh();
+    futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
+  }
+  std::this_thread::sleep_for(150ms);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  sites[2]->freeze();
+  for (auto& f : futures) {
+    auto res = f.get();
+    const auto detected_after = std::chrono::steady_clock::now() - frozen_at;
+    REQUIRE_FALSE(res.ok());
+    INFO(res.status().message());
+    CHECK(res.status().message().find("peer c") == 0);
+    CHECK(detected_after < std::chrono::milliseconds(options.read_timeout_ms + 1500));
+  }
+}

@@ -1,0 +1,223 @@
+// Bad peers are refused, each with its own message, while the honest sites'
+// all-reduce completes: a certificate from another CA, a certificate for
+// another site name, an expired certificate, a plaintext client, a frame
+// with a huge length, a corrupted checksum, a wrong version, and a replayed
+// frame of an earlier round.
+#include <asio/connect.hpp>
+#include <asio/ssl.hpp>
+#include <asio/write.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+
+#include "transport/allreduce.h"
+#include "transport/tests/harness.h"
+
+using namespace geoloco;
+using namespace geoloco::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A misbehaving client, synchronous, on the test's own thread.
+class Rogue {
+ public:
+  // TLS with the given client certificate; it trusts the real CA so that the
+  // server's refusal, not its own, is what is tested.
+  Rogue(std::uint16_t port, const tls::TlsFiles& mine, const std::string& real_ca)
+      : ssl_(context(mine, real_ca)), stream_(io_, ssl_) {
+    std::error_code ec;
+    stream_.next_layer().connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+    if (!ec) stream_.handshake(asio::ssl::stream_base::client, ec);
+    handshake_ok_ = !ec;
+  }
+  void send(const FrameHeader& h, std::span<const std::byte> payload, int version = 1) {
+    auto head = encode_header(h);
+    head[4] = static_cast<std::byte>(version);
+    std::error_code ec;
+    asio::write(stream_, asio::buffer(head.data(), head.size()), ec);
+    if (!payload.empty()) asio::write(stream_, asio::buffer(payload.data(), payload.size()), ec);
+  }
+  void hello(const std::string& name, std::uint64_t job = 1) {
+    FrameHeader h;
+    h.type = FrameType::hello;
+    h.job = job;
+    auto payload = std::as_bytes(std::span(name.data(), name.size()));
+    seal(h, payload);
+    send(h, payload);
+    std::array<std::byte, kFrameHeaderSize + 64> reply{};
+    std::error_code ec;
+    stream_.read_some(asio::buffer(reply.data(), reply.size()), ec);  // the server's hello
+  }
+  bool handshake_ok() const { return handshake_ok_; }
+
+ private:
+  // The certificate must be in the context before the stream copies it.
+  static asio::ssl::context context(const tls::TlsFiles& mine, const std::string& real_ca) {
+    asio::ssl::context ssl(asio::ssl::context::tls_client);
+    ssl.load_verify_file(real_ca);
+    ssl.use_certificate_chain_file(mine.cert_file);
+    ssl.use_private_key_file(mine.key_file, asio::ssl::context::pem);
+    ssl.set_verify_mode(asio::ssl::verify_none);
+    return ssl;
+  }
+
+  asio::io_context io_;
+  asio::ssl::context ssl_;
+  asio::ssl::stream<asio::ip::tcp::socket> stream_;
+  bool handshake_ok_ = false;
+};
+
+// Waits until site a has refused something whose message contains `text`.
+bool refused_with(test::Site& a, const std::string& text, std::chrono::milliseconds within = 5s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    const bool found = a.call([&] {
+      for (const auto& r : a.mesh().rejections())
+        if (r.reason.message().find(text) != std::string::npos) return true;
+      return false;
+    });
+    if (found) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("bad peers are refused with their own messages while honest sites all-reduce") {
+  const std::vector<std::string> honest{"a", "b", "c"};
+  test::Federation federation({"a", "b", "c", "mallory"});
+  const auto eve = [&] {  // a site of another federation
+    test::Federation other({"eve"});
+    std::filesystem::copy(other.dir() / "eve", federation.dir() / "eve");
+    return federation.files("eve");
+  }();
+  const auto expired = federation.issue("mallory", "mallory-expired", {1, -3 * 86400});
+  const auto real_ca = federation.files("a").ca_file;
+
+  auto options = test::fast_options();
+  options.rate_limit_mbit = 60;  // the honest exchange takes ~1 s, so the attacks overlap it
+  // mallory is a configured peer of every site (it holds a valid certificate)
+  // but takes part in no all-reduce.
+  std::vector<std::unique_ptr<test::Site>> sites;
+  for (const auto& n : honest)
+    sites.push_back(std::make_unique<test::Site>(n, federation.files(n), options, 1,
+                                                 std::vector<std::string>{"a", "b", "c", "mallory"}));
+  std::vector<test::Site*> raw;
+  for (auto& s : sites) raw.push_back(s.get());
+  for (auto& s : sites) s->connect(raw);
+  for (auto& s : sites)
+    REQUIRE(s->spawn([&s, &honest]() { return s->mesh().wait_connected(honest, 20s); }).get().ok());
+  test::Site& a = *sites[0];
+
+  const std::size_t n = 1500000;
+  std::vector<std::vector<float>> in(3, std::vector<float>(n)), out(3, std::vector<float>(n));
+  for (int s = 0; s < 3; ++s)
+    for (std::size_t i = 0; i < n; ++i) in[s][i] = float(s + 1);
+  auto run_round = [&](std::uint64_t round) {
+    std::vector<std::future<Result<AllReduceStats>>> futures;
+    for (int s = 0; s < 3; ++s) {
+      AllReduceRequest r;
+      r.key = {round, 0};
+      r.participants = honest;
+      r.weights = {1, 1, 2};
+      r.input = in[s];
+      r.output = out[s];
+      r.timeout = 60s;
+      Mesh& mesh = sites[s]->mesh();
+      futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
+    }
+    return futures;
+  };
+
+  // Round 1 completes, so a later replay of it is stale.
+  for (auto& f : run_round(1)) REQUIRE(f.get().ok());
+  auto round2 = run_round(2);
+
+  SECTION("the attacks") {
+    // The honest round is still under way when the attacks begin.
+    CHECK(round2[0].wait_for(0s) == std::future_status::timeout);
+    { Rogue r(a.port(), eve, real_ca); }
+    CHECK(refused_with(a, "peer certificate refused: unable to get local issuer certificate"));
+
+    { Rogue r(a.port(), expired, real_ca); }
+    CHECK(refused_with(a, "peer certificate refused: certificate has expired"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      REQUIRE(r.handshake_ok());
+      r.hello("b");  // mallory's certificate, claiming to be b
+    }
+    CHECK(refused_with(a, "certificate is for 'mallory', the peer claims to be 'b'"));
+
+    {
+      asio::io_context io;
+      asio::ip::tcp::socket plain(io);
+      plain.connect({asio::ip::make_address("127.0.0.1"), a.port()});
+      FrameHeader h;
+      h.type = FrameType::hello;
+      auto head = encode_header(h);
+      asio::write(plain, asio::buffer(head.data(), head.size()));
+      std::this_thread::sleep_for(100ms);
+    }
+    CHECK(refused_with(a, "TLS handshake with 127.0.0.1:"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      r.hello("mallory");
+      FrameHeader h;
+      h.type = FrameType::shard;
+      h.job = 1;
+      h.round = 2;
+      h.payload_size = 1ull << 40;
+      r.send(h, {});
+    }
+    CHECK(refused_with(a, "frame payload of 1099511627776 bytes exceeds the bound"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      const std::string name = "mallory";
+      FrameHeader h;
+      h.type = FrameType::hello;
+      h.job = 1;
+      auto payload = std::as_bytes(std::span(name.data(), name.size()));
+      seal(h, payload);
+      h.payload_hash ^= 1;  // corrupted in transit
+      r.send(h, payload);
+    }
+    CHECK(refused_with(a, "frame checksum mismatch"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      FrameHeader h;
+      h.type = FrameType::hello;
+      h.job = 1;
+      seal(h, {});
+      r.send(h, {}, /*version=*/7);
+    }
+    CHECK(refused_with(a, "frame version 7 is not supported"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      r.hello("mallory");
+      std::vector<std::byte> payload(64, std::byte{1});
+      FrameHeader h;
+      h.type = FrameType::shard;
+      h.job = 1;
+      h.round = 1;  // a replay of the finished round
+      seal(h, payload);
+      r.send(h, payload);
+    }
+    CHECK(refused_with(a, "stale frame from mallory: shard of round 1 fragment 0, which is over"));
+
+    // Through all of it, the honest exchange completed, with the right answer.
+    for (auto& f : round2) {
+      auto res = f.get();
+      INFO(res.status().message());
+      CHECK(res.ok());
+    }
+    for (int s = 0; s < 3; ++s) CHECK(out[s][12345] == (1.0f + 2.0f + 2 * 3.0f) / 4);
+    CHECK(a.call([&] { return a.mesh().rejected_frames(); }) >= 8);
+  }
+}

@@ -240,46 +240,52 @@ TEST_CASE("checkpoint: kill -9 of a writer at random instants leaves the old or 
   // Calibrate: how long one save takes here.
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(save_checkpoint(path, state_at(round, values), "h").ok());
-  const auto save_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  double max_delay_us = 2.0 * static_cast<double>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
 
   std::mt19937_64 rng(20261130);
   const int trials = 60;
-  const int saves_per_child = 3;
-  int killed_midway = 0;
+  int kept_old = 0, advanced = 0;
   for (int trial = 0; trial < trials; ++trial) {
-    // Prepared before fork: the child only writes.
-    std::vector<OuterState> next;
-    for (int k = 1; k <= saves_per_child; ++k) next.push_back(state_at(round + k, values));
+    // The child saves round after round until it is killed, so every kill
+    // lands somewhere inside the save path (or between two saves).
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
-      for (const auto& s : next) {
-        if (!save_checkpoint(path, s, "h").ok()) ::_exit(2);
+      for (std::uint64_t k = round + 1;; ++k) {
+        if (!save_checkpoint(path, state_at(k, values), "h").ok()) ::_exit(2);
       }
-      ::_exit(0);
     }
-    const auto delay = std::chrono::microseconds(rng() % static_cast<std::uint64_t>(saves_per_child * save_us + 1));
+    const auto delay = std::chrono::microseconds(static_cast<std::uint64_t>(max_delay_us * (rng() % 1001) / 1000.0));
     std::this_thread::sleep_for(delay);
     ::kill(child, SIGKILL);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
-    if (WIFSIGNALED(status)) ++killed_midway;
-    else REQUIRE(WEXITSTATUS(status) == 0);
+    REQUIRE(WIFSIGNALED(status));  // killed, not failed
 
     auto loaded = load_checkpoint(path);
-    INFO("trial " << trial << ": " << loaded.status().to_string());
+    INFO("trial " << trial << ", delay " << delay.count() << " us: " << loaded.status().to_string());
     REQUIRE(loaded.ok());
     const std::uint64_t got = loaded->state.round;
     REQUIRE(got >= round);
-    REQUIRE(got <= round + saves_per_child);
     // Complete, and exactly the state of that round.
-    const OuterState expected = state_at(got, values);
+    OuterState expected = state_at(got, values);
     REQUIRE(loaded->state.anchor_digest() == expected.anchor_digest());
     REQUIRE(digest_f32(loaded->state.momentum) == digest_f32(expected.momentum));
+    REQUIRE(loaded->state.residuals[0].site == "site-a");  // residuals load in site order
+    REQUIRE(digest_f32(loaded->state.residuals[0].values) == digest_f32(expected.residual("site-a")));
+    if (got == round) {
+      ++kept_old;
+      // On a loaded machine saves may take longer than calibrated: widen the
+      // window so that kills also land after completed saves.
+      max_delay_us *= 1.25;
+    } else {
+      ++advanced;
+    }
     round = got;
   }
-  INFO("killed mid-way in " << killed_midway << " of " << trials << " trials; one save takes " << save_us << " us");
-  CHECK(killed_midway >= trials / 4);  // the kills really landed while writing
-  CHECK(round > 0);                    // and writes really completed in between
+  INFO("kept the old checkpoint in " << kept_old << " trials, advanced in " << advanced);
+  // Both outcomes happened: kills before a rename and kills after one.
+  CHECK(kept_old > 0);
+  CHECK(advanced > 0);
 }

@@ -27,8 +27,10 @@ class Exchange {
   Exchange(const SimulationOptions& options, Pipeline* pipeline, ErrorFeedback* owner_feedback)
       : options_(options), pipeline_(pipeline), owner_feedback_(owner_feedback) {}
 
-  /// deltas[s] is site s's input for the range; feedback[s] its residual (or
-  /// null); the reduced, all-gathered values land in `out`.
+  /// deltas[k] is participant k's input for the range, feedback[k] its
+  /// residual (or null); the reduced, all-gathered values land in `out`.
+  /// Chunk i is owned by participant i mod K. The all-gather residual stays
+  /// with the range (one per value), whoever owns it this round.
   Status run(std::uint64_t offset, const std::vector<std::vector<float>>& deltas,
              const std::vector<Participant>& participants, const std::vector<ErrorFeedback*>& feedback,
              std::uint64_t stream_seed, std::span<float> out, RoundReport& report) {
@@ -48,7 +50,7 @@ class Exchange {
         if (pipeline_ != nullptr) {
           auto& buf = payloads[s][i];
           buf.resize(pipeline_->max_encoded_size(values.size()));
-          const std::uint64_t seed = compression::chunk_seed(derive_seed(stream_seed, s), i);
+          const std::uint64_t seed = compression::chunk_seed(derive_seed(stream_seed, participants[s].site), i);
           auto encoded = feedback[s] != nullptr
                              ? feedback[s]->encode(*pipeline_, offset + layout.offset(i), values, buf, seed)
                              : pipeline_->encode(values, buf, seed);
@@ -74,7 +76,7 @@ class Exchange {
     auto agg = ChunkAggregator::create(layout, participants, std::max<std::uint64_t>(chunks, 1));
     if (!agg.ok()) return agg.status();
     for (const auto& [s, i] : arrivals) {
-      const auto site = static_cast<std::uint32_t>(s);
+      const std::uint32_t site = participants[s].site;
       auto reduced = pipeline_ != nullptr
                          ? agg->add_payload(site, i, payloads[s][i], *pipeline_)
                          : agg->add_decoded(site, i, std::span<const float>(deltas[s]).subspan(layout.offset(i),
@@ -87,7 +89,7 @@ class Exchange {
 
     std::uint64_t busiest = 0;
     for (std::size_t s = 0; s < n_sites; ++s) {
-      report.bytes_sent[s] += bytes[s];
+      report.bytes_sent[participants[s].site] += bytes[s];
       busiest = std::max(busiest, bytes[s]);
     }
     report.exchange_seconds += modelled_exchange_seconds(busiest, options_.bandwidth_bits_per_s, options_.rtt_ms);
@@ -152,6 +154,8 @@ class Simulation {
 
     if (options_.mode == SimulationMode::data_parallel) {
       GEOLOCO_TRY(run_data_parallel());
+    } else if (options_.streaming.fragments == 1 && options_.streaming.overlap_steps == 0) {
+      GEOLOCO_TRY(run_rounds());
     } else {
       GEOLOCO_TRY(run_diloco());
     }
@@ -202,7 +206,108 @@ class Simulation {
     rep.round = r;
     rep.inner_step = r * options_.inner_steps;
     rep.bytes_sent.assign(options_.sites, 0);
+    rep.site_inner_steps.assign(options_.sites, options_.inner_steps);
+    rep.steps_counted.assign(options_.sites, options_.inner_steps);
+    rep.steps_dropped.assign(options_.sites, 0);
+    for (std::uint32_t s = 0; s < options_.sites; ++s) rep.participants.push_back(s);
     return rep;
+  }
+
+  bool is_left_out(std::uint32_t site, std::uint64_t round) const {
+    for (const auto& l : options_.left_out)
+      if (l.site == site && l.round == round) return true;
+    return false;
+  }
+
+  std::vector<ErrorFeedback*> feedback_pointers() const {
+    std::vector<ErrorFeedback*> out(options_.sites, nullptr);
+    for (std::size_t s = 0; s < site_feedback_.size(); ++s) out[s] = site_feedback_[s].get();
+    return out;
+  }
+
+  // Plain DiLoCo (one fragment, no overlap), round by round: sites may run
+  // different step counts (time-based phases) and miss PLANs (stragglers).
+  Status run_rounds() {
+    const std::uint32_t n_sites = options_.sites;
+    std::vector<std::vector<float>> start(n_sites, anchor_);  // the anchor each site started from
+    std::vector<std::uint64_t> start_round(n_sites, 1);
+    std::vector<std::uint64_t> steps_pending(n_sites, 0), tokens_pending(n_sites, 0);
+    const std::vector<ErrorFeedback*> feedback = feedback_pointers();
+    Exchange exchange(options_, pipeline_.get(), owner_feedback_.get());
+    std::uint64_t most_steps = 0;
+    std::vector<std::uint64_t> total_steps(n_sites, 0);
+    for (std::uint64_t r = 1; r <= options_.rounds; ++r) {
+      RoundReport rep = new_round(r);
+      rep.participants.clear();
+      double loss_sum = 0.0;
+      std::uint64_t loss_count = 0;
+      for (std::uint32_t s = 0; s < n_sites; ++s) {
+        const double seconds = options_.site_seconds_per_step.empty() ? 1.0 : options_.site_seconds_per_step[s];
+        auto steps = planned_inner_steps({options_.inner_steps, options_.inner_duration_s, 1}, seconds);
+        if (!steps.ok()) return with_context(steps.status(), r, cat("inner phase of site ", s));
+        for (std::uint64_t k = 0; k < *steps; ++k) {
+          auto step = trainers_[s]->step();
+          if (!step.ok()) return with_context(step.status(), r, cat("inner step ", k + 1, " of site ", s));
+          loss_sum += step->loss;
+          ++loss_count;
+          tokens_pending[s] += step->tokens;
+        }
+        steps_pending[s] += *steps;
+        total_steps[s] += *steps;
+        rep.site_inner_steps[s] = *steps;
+        most_steps = std::max(most_steps, total_steps[s]);
+      }
+      rep.inner_step = most_steps;
+
+      // The PLAN: every site not left out reports; the rules weigh them.
+      std::vector<Contribution> ready;
+      for (std::uint32_t s = 0; s < n_sites; ++s)
+        if (!is_left_out(s, r)) ready.push_back({s, start_round[s], steps_pending[s], tokens_pending[s]});
+      GEOLOCO_RETURN_IF(ready.empty(), Err::invalid_argument, "simulation round ", r,
+                        ": every site is left out of the PLAN; a round needs at least one");
+      auto decisions = decide_round(ready, r, options_.weighting, options_.straggler);
+      if (!decisions.ok()) return with_context(decisions.status(), r, "straggler decision");
+
+      std::vector<std::vector<float>> deltas;
+      std::vector<Participant> participants;
+      std::vector<ErrorFeedback*> fb;
+      for (const auto& d : *decisions) {
+        if (d.rounds_late > 0 || !d.included) rep.notes.push_back(d.reason);
+        if (!d.included) continue;
+        deltas.emplace_back(anchor_.size());
+        Status st = pseudo_gradient(start[d.site], trainers_[d.site]->parameters(), deltas.back());
+        if (!st.ok()) return with_context(st, r, cat("pseudo-gradient of site ", d.site));
+        participants.push_back({d.site, d.weight});
+        fb.push_back(feedback[d.site]);
+      }
+      std::vector<float> delta(anchor_.size());
+      GEOLOCO_TRY(exchange.run(0, deltas, participants, fb, derive_seed(options_.seed, r), delta, rep));
+      const float scale = clip_scale(std::sqrt(squared_norm(delta)), options_.outer.clip_norm);
+      Status st = outer_step(anchor_, momentum_, delta, options_.outer, scale);
+      if (!st.ok()) return with_context(st, r, "outer step");
+
+      for (std::uint32_t s = 0; s < n_sites; ++s) rep.steps_counted[s] = rep.steps_dropped[s] = 0;
+      for (const auto& d : *decisions) {
+        (d.included ? rep.steps_counted : rep.steps_dropped)[d.site] = steps_pending[d.site];
+        if (d.included) {
+          rep.participants.push_back(d.site);
+          rep.weights.push_back(d.weight);
+        }
+        // Counted or dropped, the site restarts from the new anchor.
+        GEOLOCO_TRY(merge_fragment(trainers_[d.site]->parameters(), anchor_, options_.streaming.alpha));
+        start[d.site] = anchor_;
+        start_round[d.site] = r + 1;
+        steps_pending[d.site] = tokens_pending[d.site] = 0;
+      }
+      rep.fragments_synced = {0};
+      rep.train_loss = loss_sum / static_cast<double>(std::max<std::uint64_t>(loss_count, 1));
+      auto loss = trainers_[0]->evaluate(anchor_);
+      if (!loss.ok()) return loss.status();
+      rep.loss = *loss;
+      rep.anchor_digest = digest_f32(anchor_);
+      report_.rounds.push_back(std::move(rep));
+    }
+    return {};
   }
 
   Status run_diloco() {
@@ -213,9 +318,7 @@ class Simulation {
     // tokens[f][s]: tokens site s processed since fragment f last synced.
     std::vector<std::vector<std::uint64_t>> tokens(n_frag, std::vector<std::uint64_t>(options_.sites, 0));
     std::vector<std::pair<std::uint64_t, std::uint32_t>> merges;  // (due step, fragment)
-    std::vector<ErrorFeedback*> feedback;
-    for (auto& f : site_feedback_) feedback.push_back(f.get());
-    if (feedback.empty()) feedback.assign(options_.sites, nullptr);
+    const std::vector<ErrorFeedback*> feedback = feedback_pointers();
     Exchange exchange(options_, pipeline_.get(), owner_feedback_.get());
     std::uint64_t syncs = 0;
 
@@ -344,6 +447,26 @@ Status SimulationOptions::validate() const {
   GEOLOCO_RETURN_IF(mode == SimulationMode::data_parallel && streaming.fragments != 1, Err::invalid_argument,
                     "simulation: data-parallel mode has no fragments (streaming.fragments must be 1)");
   if (compression) GEOLOCO_TRY(compression::validate(*compression));
+  GEOLOCO_TRY(straggler.validate());
+  GEOLOCO_RETURN_IF(!(inner_duration_s >= 0.0 && std::isfinite(inner_duration_s)), Err::invalid_argument,
+                    "inner.duration must be a finite number of seconds >= 0, got ", inner_duration_s);
+  GEOLOCO_RETURN_IF(!site_seconds_per_step.empty() && site_seconds_per_step.size() != sites, Err::invalid_argument,
+                    "simulation: site_seconds_per_step has ", site_seconds_per_step.size(), " entries for ", sites,
+                    " sites; give one per site or none");
+  for (double s : site_seconds_per_step) {
+    GEOLOCO_RETURN_IF(!(s > 0.0 && std::isfinite(s)), Err::invalid_argument,
+                      "simulation: a site's seconds per step must be finite and > 0, got ", s);
+  }
+  for (const auto& l : left_out) {
+    GEOLOCO_RETURN_IF(l.site >= sites || l.round < 1 || l.round > rounds, Err::invalid_argument,
+                      "simulation: left_out names site ", l.site, " in round ", l.round, "; sites are 0..",
+                      sites - 1, " and rounds 1..", rounds);
+  }
+  const bool round_based = streaming.fragments == 1 && streaming.overlap_steps == 0;
+  GEOLOCO_RETURN_IF((!left_out.empty() || inner_duration_s > 0.0) && (!round_based || mode != SimulationMode::diloco),
+                    Err::invalid_argument,
+                    "simulation: stragglers (left_out) and time-based inner phases (inner.duration) are simulated "
+                    "for DiLoCo with streaming.fragments = 1 and streaming.overlap = 0 only");
   if (!make_trainer) GEOLOCO_TRY(trainer.validate());
   return {};
 }
@@ -358,9 +481,9 @@ Result<SimulationReport> simulate(const SimulationOptions& options) { return Sim
 
 Status apply_job_config(const OuterJobConfig& config, SimulationOptions& options) {
   GEOLOCO_TRY(config.validate());
-  GEOLOCO_RETURN_IF(config.inner.duration_s != 0.0, Err::invalid_argument,
-                    "simulation: inner.duration (a time-based inner phase) cannot be simulated; give inner.steps");
   options.inner_steps = config.inner.steps;
+  options.inner_duration_s = config.inner.duration_s;
+  options.straggler = config.straggler;
   options.outer = config.outer;
   options.weighting = config.weighting;
   options.streaming = config.streaming;

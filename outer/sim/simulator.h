@@ -38,6 +38,12 @@
 
 namespace geoloco::outer::sim {
 
+/// A site that misses the PLAN of a round (a straggler), as data.
+struct SiteRound {
+  std::uint32_t site = 0;
+  std::uint64_t round = 0;  ///< 1-based
+};
+
 enum class SimulationMode {
   diloco,         ///< H inner steps per site, then a (streaming) outer sync
   data_parallel,  ///< synchronous data parallelism: gradients averaged every step
@@ -62,6 +68,17 @@ struct SimulationOptions {
   /// instead of site by site. The anchors must not change (a determinism
   /// check); 0 keeps site order.
   std::uint64_t arrival_shuffle_seed = 0;
+  /// Time budget of each inner phase in seconds (DESIGN's inner.duration);
+  /// 0 runs inner_steps. With a budget, site s runs
+  /// planned_inner_steps(duration, site_seconds_per_step[s]) steps a round.
+  double inner_duration_s = 0.0;
+  /// Modelled seconds per inner step of each site (empty: 1 s for all).
+  std::vector<double> site_seconds_per_step;
+  /// Sites left out of rounds' PLANs. A left-out site keeps training from
+  /// the anchor it had and reports its accumulated Δ when next included,
+  /// under `straggler`'s policy (carry or drop).
+  std::vector<SiteRound> left_out;
+  StragglerOptions straggler;         ///< policy, decay, max_rounds_late
   /// The site trainers; when empty, LeastSquaresTrainers built from `trainer`.
   TrainerFactory make_trainer;
   LeastSquaresOptions trainer;        ///< used when make_trainer is empty
@@ -72,8 +89,16 @@ struct SimulationOptions {
 
 struct RoundReport {
   std::uint64_t round = 0;       ///< 1-based
-  std::uint64_t inner_step = 0;  ///< inner steps each site has completed at the end of the round
+  std::uint64_t inner_step = 0;  ///< the most inner steps any site has completed by the end of the round
   std::vector<std::uint32_t> fragments_synced;  ///< in DiLoCo mode; every fragment once per round
+  std::vector<std::uint32_t> participants;      ///< sites whose Δ joined this round, in site order
+  std::vector<double> weights;                  ///< their aggregation weights, same order
+  std::vector<std::uint64_t> site_inner_steps;  ///< steps each site ran this round
+  /// Per site: inner steps whose work joined this round's Δ (with carry, a
+  /// late site's earlier rounds too), and steps whose work was dropped.
+  std::vector<std::uint64_t> steps_counted;
+  std::vector<std::uint64_t> steps_dropped;
+  std::vector<std::string> notes;               ///< straggler decisions for late or dropped sites
   double loss = 0.0;             ///< evaluation loss of the anchor (DP: of the replicas) after the round
   double train_loss = 0.0;       ///< mean minibatch loss over the round's steps and sites
   std::vector<std::uint64_t> bytes_sent;  ///< per site, this round, both phases
@@ -98,10 +123,9 @@ struct SimulationReport {
 /// trainer diverges), with the round and site in the message.
 Result<SimulationReport> simulate(const SimulationOptions& options);
 
-/// Copies a job file's outer-engine settings into `options`: inner.steps (H),
-/// the outer optimizer, the weighting and streaming. Errors: invalid_argument
-/// for a time-based inner phase (inner.duration), which the step-based
-/// simulator cannot replay.
+/// Copies a job file's outer-engine settings into `options`: inner.steps (H)
+/// and inner.duration, the outer optimizer, the weighting, streaming and the
+/// straggler policy. Errors: invalid_argument (config.validate()'s rules).
 Status apply_job_config(const OuterJobConfig& config, SimulationOptions& options);
 
 /// The modelled time of one two-phase exchange in which the busiest site

@@ -235,6 +235,68 @@ TEST_CASE("simulator: a job file's outer settings fill the options") {
   CHECK(o.outer.learning_rate == 1.0);
   CHECK(o.weighting == Weighting::uniform);
   CHECK(o.streaming.fragments == 2);
-  job.inner.duration_s = 60;
-  CHECK_THAT(apply_job_config(job, o).message(), Catch::Contains("inner.duration"));
+  job.streaming.overlap_steps = 30;
+  CHECK_THAT(apply_job_config(job, o).message(), Catch::Contains("streaming.overlap (30) must be smaller"));
+}
+
+TEST_CASE("simulator: carry loses no straggler's work; drop reports what it discards") {
+  SimulationOptions o;
+  o.sites = 3;
+  o.rounds = 8;
+  o.inner_steps = 10;
+  o.trainer.features = 16;
+  o.outer.momentum = 0.5;
+  o.left_out = {{2, 2}, {2, 3}, {1, 6}};  // site 2 misses rounds 2-3, site 1 misses round 6
+  o.straggler.decay = 0.5;
+  const auto carry = run(o);
+  std::vector<std::uint64_t> counted(3, 0);
+  for (const auto& r : carry.rounds)
+    for (std::uint32_t s = 0; s < 3; ++s) counted[s] += r.steps_counted[s];
+  CHECK(counted == std::vector<std::uint64_t>{80, 80, 80});  // every inner step joined some round
+  const auto& r4 = carry.rounds[3];
+  CHECK(r4.participants == std::vector<std::uint32_t>{0, 1, 2});
+  CHECK(r4.steps_counted == std::vector<std::uint64_t>{10, 10, 30});
+  // Token weights: 10 steps × 16 samples; site 2's 30 steps are 2 rounds late.
+  CHECK(r4.weights == std::vector<double>{160.0, 160.0, 480.0 * 0.25});
+  REQUIRE(r4.notes.size() == 1);
+  CHECK_THAT(r4.notes[0], Catch::Contains("site 2: 2 round(s) late, policy carry"));
+  CHECK(carry.rounds[1].participants == std::vector<std::uint32_t>{0, 1});
+  CHECK(carry.rounds[1].bytes_sent[2] == 0);  // a site outside the PLAN sends nothing
+  CHECK(carry.final_loss < carry.initial_loss / 50);  // 80 steps: it trains
+
+  o.straggler.policy = StragglerPolicy::drop;
+  const auto drop = run(o);
+  std::vector<std::uint64_t> dropped(3, 0);
+  counted.assign(3, 0);
+  for (const auto& r : drop.rounds)
+    for (std::uint32_t s = 0; s < 3; ++s) counted[s] += r.steps_counted[s], dropped[s] += r.steps_dropped[s];
+  CHECK(dropped == std::vector<std::uint64_t>{0, 20, 30});
+  CHECK(counted == std::vector<std::uint64_t>{80, 60, 50});
+  CHECK(drop.rounds[3].participants == std::vector<std::uint32_t>{0, 1});
+  CHECK_THAT(drop.rounds[3].notes[0], Catch::Contains("discarding 30 inner steps, 480 tokens"));
+
+  o.left_out = {{0, 1}, {1, 1}, {2, 1}};
+  CHECK_THAT(simulate(o).status().message(), Catch::Contains("every site is left out"));
+}
+
+TEST_CASE("simulator: time-based inner phases run as many steps as fit and weigh sites by tokens") {
+  SimulationOptions o;
+  o.sites = 2;
+  o.rounds = 30;
+  o.inner_steps = 1;  // ignored with a time budget
+  o.inner_duration_s = 2.0;
+  o.site_seconds_per_step = {0.1, 0.25};  // a fast and a slow site
+  o.trainer.features = 16;
+  o.trainer.adamw.learning_rate = 1e-2;
+  o.outer.momentum = 0.5;
+  const auto report = run(o);
+  CHECK(report.rounds[0].site_inner_steps == std::vector<std::uint64_t>{20, 8});
+  CHECK(report.rounds[0].weights == std::vector<double>{320.0, 128.0});
+  CHECK(report.rounds.back().inner_step == 600);
+  CHECK(report.final_loss < report.initial_loss / 100);
+  o.site_seconds_per_step = {0.1};
+  CHECK_THAT(simulate(o).status().message(), Catch::Contains("one per site or none"));
+  o.site_seconds_per_step = {0.1, 0.2};
+  o.streaming.fragments = 2;
+  CHECK_THAT(simulate(o).status().message(), Catch::Contains("streaming.fragments = 1"));
 }

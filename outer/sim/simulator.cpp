@@ -9,6 +9,7 @@
 #include "compression/error_feedback.h"
 #include "compression/pipeline.h"
 #include "outer/aggregator.h"
+#include "outer/checkpoint.h"
 #include "outer/pseudo_gradient.h"
 #include "outer/sim/rng.h"
 
@@ -213,6 +214,24 @@ class Simulation {
     return rep;
   }
 
+  Status maybe_checkpoint(std::uint64_t round) const {
+    if (options_.checkpoint_path.empty()) return {};
+    if (round % options_.checkpoint_every_rounds != 0 && round != options_.rounds) return {};
+    OuterState state;
+    state.job = options_.job;
+    state.round = round;
+    state.layout = trainers_[0]->layout();
+    state.anchor = anchor_;
+    state.momentum = momentum_;
+    for (std::size_t s = 0; s < site_feedback_.size(); ++s) {
+      const auto e = site_feedback_[s]->residual();
+      state.residuals.push_back({cat("site-", s), std::vector<float>(e.begin(), e.end())});
+    }
+    Status st = save_checkpoint(options_.checkpoint_path, state, options_.config_hash);
+    if (!st.ok()) return with_context(st, round, "checkpoint");
+    return {};
+  }
+
   bool is_left_out(std::uint32_t site, std::uint64_t round) const {
     for (const auto& l : options_.left_out)
       if (l.site == site && l.round == round) return true;
@@ -306,6 +325,7 @@ class Simulation {
       rep.loss = *loss;
       rep.anchor_digest = digest_f32(anchor_);
       report_.rounds.push_back(std::move(rep));
+      GEOLOCO_TRY(maybe_checkpoint(r));
     }
     return {};
   }
@@ -369,6 +389,7 @@ class Simulation {
       rep.loss = *loss;
       rep.anchor_digest = digest_f32(anchor_);
       report_.rounds.push_back(std::move(rep));
+      GEOLOCO_TRY(maybe_checkpoint(r));
     }
     return {};
   }
@@ -416,6 +437,7 @@ class Simulation {
       rep.loss = *loss;
       rep.anchor_digest = digest_f32(anchor_);
       report_.rounds.push_back(std::move(rep));
+      GEOLOCO_TRY(maybe_checkpoint(r));
     }
     return {};
   }
@@ -448,6 +470,8 @@ Status SimulationOptions::validate() const {
                     "simulation: data-parallel mode has no fragments (streaming.fragments must be 1)");
   if (compression) GEOLOCO_TRY(compression::validate(*compression));
   GEOLOCO_TRY(straggler.validate());
+  GEOLOCO_RETURN_IF(checkpoint_every_rounds < 1, Err::invalid_argument,
+                    "simulation: checkpoint_every_rounds must be at least 1");
   GEOLOCO_RETURN_IF(!(inner_duration_s >= 0.0 && std::isfinite(inner_duration_s)), Err::invalid_argument,
                     "inner.duration must be a finite number of seconds >= 0, got ", inner_duration_s);
   GEOLOCO_RETURN_IF(!site_seconds_per_step.empty() && site_seconds_per_step.size() != sites, Err::invalid_argument,

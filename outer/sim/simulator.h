@@ -79,6 +79,12 @@ struct SimulationOptions {
   /// under `straggler`'s policy (carry or drop).
   std::vector<SiteRound> left_out;
   StragglerOptions straggler;         ///< policy, decay, max_rounds_late
+  /// Non-empty: save the outer state (anchor, momentum, every site's
+  /// residual as "site-<s>") there every `checkpoint_every_rounds` rounds and
+  /// after the last, atomically, as a real daemon would (checkpoint.h).
+  std::string checkpoint_path;
+  std::uint64_t checkpoint_every_rounds = 10;  ///< >= 1
+  std::string config_hash;            ///< recorded in checkpoints (e.g. a digest of the job file)
   /// The site trainers; when empty, LeastSquaresTrainers built from `trainer`.
   TrainerFactory make_trainer;
   LeastSquaresOptions trainer;        ///< used when make_trainer is empty

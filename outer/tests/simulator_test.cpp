@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/digest.h"
+#include "outer/checkpoint.h"
 
 using namespace geoloco;
 using namespace geoloco::outer;
@@ -299,4 +300,32 @@ TEST_CASE("simulator: time-based inner phases run as many steps as fit and weigh
   o.site_seconds_per_step = {0.1, 0.2};
   o.streaming.fragments = 2;
   CHECK_THAT(simulate(o).status().message(), Catch::Contains("streaming.fragments = 1"));
+}
+
+TEST_CASE("simulator: checkpoints the outer state it ends with") {
+  SimulationOptions o;
+  o.sites = 2;
+  o.rounds = 5;
+  o.inner_steps = 4;
+  o.trainer.features = 8;
+  o.trainer.tensors = 2;
+  o.compression = compression::PipelineSpec{{compression::QuantizeSpec{4, 8, compression::Rounding::nearest}}};
+  o.job = "sim-ckpt";
+  o.config_hash = "cfg-42";
+  o.checkpoint_every_rounds = 2;
+  o.checkpoint_path = (std::filesystem::temp_directory_path() / "geoloco-sim-test.safetensors").string();
+  const auto report = run(o);
+  auto loaded = load_checkpoint(o.checkpoint_path);
+  std::filesystem::remove(o.checkpoint_path);
+  REQUIRE(loaded.ok());
+  CHECK(loaded->state.job == "sim-ckpt");
+  CHECK(loaded->state.round == 5);
+  CHECK(loaded->config_hash == "cfg-42");
+  CHECK(loaded->state.anchor == report.anchor);
+  CHECK(loaded->state.layout.size() == 3);  // w.0, w.1, bias
+  REQUIRE(loaded->state.residuals.size() == 2);  // error feedback is on for a lossy pipeline
+  CHECK(loaded->state.residuals[1].site == "site-1");
+  double norm = 0;
+  for (float v : loaded->state.residuals[0].values) norm += double(v) * v;
+  CHECK(norm > 0);  // 4-bit quantization leaves a residual
 }

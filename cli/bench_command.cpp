@@ -1,6 +1,7 @@
 #include <iostream>
 #include <memory>
 
+#include "bench/allreduce_bench.h"
 #include "bench/codec_bench.h"
 #include "cli/commands.h"
 
@@ -26,6 +27,33 @@ void add_bench_command(CLI::App& app, Action& action) {
       }
       if (*json) bench::print_codec_json(*rows, std::cout);
       else bench::print_codec_table(*rows, options->size_bytes, std::cout);
+      return 0;
+    };
+  });
+
+  auto ar = std::make_shared<bench::AllReduceBenchOptions>();
+  auto ar_json = std::make_shared<bool>(false);
+  auto* allreduce = bench->add_subcommand(
+      "allreduce", "Two-phase all-reduce over loopback TLS: bytes, seconds, Gbit/s per site vs. the link bound and Gloo");
+  allreduce->add_option("--sites", ar->sites, "sites (threads in this process)")->capture_default_str();
+  allreduce->add_option("--size", ar->size_bytes, "fp32 tensor size in bytes")->capture_default_str();
+  allreduce->add_option("--rate-mbit", ar->rate_mbit, "cap on each site's egress, Mbit/s (0 = none)")
+      ->capture_default_str();
+  allreduce->add_option("--repeats", ar->repeats, "timed runs; the fastest counts")->capture_default_str();
+  allreduce->add_option("--connections", ar->connections_per_peer, "TLS connections per peer pair")
+      ->capture_default_str();
+  allreduce->add_flag("--json", *ar_json, "one JSON object per system and line");
+  allreduce->add_flag("!--no-baseline", ar->compare_gloo, "skip the Gloo baseline");
+  allreduce->add_flag("--plaintext", ar->plaintext, "plain TCP instead of TLS (shows what TLS costs; never in production)");
+  allreduce->callback([&action, ar, ar_json] {
+    action = [ar, ar_json] {
+      auto rows = bench::run_allreduce_bench(*ar);
+      if (!rows.ok()) {
+        std::cerr << "geoloco bench allreduce: " << rows.status().message() << '\n';
+        return 2;
+      }
+      if (*ar_json) bench::print_allreduce_json(*rows, std::cout);
+      else bench::print_allreduce_table(*rows, std::cout);
       return 0;
     };
   });

@@ -10,7 +10,9 @@ namespace geoloco::cli {
 /// What main() runs after parsing: the chosen subcommand's body.
 using Action = std::function<int()>;
 
-/// `geoloco bench codecs [--size BYTES] [--json] [--repeats N]`.
+/// `geoloco bench codecs|allreduce ...`.
 void add_bench_command(CLI::App& app, Action& action);
+/// `geoloco certs init --out DIR` and `geoloco certs issue --ca DIR --site NAME --out DIR`.
+void add_certs_command(CLI::App& app, Action& action);
 
 }  // namespace geoloco::cli

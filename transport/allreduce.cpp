@@ -128,7 +128,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     return GEOLOCO_ERROR(Err::malformed, frame_type_name(h.type), " frame from ", peer, " during an all-reduce");
   }
 
-  Status deliver(const std::string& peer, const FrameHeader& h, std::vector<std::byte> payload) override {
+  Status deliver(const std::string& peer, const FrameHeader& h, Buffer payload) override {
     if (finished_) return {};
     const std::size_t from = index_.at(peer);
     stats_.bytes_received += kFrameHeaderSize + payload.size();
@@ -140,6 +140,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const Range shard = shard_range(r_.output.size(), n_parts_, from);
     const Range c = chunk_range(shard, h.chunk);
     Status s = pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
+    mesh_.pool().release(std::move(payload));
     if (!s.ok()) return GEOLOCO_ERROR(s.code(), "gather chunk ", h.chunk, " from ", peer, ": ", s.message());
     gathered_[from][h.chunk] = true;
     ++gathers_received_;
@@ -166,13 +167,16 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
   // Encodes chunk c of shard j of this site's input, through error feedback.
-  Result<std::vector<std::byte>> encode_contribution(std::size_t j, std::uint64_t c) {
+  Result<Buffer> encode_contribution(std::size_t j, std::uint64_t c) {
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
-    std::vector<std::byte> out(pipeline_.max_encoded_size(range.size));
+    Buffer out = mesh_.pool().acquire(pipeline_.max_encoded_size(range.size));
     auto values = r_.input.subspan(range.begin, range.size);
     auto size = r_.feedback ? r_.feedback->encode(pipeline_, range.begin, values, out, seed(me_, j, c, 1))
                             : pipeline_.encode(values, out, seed(me_, j, c, 1));
-    if (!size.ok()) return size.status();
+    if (!size.ok()) {
+      mesh_.pool().release(std::move(out));
+      return size.status();
+    }
     out.resize(*size);
     return out;
   }
@@ -208,6 +212,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
         break;
       }
       Status s = co_await self->send(*conn, FrameType::shard, c, *payload);
+      self->mesh_.pool().release(std::move(*payload));
       if (!s.ok()) {
         self->fail(GEOLOCO_ERROR(s.code(), "peer ", peer, ": ", s.message()));
         break;
@@ -217,7 +222,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
   static asio::awaitable<void> send_gather(std::shared_ptr<AllReduceOp> self, std::size_t j, std::uint64_t c,
-                                           std::shared_ptr<const std::vector<std::byte>> payload) {
+                                           std::shared_ptr<const Buffer> payload) {
     const std::string& peer = self->r_.participants[j];
     auto conn = self->mesh_.connection(peer, static_cast<int>(c % self->conns_));
     if (!self->finished_) {
@@ -257,8 +262,15 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       const float w = normalized_[s];
       for (std::size_t i = 0; i < range.size; ++i) sum_[i] = sum_[i] + w * decoded_[i];
     }
+    for (auto& [site, bytes] : parts) mesh_.pool().release(std::move(bytes));
     parts.clear();
-    auto payload = std::make_shared<std::vector<std::byte>>(pipeline_.max_encoded_size(range.size));
+    // The averaged chunk goes back to the pool once the last peer has it.
+    BufferPool* pool = &mesh_.pool();
+    auto payload = std::shared_ptr<Buffer>(new Buffer(pool->acquire(pipeline_.max_encoded_size(range.size))),
+                                           [pool](Buffer* b) {
+                                             pool->release(std::move(*b));
+                                             delete b;
+                                           });
     auto size = pipeline_.encode(sum_, *payload, seed(me_, me_, c, 2));
     if (!size.ok()) return size.status();
     payload->resize(*size);
@@ -305,7 +317,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
   std::vector<float> normalized_;
-  std::vector<std::map<std::size_t, std::vector<std::byte>>> contributions_;  // per chunk of my shard
+  std::vector<std::map<std::size_t, Buffer>> contributions_;  // per chunk of my shard
   std::vector<std::vector<bool>> gathered_;                                  // per shard, per chunk
   std::uint64_t gathers_expected_ = 0;
   std::uint64_t gathers_received_ = 0;

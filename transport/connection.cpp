@@ -7,7 +7,6 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/read.hpp>
-#include <asio/ssl/stream.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
@@ -15,6 +14,7 @@
 
 #include "transport/async_util.h"
 #include "transport/tls/tls_context.h"
+#include "transport/tls/tls_stream.h"
 
 namespace geoloco::transport {
 
@@ -28,14 +28,36 @@ using asio::use_awaitable;
 // the rate limit is smooth across connections.
 constexpr std::size_t kSlice = 256 * 1024;
 
+// Plain TCP with the same interface as tls::TlsStream (the test switch).
+class PlainStream {
+ public:
+  explicit PlainStream(asio::ip::tcp::socket socket) : socket_(std::move(socket)) {}
+  asio::awaitable<std::string> handshake(bool) { co_return std::string(); }
+  asio::awaitable<std::pair<std::error_code, std::size_t>> write(std::span<const asio::const_buffer> buffers) {
+    auto [ec, n] = co_await asio::async_write(socket_, buffers, as_tuple(use_awaitable));
+    co_return std::pair{ec, n};
+  }
+  asio::awaitable<std::pair<std::error_code, std::size_t>> read(asio::mutable_buffer out) {
+    auto [ec, n] = co_await asio::async_read(socket_, out, as_tuple(use_awaitable));
+    co_return std::pair{ec, n};
+  }
+  asio::ip::tcp::socket& socket() { return socket_; }
+  asio::any_io_executor get_executor() { return socket_.get_executor(); }
+
+ private:
+  asio::ip::tcp::socket socket_;
+};
+
 template <class Stream>
 class StreamConnection final : public Connection, public std::enable_shared_from_this<StreamConnection<Stream>> {
  public:
   template <class... StreamArgs>
-  StreamConnection(const TransportOptions& options, std::shared_ptr<TokenBucket> limiter, StreamArgs&&... args)
+  StreamConnection(const TransportOptions& options, std::shared_ptr<TokenBucket> limiter, BufferPool* pool,
+                   StreamArgs&&... args)
       : stream_(std::forward<StreamArgs>(args)...),
         options_(options),
         limiter_(std::move(limiter)),
+        pool_(pool),
         write_lock_(stream_.get_executor()),
         watchdog_timer_(stream_.get_executor()),
         limit_timer_(stream_.get_executor()) {
@@ -46,26 +68,21 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   asio::awaitable<Status> handshake(bool as_client) override {
-    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) {
-      (void)as_client;
-      co_return Status();
-    } else {
-      arm(read_deadline_, options_.connect_timeout_ms);
-      start_watchdog();
-      auto [ec] = co_await stream_.async_handshake(
-          as_client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server, as_tuple(use_awaitable));
-      read_deadline_ = Clock::time_point::max();
-      if (ec) {
-        const std::string why = tls::handshake_failure(stream_.native_handle(), describe(ec));
-        close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer, " failed: ", why));
-        co_return close_reason_;
-      }
-      co_return Status();
+    arm(read_deadline_, options_.connect_timeout_ms);
+    start_watchdog();
+    const std::string failure = co_await stream_.handshake(as_client);
+    read_deadline_ = Clock::time_point::max();
+    if (!failure.empty()) {
+      std::string why = failure;
+      if constexpr (std::is_same_v<Stream, tls::TlsStream>) why = tls::handshake_failure(stream_.native_handle(), failure);
+      if (open_) close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer, " failed: ", why));
+      co_return close_reason_;
     }
+    co_return Status();
   }
 
   Status check_peer_name(const std::string& site) override {
-    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) {
+    if constexpr (std::is_same_v<Stream, PlainStream>) {
       (void)site;
       return {};
     } else {
@@ -91,9 +108,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     }
   }
 
-  asio::awaitable<Result<std::vector<std::byte>>> read_payload(const FrameHeader& header) override {
+  asio::awaitable<Result<Buffer>> read_payload(const FrameHeader& header) override {
     // The length was bounded by decode_header before this allocation.
-    std::vector<std::byte> payload(static_cast<std::size_t>(header.payload_size));
+    Buffer payload = pool_->acquire(static_cast<std::size_t>(header.payload_size));
     for (std::size_t done = 0; done < payload.size(); done += kSlice) {
       const std::size_t n = std::min(kSlice, payload.size() - done);
       Status s = co_await read_exact(std::span(payload).subspan(done, n));
@@ -128,10 +145,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   std::uint64_t bytes_received() const override { return bytes_received_; }
 
  private:
-  asio::ip::tcp::socket& socket() {
-    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>) return stream_;
-    else return stream_.next_layer();
-  }
+  asio::ip::tcp::socket& socket() { return stream_.socket(); }
 
   std::string describe(const std::error_code& ec) const {
     if (ec == asio::error::eof) return "the peer closed the connection";
@@ -152,7 +166,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   asio::awaitable<Status> read_exact(std::span<std::byte> out) {
     if (!open_) co_return close_reason_;
     arm(read_deadline_, options_.read_timeout_ms);
-    auto [ec, n] = co_await asio::async_read(stream_, asio::buffer(out.data(), out.size()), as_tuple(use_awaitable));
+    auto [ec, n] = co_await stream_.read(asio::buffer(out.data(), out.size()));
     bytes_received_ += n;
     // Disarmed between reads: a reader paused on purpose (waiting for its
     // round to start) is not a dead peer. While a read is pending, keepalives
@@ -184,7 +198,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         }
       }
       arm(write_deadline_, options_.write_timeout_ms);
-      auto [ec, written] = co_await asio::async_write(stream_, std::span(bufs.data(), count), as_tuple(use_awaitable));
+      auto [ec, written] = co_await stream_.write(std::span<const asio::const_buffer>(bufs.data(), count));
       write_deadline_ = Clock::time_point::max();
       bytes_sent_ += written;
       last_write_ = Clock::now();
@@ -238,6 +252,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   Stream stream_;
   TransportOptions options_;
   std::shared_ptr<TokenBucket> limiter_;
+  BufferPool* pool_;
   AsyncMutex write_lock_;
   asio::steady_timer watchdog_timer_;
   asio::steady_timer limit_timer_;
@@ -255,15 +270,16 @@ class StreamConnection final : public Connection, public std::enable_shared_from
 }  // namespace
 
 std::shared_ptr<Connection> make_tls_connection(asio::ip::tcp::socket socket, std::shared_ptr<asio::ssl::context> ssl,
-                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter) {
-  auto c = std::make_shared<StreamConnection<asio::ssl::stream<asio::ip::tcp::socket>>>(options, std::move(limiter),
-                                                                                       std::move(socket), *ssl);
-  return c;
+                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter,
+                                                BufferPool* pool) {
+  // SSL_new takes its own reference to the SSL_CTX, so `ssl` may go away first.
+  return std::make_shared<StreamConnection<tls::TlsStream>>(options, std::move(limiter), pool, std::move(socket),
+                                                            ssl->native_handle());
 }
 
 std::shared_ptr<Connection> make_plain_connection(asio::ip::tcp::socket socket, const TransportOptions& options,
-                                                  std::shared_ptr<TokenBucket> limiter) {
-  return std::make_shared<StreamConnection<asio::ip::tcp::socket>>(options, std::move(limiter), std::move(socket));
+                                                  std::shared_ptr<TokenBucket> limiter, BufferPool* pool) {
+  return std::make_shared<StreamConnection<PlainStream>>(options, std::move(limiter), pool, std::move(socket));
 }
 
 }  // namespace geoloco::transport

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/buffer.h"
 #include "common/status.h"
 #include "transport/frame.h"
 #include "transport/options.h"
@@ -44,7 +45,7 @@ class Connection {
   virtual asio::awaitable<Result<FrameHeader>> read_header() = 0;
   /// Reads `header`'s payload and verifies its hash. Errors: malformed
   /// (checksum), io.
-  virtual asio::awaitable<Result<std::vector<std::byte>>> read_payload(const FrameHeader& header) = 0;
+  virtual asio::awaitable<Result<Buffer>> read_payload(const FrameHeader& header) = 0;
 
   /// Starts the watchdog (and keepalives) on the connection's executor.
   virtual void start() = 0;
@@ -62,10 +63,12 @@ class Connection {
 };
 
 /// A TLS connection over `socket` (ssl_context required).
+/// `pool` (owned by the mesh, which outlives its connections) supplies payload buffers.
 std::shared_ptr<Connection> make_tls_connection(asio::ip::tcp::socket socket, std::shared_ptr<asio::ssl::context> ssl,
-                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter);
+                                                const TransportOptions& options, std::shared_ptr<TokenBucket> limiter,
+                                                BufferPool* pool);
 /// The plain-TCP test switch (TransportOptions::insecure_plaintext_for_tests).
 std::shared_ptr<Connection> make_plain_connection(asio::ip::tcp::socket socket, const TransportOptions& options,
-                                                  std::shared_ptr<TokenBucket> limiter);
+                                                  std::shared_ptr<TokenBucket> limiter, BufferPool* pool);
 
 }  // namespace geoloco::transport

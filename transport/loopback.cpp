@@ -1,26 +1,24 @@
-#include "transport/tests/harness.h"
+#include "transport/loopback.h"
 
 #include <unistd.h>
 
 #include <atomic>
-#include <stdexcept>
 
-namespace geoloco::transport::test {
+namespace geoloco::transport::loopback {
 
 namespace {
 std::atomic<int> counter{0};
 }
 
-Federation::Federation(const std::vector<std::string>& sites) {
-  dir_ = std::filesystem::temp_directory_path() /
-         ("geoloco-fed-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  std::filesystem::remove_all(dir_);
-  Status s = create_ca((dir_ / "ca").string(), "test federation");
-  if (!s.ok()) throw std::runtime_error(s.to_string());
-  for (const auto& site : sites) {
-    s = issue_site_cert((dir_ / "ca").string(), site, (dir_ / site).string());
-    if (!s.ok()) throw std::runtime_error(s.to_string());
-  }
+Result<std::unique_ptr<Federation>> Federation::create(const std::vector<std::string>& sites) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("geoloco-fed-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::unique_ptr<Federation> f(new Federation(dir));
+  GEOLOCO_TRY(create_ca((dir / "ca").string(), "loopback federation"));
+  for (const auto& site : sites) GEOLOCO_TRY(issue_site_cert((dir / "ca").string(), site, (dir / site).string()));
+  return f;
 }
 
 Federation::~Federation() {
@@ -32,13 +30,12 @@ tls::TlsFiles Federation::files(const std::string& site) const {
   return {(dir_ / site / "ca.pem").string(), (dir_ / site / "site.pem").string(), (dir_ / site / "site.key").string()};
 }
 
-tls::TlsFiles Federation::issue(const std::string& site, const std::string& name, const CertOptions& options) {
-  Status s = issue_site_cert((dir_ / "ca").string(), site, (dir_ / name).string(), options);
-  if (!s.ok()) throw std::runtime_error(s.to_string());
+Result<tls::TlsFiles> Federation::issue(const std::string& site, const std::string& name, const CertOptions& options) {
+  GEOLOCO_TRY(issue_site_cert((dir_ / "ca").string(), site, (dir_ / name).string(), options));
   return files(name);
 }
 
-TransportOptions fast_options() {
+TransportOptions test_options() {
   TransportOptions o;
   o.connections_per_peer = 2;
   o.chunk_elements = 4096;
@@ -51,9 +48,10 @@ TransportOptions fast_options() {
   return o;
 }
 
-Site::Site(const std::string& name, const tls::TlsFiles& files, const TransportOptions& options, std::uint64_t job,
-           const std::vector<std::string>& peers)
-    : name_(name), work_(io_.get_executor()) {
+Result<std::unique_ptr<Site>> Site::create(const std::string& name, const tls::TlsFiles& files,
+                                           const TransportOptions& options, std::uint64_t job,
+                                           const std::vector<std::string>& peers) {
+  std::unique_ptr<Site> site(new Site(name));
   MeshOptions m;
   m.site = name;
   m.tls = files;
@@ -61,17 +59,17 @@ Site::Site(const std::string& name, const tls::TlsFiles& files, const TransportO
   m.transport = options;
   for (const auto& p : peers)
     if (p != name) m.peers.push_back({p, "127.0.0.1", 0});
-  mesh_ = std::make_unique<Mesh>(io_.get_executor(), m);
-  Status s = mesh_->listen();
-  if (!s.ok()) throw std::runtime_error(s.to_string());
+  site->mesh_ = std::make_unique<Mesh>(site->io_.get_executor(), m);
+  GEOLOCO_TRY(site->mesh_->listen());
+  return site;
 }
 
-void Site::connect(const std::vector<Site*>& all) {
+Status Site::connect(const std::vector<Site*>& all) {
   for (Site* other : all)
     if (other != this) mesh_->set_peer_address({other->name_, "127.0.0.1", other->port()});
-  Status s = mesh_->start();
-  if (!s.ok()) throw std::runtime_error(s.to_string());
+  GEOLOCO_TRY(mesh_->start());
   thread_ = std::thread([this] { io_.run(); });
+  return {};
 }
 
 void Site::freeze() {
@@ -96,18 +94,26 @@ Site::~Site() {
   }
 }
 
-std::vector<std::unique_ptr<Site>> make_sites(Federation& federation, const std::vector<std::string>& names,
-                                              const TransportOptions& options, std::uint64_t job) {
+Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federation,
+                                                      const std::vector<std::string>& names,
+                                                      const TransportOptions& options, std::uint64_t job,
+                                                      std::vector<std::string> peers) {
+  if (peers.empty()) peers = names;
   std::vector<std::unique_ptr<Site>> sites;
-  for (const auto& n : names) sites.push_back(std::make_unique<Site>(n, federation.files(n), options, job, names));
+  for (const auto& n : names) {
+    auto site = Site::create(n, federation.files(n), options, job, peers);
+    if (!site.ok()) return site.status();
+    sites.push_back(std::move(*site));
+  }
   std::vector<Site*> raw;
   for (auto& s : sites) raw.push_back(s.get());
-  for (auto& s : sites) s->connect(raw);
+  for (auto& s : sites) GEOLOCO_TRY(s->connect(raw));
   for (auto& s : sites) {
-    Status ok = s->spawn([&s, &names]() { return s->mesh().wait_connected(names, std::chrono::seconds(20)); }).get();
-    if (!ok.ok()) throw std::runtime_error(ok.to_string());
+    Site* site = s.get();
+    Status ok = site->spawn([site, names]() { return site->mesh().wait_connected(names, std::chrono::seconds(20)); }).get();
+    if (!ok.ok()) return ok;
   }
   return sites;
 }
 
-}  // namespace geoloco::transport::test
+}  // namespace geoloco::transport::loopback

@@ -1,6 +1,6 @@
-// Test scaffolding for the transport: a federation of certificates in a
-// temporary directory, and sites that each run a Mesh on their own
-// io_context thread, as separate daemons would.
+// Sites on one machine over loopback, for tests, benchmarks and demos: a
+// federation of certificates in a temporary directory, and sites that each
+// run a Mesh on their own io_context thread, as separate daemons would.
 #pragma once
 
 #include <asio/co_spawn.hpp>
@@ -18,35 +18,39 @@
 #include "transport/certs.h"
 #include "transport/mesh.h"
 
-namespace geoloco::transport::test {
+namespace geoloco::transport::loopback {
 
-/// A CA and one certificate per site under a fresh temporary directory.
+/// A CA and one certificate per site under a fresh temporary directory,
+/// removed again with the object.
 class Federation {
  public:
-  explicit Federation(const std::vector<std::string>& sites);
+  /// Errors: io, or those of create_ca / issue_site_cert.
+  static Result<std::unique_ptr<Federation>> create(const std::vector<std::string>& sites);
   ~Federation();
   tls::TlsFiles files(const std::string& site) const;
   std::filesystem::path dir() const { return dir_; }
-  /// Issues another certificate (e.g. expired) into dir()/name.
-  tls::TlsFiles issue(const std::string& site, const std::string& name, const CertOptions& options);
+  /// Issues another certificate for `site` (e.g. an expired one) into dir()/name.
+  Result<tls::TlsFiles> issue(const std::string& site, const std::string& name, const CertOptions& options);
 
  private:
+  explicit Federation(std::filesystem::path dir) : dir_(std::move(dir)) {}
   std::filesystem::path dir_;
 };
 
 /// Transport options for tests: small chunks and short timeouts.
-TransportOptions fast_options();
+TransportOptions test_options();
 
 class Site {
  public:
-  /// Creates the mesh and binds its listener; call connect() once every
-  /// site's port is known.
-  Site(const std::string& name, const tls::TlsFiles& files, const TransportOptions& options, std::uint64_t job,
-       const std::vector<std::string>& peers);
+  /// Creates the mesh and binds its listener on 127.0.0.1; call connect()
+  /// once every site's port is known. Errors: those of Mesh::listen.
+  static Result<std::unique_ptr<Site>> create(const std::string& name, const tls::TlsFiles& files,
+                                              const TransportOptions& options, std::uint64_t job,
+                                              const std::vector<std::string>& peers);
   ~Site();
   std::uint16_t port() const { return mesh_->port(); }
-  /// Starts dialing and accepting, then runs the io_context on its thread.
-  void connect(const std::vector<Site*>& all);
+  /// Tells the mesh every site's port, starts it, and runs the io_context on its thread.
+  Status connect(const std::vector<Site*>& all);
   /// Runs `fn` (a callable returning an awaitable) on the site's thread.
   template <class Fn>
   auto spawn(Fn fn) {
@@ -67,6 +71,7 @@ class Site {
   const std::string& name() const { return name_; }
 
  private:
+  explicit Site(std::string name) : name_(std::move(name)), work_(io_.get_executor()) {}
   std::string name_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
@@ -75,8 +80,11 @@ class Site {
   bool frozen_ = false;
 };
 
-/// Sites named `names`, each peered with all others, connected.
-std::vector<std::unique_ptr<Site>> make_sites(Federation& federation, const std::vector<std::string>& names,
-                                              const TransportOptions& options, std::uint64_t job = 1);
+/// Sites named `names`, each peered with all of `peers` (default: `names`),
+/// started, and connected to each other. Errors: timeout, and those of Site.
+Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federation,
+                                                      const std::vector<std::string>& names,
+                                                      const TransportOptions& options, std::uint64_t job = 1,
+                                                      std::vector<std::string> peers = {});
 
-}  // namespace geoloco::transport::test
+}  // namespace geoloco::transport::loopback

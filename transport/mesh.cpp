@@ -107,8 +107,8 @@ bool Mesh::is_peer(const std::string& name) const { return slots_.count(name) !=
 
 std::shared_ptr<Connection> Mesh::wrap(asio::ip::tcp::socket socket) {
   if (options_.transport.insecure_plaintext_for_tests)
-    return make_plain_connection(std::move(socket), options_.transport, limiter_);
-  return make_tls_connection(std::move(socket), ssl_, options_.transport, limiter_);
+    return make_plain_connection(std::move(socket), options_.transport, limiter_, &pool_);
+  return make_tls_connection(std::move(socket), ssl_, options_.transport, limiter_, &pool_);
 }
 
 asio::awaitable<void> Mesh::accept_loop() {

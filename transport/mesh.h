@@ -68,7 +68,7 @@ class FrameSink {
   /// An error refuses it (its message is logged and counted).
   virtual Status admit(const std::string& peer, const FrameHeader& header) = 0;
   /// The verified payload of an admitted frame. An error refuses it.
-  virtual Status deliver(const std::string& peer, const FrameHeader& header, std::vector<std::byte> payload) = 0;
+  virtual Status deliver(const std::string& peer, const FrameHeader& header, Buffer payload) = 0;
   /// A connection to `peer` closed while the operation ran.
   virtual void peer_lost(const std::string& peer, const Status& reason) = 0;
 };
@@ -105,6 +105,8 @@ class Mesh {
   void end(OpKey key);
 
   const std::string& site() const { return options_.site; }
+  /// Chunk buffers shared by this mesh's connections and operations.
+  BufferPool& pool() { return pool_; }
   const MeshOptions& options() const { return options_; }
   asio::any_io_executor executor() const { return executor_; }
 
@@ -134,6 +136,7 @@ class Mesh {
   MeshOptions options_;
   std::shared_ptr<asio::ssl::context> ssl_;
   std::shared_ptr<TokenBucket> limiter_;
+  BufferPool pool_;
   asio::ip::tcp::acceptor acceptor_;
   std::uint16_t port_ = 0;
   bool running_ = false;

@@ -7,7 +7,7 @@
 
 #include "common/digest.h"
 #include "transport/allreduce.h"
-#include "transport/tests/harness.h"
+#include "transport/loopback.h"
 
 using namespace geoloco;
 using namespace geoloco::transport;
@@ -29,7 +29,7 @@ struct Outcome {
   std::vector<std::vector<float>> outputs;
 };
 
-Outcome run_all(std::vector<std::unique_ptr<test::Site>>& sites, std::uint64_t round, std::size_t n,
+Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64_t round, std::size_t n,
                 const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr) {
   const std::size_t parts = sites.size();
   std::vector<std::string> names;
@@ -81,8 +81,11 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
   const int n_sites = GENERATE(2, 3, 5);
   INFO(n_sites << " sites");
   auto names = names_for(n_sites);
-  test::Federation federation(names);
-  auto sites = test::make_sites(federation, names, test::fast_options());
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, names, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
   const std::size_t n = 50000;  // several 4096-value chunks per shard, uneven shards
   const auto ref = reference(sites.size(), n);
 
@@ -135,8 +138,11 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
 
 TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
   auto names = names_for(2);
-  test::Federation federation(names);
-  auto sites = test::make_sites(federation, names, test::fast_options());
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, names, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
   std::vector<float> in(10), out(9);
   AllReduceRequest r;
   r.key = {1, 0};
@@ -160,10 +166,13 @@ TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
 
 TEST_CASE("a peer that disappears mid-transfer is detected within the read timeout, named in the error") {
   auto names = names_for(3);
-  test::Federation federation(names);
-  auto options = test::fast_options();
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto options = loopback::test_options();
   options.rate_limit_mbit = 40;  // slow enough that the transfer is under way when c vanishes
-  auto sites = test::make_sites(federation, names, options);
+  auto made = loopback::make_sites(**federation, names, options);
+  REQUIRE(made.ok());
+  auto& sites = *made;
   const std::size_t n = 400000;  // 1.6 MB per site: ~0.3 s of traffic per phase at 40 Mbit/s
   std::vector<std::vector<float>> inputs(3, std::vector<float>(n, 1.0f)), outputs(3, std::vector<float>(n));
   std::vector<std::future<Result<AllReduceStats>>> futures;

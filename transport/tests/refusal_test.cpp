@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "transport/allreduce.h"
-#include "transport/tests/harness.h"
+#include "transport/loopback.h"
 
 using namespace geoloco;
 using namespace geoloco::transport;
@@ -69,7 +69,7 @@ class Rogue {
 };
 
 // Waits until site a has refused something whose message contains `text`.
-bool refused_with(test::Site& a, const std::string& text, std::chrono::milliseconds within = 5s) {
+bool refused_with(loopback::Site& a, const std::string& text, std::chrono::milliseconds within = 5s) {
   const auto until = std::chrono::steady_clock::now() + within;
   while (std::chrono::steady_clock::now() < until) {
     const bool found = a.call([&] {
@@ -80,6 +80,10 @@ bool refused_with(test::Site& a, const std::string& text, std::chrono::milliseco
     if (found) return true;
     std::this_thread::sleep_for(20ms);
   }
+  a.call([&] {
+    for (const auto& r : a.mesh().rejections()) UNSCOPED_INFO("refused " << r.peer << ": " << r.reason.message());
+    return 0;
+  });
   return false;
 }
 
@@ -87,29 +91,24 @@ bool refused_with(test::Site& a, const std::string& text, std::chrono::milliseco
 
 TEST_CASE("bad peers are refused with their own messages while honest sites all-reduce") {
   const std::vector<std::string> honest{"a", "b", "c"};
-  test::Federation federation({"a", "b", "c", "mallory"});
-  const auto eve = [&] {  // a site of another federation
-    test::Federation other({"eve"});
-    std::filesystem::copy(other.dir() / "eve", federation.dir() / "eve");
-    return federation.files("eve");
-  }();
-  const auto expired = federation.issue("mallory", "mallory-expired", {1, -3 * 86400});
+  auto fed = loopback::Federation::create({"a", "b", "c", "mallory"});
+  REQUIRE(fed.ok());
+  auto& federation = **fed;
+  auto other = loopback::Federation::create({"eve"});  // another federation
+  REQUIRE(other.ok());
+  const auto eve = (*other)->files("eve");
+  auto expired = federation.issue("mallory", "mallory-expired", {1, -3 * 86400});
+  REQUIRE(expired.ok());
   const auto real_ca = federation.files("a").ca_file;
 
-  auto options = test::fast_options();
+  auto options = loopback::test_options();
   options.rate_limit_mbit = 60;  // the honest exchange takes ~1 s, so the attacks overlap it
   // mallory is a configured peer of every site (it holds a valid certificate)
   // but takes part in no all-reduce.
-  std::vector<std::unique_ptr<test::Site>> sites;
-  for (const auto& n : honest)
-    sites.push_back(std::make_unique<test::Site>(n, federation.files(n), options, 1,
-                                                 std::vector<std::string>{"a", "b", "c", "mallory"}));
-  std::vector<test::Site*> raw;
-  for (auto& s : sites) raw.push_back(s.get());
-  for (auto& s : sites) s->connect(raw);
-  for (auto& s : sites)
-    REQUIRE(s->spawn([&s, &honest]() { return s->mesh().wait_connected(honest, 20s); }).get().ok());
-  test::Site& a = *sites[0];
+  auto made = loopback::make_sites(federation, honest, options, 1, {"a", "b", "c", "mallory"});
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  loopback::Site& a = *sites[0];
 
   const std::size_t n = 1500000;
   std::vector<std::vector<float>> in(3, std::vector<float>(n)), out(3, std::vector<float>(n));
@@ -141,7 +140,7 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
     { Rogue r(a.port(), eve, real_ca); }
     CHECK(refused_with(a, "peer certificate refused: unable to get local issuer certificate"));
 
-    { Rogue r(a.port(), expired, real_ca); }
+    { Rogue r(a.port(), *expired, real_ca); }
     CHECK(refused_with(a, "peer certificate refused: certificate has expired"));
 
     {

@@ -12,7 +12,8 @@ Result<std::shared_ptr<asio::ssl::context>> make_context(const TlsFiles& files) 
   SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
   // AES-128-GCM first: the fastest with AES-NI, and ample for pseudo-gradients.
   SSL_CTX_set_ciphersuites(native, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
-  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(native, 0);  // no resumption: nothing is written after the handshake
   std::error_code ec;
   ctx->load_verify_file(files.ca_file, ec);
   GEOLOCO_RETURN_IF(ec, Err::invalid_argument, "cannot use CA file ", files.ca_file, ": ", ec.message());

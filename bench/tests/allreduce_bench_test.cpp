@@ -1,0 +1,45 @@
+// The all-reduce benchmark reports what it measured: each site sent the
+// two-phase volume, the bound follows the formula, JSON carries the keys.
+// (No timing is asserted: the machine is shared.)
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bench/allreduce_bench.h"
+
+using namespace geoloco;
+
+TEST_CASE("bench allreduce measures the two-phase volume and the capped bound") {
+  bench::AllReduceBenchOptions o;
+  o.sites = 3;
+  o.size_bytes = 3u << 20;
+  o.rate_mbit = 400;
+  o.repeats = 1;
+  o.connections_per_peer = 2;
+  auto rows = bench::run_allreduce_bench(o);
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 1);  // no baseline under a cap
+  const auto& r = rows->front();
+  const double volume = 2.0 * 2 / 3 * (3u << 20);
+  CHECK(r.bytes_sent >= volume);
+  CHECK(r.bytes_sent <= volume * 1.01 + 64 * 1024);  // frame and payload headers only
+  CHECK(r.bound_seconds == Approx(volume / (400e6 / 8)));
+  CHECK(r.ratio_to_bound == Approx(r.seconds / r.bound_seconds));
+  CHECK(r.ratio_to_bound > 0.5);  // a cap cannot be beaten by much (burst allowance only)
+
+  std::ostringstream out;
+  bench::print_allreduce_json(*rows, out);
+  auto j = nlohmann::json::parse(out.str());
+  for (const char* key : {"system", "sites", "size_bytes", "bytes_sent_per_site", "seconds", "gbit_per_s_per_site",
+                          "rate_mbit", "bound_seconds", "ratio_to_bound"})
+    CHECK(j.contains(key));
+}
+
+TEST_CASE("bench allreduce refuses options it cannot run") {
+  bench::AllReduceBenchOptions o;
+  o.sites = 1;
+  CHECK(bench::run_allreduce_bench(o).status().message() == "bench allreduce: --sites must be 2..16");
+  o.sites = 2;
+  o.rate_mbit = -1;
+  CHECK_FALSE(bench::run_allreduce_bench(o).ok());
+}

@@ -14,5 +14,7 @@ using Action = std::function<int()>;
 void add_bench_command(CLI::App& app, Action& action);
 /// `geoloco certs init --out DIR` and `geoloco certs issue --ca DIR --site NAME --out DIR`.
 void add_certs_command(CLI::App& app, Action& action);
+/// `geoloco simulate job.yaml [--sites N] [--rounds R] [--bandwidth B] [--rtt MS] [--json]`.
+void add_simulate_command(CLI::App& app, Action& action);
 
 }  // namespace geoloco::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   geoloco::cli::Action action;
   geoloco::cli::add_bench_command(app, action);
   geoloco::cli::add_certs_command(app, action);
+  geoloco::cli::add_simulate_command(app, action);
   CLI11_PARSE(app, argc, argv);
   return action ? action() : 0;
 }

@@ -33,6 +33,7 @@ Result<std::vector<AllReduceBenchRow>> run_allreduce_bench(const AllReduceBenchO
   if (!federation.ok()) return federation.status();
   transport::TransportOptions options;
   options.connections_per_peer = o.connections_per_peer;
+  options.chunk_elements = o.chunk_elements;
   options.rate_limit_mbit = o.rate_mbit;
   options.insecure_plaintext_for_tests = o.plaintext;
   auto made = make_sites(**federation, names, options);

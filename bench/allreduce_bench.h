@@ -20,6 +20,7 @@ struct AllReduceBenchOptions {
   double rate_mbit = 0;                 ///< per-site egress cap in Mbit/s; 0 = none
   int repeats = 3;                      ///< timed runs; the fastest counts
   int connections_per_peer = 4;
+  std::uint64_t chunk_elements = 1u << 18;  ///< values per chunk (frame), the transport's default
   bool compare_gloo = true;             ///< also time Gloo (when built with it), uncapped runs only
   bool plaintext = false;               ///< plain TCP instead of TLS, to show what TLS costs
 };

@@ -17,7 +17,11 @@ namespace geoloco::transport {
 
 struct TransportOptions {
   int connections_per_peer = 4;            ///< parallel TLS connections per peer pair, to fill a long fat link
-  std::uint64_t chunk_elements = 1 << 20;  ///< values per chunk (1 Mi fp32 = 4 MiB raw)
+  /// Values per chunk (frame): 256 Ki fp32 = 1 MiB raw. Finer than DESIGN's
+  /// "about 4 MiB" so that the all-gather of early chunks overlaps the
+  /// reduce-scatter of later ones: under a rate cap, 5 sites measured 1.00x
+  /// the link bound with 1 MiB chunks and up to 1.18x with 4 MiB ones.
+  std::uint64_t chunk_elements = 1 << 18;
   FrameLimits limits;                      ///< payload bound, checked before allocating
   int read_timeout_ms = 20000;             ///< no byte from a peer for this long: the peer is dead
   int write_timeout_ms = 20000;            ///< a write that makes no progress for this long fails

@@ -18,20 +18,25 @@ using asio::use_awaitable;
 using asio::experimental::as_tuple;
 
 constexpr std::size_t kIoSize = 256 * 1024;
+constexpr std::size_t kRingSize = 1024 * 1024;  // per direction; holds several slices of records
 
 std::error_code tls_error() { return std::make_error_code(std::errc::protocol_error); }
 }  // namespace
 
 TlsStream::TlsStream(asio::ip::tcp::socket socket, SSL_CTX* context)
-    : socket_(std::move(socket)), read_buffer_(kIoSize), socket_write_lock_(socket_.get_executor()) {
+    : socket_(std::move(socket)), socket_write_lock_(socket_.get_executor()) {
   ssl_ = SSL_new(context);
-  in_ = BIO_new(BIO_s_mem());
-  out_ = BIO_new(BIO_s_mem());
-  BIO_set_mem_eof_return(in_, -1);  // empty means "wait for more", not end of stream
-  SSL_set_bio(ssl_, in_, out_);      // the SSL owns both BIOs now
+  BIO* internal = nullptr;
+  BIO_new_bio_pair(&internal, kRingSize, &network_, kRingSize);
+  SSL_set_bio(ssl_, internal, internal);  // the SSL owns its end
+  // A full ring makes SSL_write return what it wrote so far; we flush and go on.
+  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
 
-TlsStream::~TlsStream() { SSL_free(ssl_); }
+TlsStream::~TlsStream() {
+  SSL_free(ssl_);
+  BIO_free(network_);
+}
 
 std::string TlsStream::openssl_error(const char* what) {
   const unsigned long e = ERR_get_error();
@@ -43,32 +48,37 @@ std::string TlsStream::openssl_error(const char* what) {
   return cat(what, ": ", reason != nullptr ? reason : buf);
 }
 
-// Sends whatever OpenSSL has written into out_. The bytes are copied out of
-// the BIO first: a read may append to it while the socket write is pending.
+// Sends the ciphertext OpenSSL has written, straight from the pair's ring.
+// The region being sent is not consumed until the write completes, so a read
+// that makes OpenSSL append meanwhile (a post-handshake message) cannot move it.
 asio::awaitable<std::error_code> TlsStream::flush() {
   co_await socket_write_lock_.lock();
   std::error_code result;
   for (;;) {
-    const std::size_t pending = BIO_ctrl_pending(out_);
-    if (pending == 0) break;
-    write_buffer_.resize(pending);
-    const int n = BIO_read(out_, write_buffer_.data(), static_cast<int>(pending));
-    if (n <= 0) break;
+    char* data = nullptr;
+    const int pending = BIO_nread0(network_, &data);
+    if (pending <= 0) break;
     auto [ec, written] =
-        co_await asio::async_write(socket_, asio::buffer(write_buffer_.data(), n), as_tuple(use_awaitable));
+        co_await asio::async_write(socket_, asio::buffer(data, static_cast<std::size_t>(pending)), as_tuple(use_awaitable));
     if (ec) {
       result = ec;
       break;
     }
+    BIO_nread(network_, &data, pending);
   }
   socket_write_lock_.unlock();
   co_return result;
 }
 
+// Reads what the socket has straight into the pair's ring.
 asio::awaitable<std::error_code> TlsStream::fill() {
-  auto [ec, n] = co_await socket_.async_read_some(asio::buffer(read_buffer_), as_tuple(use_awaitable));
+  char* space = nullptr;
+  const int room = BIO_nwrite0(network_, &space);
+  if (room <= 0) co_return std::make_error_code(std::errc::no_buffer_space);  // OpenSSL consumes before we refill
+  auto [ec, n] = co_await socket_.async_read_some(asio::buffer(space, static_cast<std::size_t>(room)),
+                                                  as_tuple(use_awaitable));
   if (ec) co_return ec;
-  BIO_write(in_, read_buffer_.data(), static_cast<int>(n));
+  BIO_nwrite(network_, &space, static_cast<int>(n));
   co_return std::error_code();
 }
 
@@ -97,15 +107,16 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> TlsStream::write(std::s
     const char* p = static_cast<const char*>(b.data());
     std::size_t left = b.size();
     while (left > 0) {
-      const std::size_t n = std::min(left, kIoSize);
       std::size_t written = 0;
       ERR_clear_error();
-      if (SSL_write_ex(ssl_, p, n, &written) != 1) co_return std::pair{tls_error(), total};
+      if (SSL_write_ex(ssl_, p, std::min(left, kIoSize), &written) != 1) {
+        if (SSL_get_error(ssl_, 0) != SSL_ERROR_WANT_WRITE) co_return std::pair{tls_error(), total};
+        written = 0;  // the ring is full: send it, then go on
+      }
       p += written;
       left -= written;
       total += written;
-      // Send each slice of records as it is ready, so memory stays bounded.
-      if (BIO_ctrl_pending(out_) >= kIoSize) {
+      if (written == 0 || BIO_ctrl_pending(network_) >= kIoSize) {
         const std::error_code ec = co_await flush();
         if (ec) co_return std::pair{ec, total};
       }
@@ -125,11 +136,11 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> TlsStream::read(asio::m
       got += n;
       continue;
     }
+    // The reader never flushes: the ring also holds the writer's records, and
+    // waiting here for the socket write lock could deadlock two peers that
+    // both write. The rare bytes a read produces (an answer to a peer's key
+    // update) leave with the next write; keepalives guarantee there is one.
     const int err = SSL_get_error(ssl_, 0);
-    if (BIO_ctrl_pending(out_) > 0) {  // e.g. a key update answer
-      const std::error_code ec = co_await flush();
-      if (ec) co_return std::pair{ec, got};
-    }
     if (err == SSL_ERROR_ZERO_RETURN) co_return std::pair{std::error_code(asio::error::eof), got};
     if (err != SSL_ERROR_WANT_READ) co_return std::pair{tls_error(), got};
     const std::error_code ec = co_await fill();

@@ -1,14 +1,15 @@
-// TLS over a TCP socket, with OpenSSL driven through memory BIOs and asio
+// TLS over a TCP socket, with OpenSSL driven through a BIO pair and asio
 // doing the socket I/O. Unlike asio::ssl::stream, which moves one 16 KiB
-// record per system call through fixed 17 KiB buffers, this batches: a
-// write encrypts up to a slice (256 KiB) of records and sends them with one
-// call, and a read takes whatever the socket has (up to 256 KiB) at once.
-// On loopback that halved the CPU per byte of the all-reduce.
+// record per system call through fixed 17 KiB buffers, this batches: a write
+// encrypts up to 256 KiB of records and sends them with one call, and a read
+// takes whatever the socket has at once. The socket reads into and writes
+// from the pair's own ring buffers (BIO_nwrite0 / BIO_nread0), so ciphertext
+// is never copied in user space.
 //
 // One TlsStream is used from one executor. Reads and writes may be pending
 // at the same time (the connection has one reader and serialized writers);
 // bytes that OpenSSL produces while reading (TLS 1.3 post-handshake
-// messages) are sent under the same socket write lock as the writer's.
+// messages; session tickets are off) leave with the next write.
 #pragma once
 
 #include <asio/awaitable.hpp>
@@ -52,10 +53,7 @@ class TlsStream {
 
   asio::ip::tcp::socket socket_;
   SSL* ssl_ = nullptr;
-  BIO* in_ = nullptr;   // ciphertext from the peer, for OpenSSL to read
-  BIO* out_ = nullptr;  // ciphertext from OpenSSL, for the socket
-  std::vector<char> read_buffer_;
-  std::vector<char> write_buffer_;
+  BIO* network_ = nullptr;  // our end of the pair: ciphertext in from and out to the socket
   AsyncMutex socket_write_lock_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/yaml_reader.h"
+
 #include <functional>
 #include <map>
 #include <vector>
@@ -10,35 +12,11 @@ namespace geoloco::compression {
 
 namespace {
 
-class Problems {
- public:
-  explicit Problems(std::string_view source) : source_(source) {}
-  void add(const YAML::Node& at, const std::string& what) {
-    const auto mark = at.Mark();
-    lines_.push_back(cat(source_, ":", mark.line + 1, ":", mark.column + 1, ": ", what));
-  }
-  bool empty() const { return lines_.empty(); }
-  Status status() const {
-    std::string all;
-    for (const auto& l : lines_) all += (all.empty() ? "" : "\n") + l;
-    return Status(Err::invalid_argument, all);
-  }
-
- private:
-  std::string source_;
-  std::vector<std::string> lines_;
-};
+using yaml::Problems;
 
 template <class T>
 bool read_scalar(const YAML::Node& node, const std::string& what, T& out, Problems& problems) {
-  try {
-    if (!node.IsScalar()) throw YAML::Exception(node.Mark(), "");
-    out = node.as<T>();
-    return true;
-  } catch (const YAML::Exception&) {
-    problems.add(node, cat(what, ": expected ", std::is_floating_point_v<T> ? "a number" : "an integer"));
-    return false;
-  }
+  return yaml::read_number(node, what, out, problems);
 }
 
 using ParamReader = std::function<void(const YAML::Node& value, const std::string& key, Problems&)>;

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/yaml_reader.h"
+
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -14,68 +16,10 @@ namespace geoloco::outer {
 
 namespace {
 
-class Problems {
- public:
-  explicit Problems(std::string_view source) : source_(source) {}
-  void add(const YAML::Node& at, const std::string& what) {
-    const auto mark = at.Mark();
-    lines_.push_back(cat(source_, ":", mark.line + 1, ":", mark.column + 1, ": ", what));
-  }
-  bool empty() const { return lines_.empty(); }
-  Status status() const {
-    std::string all;
-    for (const auto& l : lines_) all += (all.empty() ? "" : "\n") + l;
-    return Status(Err::invalid_argument, all);
-  }
-
- private:
-  std::string source_;
-  std::vector<std::string> lines_;
-};
-
-template <class T>
-void read_number(const YAML::Node& v, const std::string& what, T& out, Problems& p) {
-  try {
-    if (!v.IsScalar()) throw YAML::Exception(v.Mark(), "");
-    out = v.as<T>();
-  } catch (const YAML::Exception&) {
-    p.add(v, cat(what, ": expected ", std::is_floating_point_v<T> ? "a number" : "a non-negative integer"));
-  }
-}
-
-template <class E>
-void read_enum(const YAML::Node& v, const std::string& what, const std::map<std::string, E>& names, E& out,
-               Problems& p) {
-  std::string allowed;
-  for (const auto& [k, e] : names) allowed += (allowed.empty() ? "" : " or ") + k;
-  if (v.IsScalar()) {
-    auto it = names.find(v.as<std::string>());
-    if (it != names.end()) {
-      out = it->second;
-      return;
-    }
-  }
-  p.add(v, cat(what, ": expected ", allowed));
-}
-
-// "90", "90s", "1.5m", "2h" → seconds.
-void read_duration(const YAML::Node& v, const std::string& what, double& out, Problems& p) {
-  if (v.IsScalar()) {
-    std::string text = v.as<std::string>();
-    double scale = 1.0;
-    if (!text.empty() && (text.back() == 's' || text.back() == 'm' || text.back() == 'h')) {
-      scale = text.back() == 's' ? 1.0 : text.back() == 'm' ? 60.0 : 3600.0;
-      text.pop_back();
-    }
-    std::istringstream in(text);
-    double x = 0;
-    if (!text.empty() && (in >> x) && in.eof() && std::isfinite(x) && x >= 0) {
-      out = x * scale;
-      return;
-    }
-  }
-  p.add(v, cat(what, ": expected a duration such as 90s, 1.5m or 2h (a bare number is seconds)"));
-}
+using yaml::Problems;
+using yaml::read_duration;
+using yaml::read_enum;
+using yaml::read_number;
 
 using KeyReader = std::function<void(const YAML::Node& value, const std::string& what)>;
 

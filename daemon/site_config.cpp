@@ -1,0 +1,203 @@
+#include "daemon/site_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <set>
+
+#include "common/yaml_reader.h"
+#include "transport/certs.h"
+
+namespace geoloco::daemon {
+
+Result<HostPort> parse_host_port(std::string_view text) {
+  const auto colon = text.rfind(':');
+  GEOLOCO_RETURN_IF(colon == std::string_view::npos || colon == 0 || colon + 1 == text.size(), Err::invalid_argument,
+                    "'", text, "' is not host:port");
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string_view port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  GEOLOCO_RETURN_IF(ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535,
+                    Err::invalid_argument, "'", text, "': the port must be a number 0..65535");
+  return HostPort{std::string(host), static_cast<std::uint16_t>(port)};
+}
+
+Status SiteConfig::validate() const {
+  std::string problems;
+  auto rule = [&](bool broken, const std::string& what) {
+    if (broken) problems += (problems.empty() ? "" : "\n") + what;
+  };
+  rule(name.empty(), "name: every site needs a name (the one in its certificate)");
+  if (!name.empty()) {
+    const std::string p = transport::site_name_problem(name);
+    rule(!p.empty(), "name: " + p);
+  }
+  std::set<std::string> seen;
+  for (const auto& peer : peers) {
+    rule(peer.name == name, cat("peers: '", peer.name, "' is this site itself"));
+    rule(!seen.insert(peer.name).second, cat("peers: '", peer.name, "' is listed twice"));
+    rule(peer.port == 0, cat("peers: '", peer.name, "' needs a port"));
+  }
+  rule(data_dir.empty(), "data_dir: must not be empty");
+  rule(log_format != "text" && log_format != "json", cat("log_format: expected text or json, got '", log_format, "'"));
+  rule(control_socket.empty(), "control_socket: must not be empty");
+  for (int g : gpus) rule(g < 0, cat("gpus: GPU ids are >= 0, got ", g));
+  if (Status t = transport.validate(); !t.ok()) rule(true, "transport: " + t.message());
+  rule(transport.insecure_plaintext_for_tests, "plaintext transport exists for tests only; geolocod always uses TLS");
+  if (!problems.empty()) return Status(Err::invalid_argument, problems);
+  return {};
+}
+
+Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view source) {
+  yaml::Problems p(source);
+  SiteConfig c;
+  if (!doc.IsMap()) {
+    p.add(doc, "a site file is a map (name, listen, peers, tls, ...)");
+    return p.status();
+  }
+  auto host_port = [&](const YAML::Node& v, const std::string& what, HostPort& out) {
+    std::string text;
+    if (!yaml::read_string(v, what, text, p)) return;
+    auto hp = parse_host_port(text);
+    if (hp.ok()) out = *hp;
+    else p.add(v, cat(what, ": ", hp.status().message()));
+  };
+  auto millis = [&](const YAML::Node& v, const std::string& what, int& out) {
+    double seconds = 0;
+    if (yaml::read_duration(v, what, seconds, p)) out = static_cast<int>(seconds * 1000 + 0.5);
+  };
+  for (const auto& kv : doc) {
+    const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
+    const YAML::Node& v = kv.second;
+    if (key == "name") yaml::read_string(v, "name", c.name, p);
+    else if (key == "listen") host_port(v, "listen", c.listen);
+    else if (key == "metrics") host_port(v, "metrics", c.metrics);
+    else if (key == "data_dir") yaml::read_string(v, "data_dir", c.data_dir, p);
+    else if (key == "control_socket") yaml::read_string(v, "control_socket", c.control_socket, p);
+    else if (key == "log_format") yaml::read_string(v, "log_format", c.log_format, p);
+    else if (key == "gpus") {
+      if (!v.IsSequence()) p.add(v, "gpus: expected a list of GPU ids, e.g. [0, 1]");
+      else
+        for (const auto& g : v) {
+          int id = 0;
+          if (yaml::read_number(g, "gpus", id, p)) c.gpus.push_back(id);
+        }
+    } else if (key == "peers") {
+      if (!v.IsSequence()) {
+        p.add(v, "peers: expected a list of {name: ..., address: host:port}");
+        continue;
+      }
+      for (const auto& peer : v) {
+        if (!peer.IsMap() || !peer["name"] || !peer["address"]) {
+          p.add(peer, "peers: each peer is {name: ..., address: host:port}");
+          continue;
+        }
+        transport::PeerAddress a;
+        yaml::read_string(peer["name"], "peers.name", a.name, p);
+        HostPort hp;
+        host_port(peer["address"], cat("peers.", a.name, ".address"), hp);
+        a.host = hp.host;
+        a.port = hp.port;
+        c.peers.push_back(a);
+      }
+    } else if (key == "tls") {
+      if (!v.IsMap()) {
+        p.add(v, "tls: expected {ca: ..., cert: ..., key: ...}");
+        continue;
+      }
+      for (const auto& t : v) {
+        const std::string k = t.first.IsScalar() ? t.first.as<std::string>() : "";
+        if (k == "ca") yaml::read_string(t.second, "tls.ca", c.tls.ca_file, p);
+        else if (k == "cert") yaml::read_string(t.second, "tls.cert", c.tls.cert_file, p);
+        else if (k == "key") yaml::read_string(t.second, "tls.key", c.tls.key_file, p);
+        else p.add(t.first, cat("tls: unknown key '", k, "' (allowed: ca, cert, key)"));
+      }
+    } else if (key == "transport") {
+      if (!v.IsMap()) {
+        p.add(v, "transport: expected a map of options");
+        continue;
+      }
+      for (const auto& t : v) {
+        const std::string k = t.first.IsScalar() ? t.first.as<std::string>() : "";
+        const std::string what = "transport." + k;
+        auto& o = c.transport;
+        if (k == "connections_per_peer") yaml::read_number(t.second, what, o.connections_per_peer, p);
+        else if (k == "rate_limit_mbit") yaml::read_number(t.second, what, o.rate_limit_mbit, p);
+        else if (k == "read_timeout") millis(t.second, what, o.read_timeout_ms);
+        else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);
+        else if (k == "keepalive_interval") millis(t.second, what, o.keepalive_interval_ms);
+        else if (k == "connect_timeout") millis(t.second, what, o.connect_timeout_ms);
+        else
+          p.add(t.first, cat("transport: unknown key '", k,
+                             "' (allowed: connections_per_peer, rate_limit_mbit, read_timeout, write_timeout, "
+                             "keepalive_interval, connect_timeout)"));
+      }
+    } else {
+      p.add(kv.first, cat("unknown key '", key,
+                          "' (allowed: name, listen, peers, tls, data_dir, metrics, control_socket, gpus, "
+                          "log_format, transport)"));
+    }
+  }
+  if (!doc["name"]) p.add(doc, "name: missing; every site needs a name (the one in its certificate)");
+  if (p.empty()) {
+    Status valid = c.validate();
+    if (!valid.ok()) p.add(doc, valid.message());
+  }
+  if (!p.empty()) return p.status();
+  return c;
+}
+
+Result<SiteConfig> load_site_file(const std::string& path) {
+  auto doc = yaml::load_file(path);
+  if (!doc.ok()) return doc.status();
+  return parse_site_yaml(*doc, path);
+}
+
+const std::vector<SettingDoc>& overridable_settings() {
+  static const std::vector<SettingDoc> docs{
+      {"GEOLOCO_NAME", "--name", "this site's name (the one in its certificate)"},
+      {"GEOLOCO_LISTEN", "--listen", "host:port peers connect to (default 0.0.0.0:7400)"},
+      {"GEOLOCO_DATA_DIR", "--data-dir", "checkpoints and journals (default /var/lib/geoloco)"},
+      {"GEOLOCO_METRICS", "--metrics", "host:port of the Prometheus endpoint (default 127.0.0.1:9400)"},
+      {"GEOLOCO_CONTROL_SOCKET", "--control-socket", "Unix socket of the CLI (default /run/geoloco/geolocod.sock)"},
+      {"GEOLOCO_LOG_FORMAT", "--log-format", "text or json (default text)"},
+      {"GEOLOCO_RATE_LIMIT_MBIT", "--rate-limit-mbit", "cap on this site's egress, Mbit/s (default 0: none)"},
+  };
+  return docs;
+}
+
+Status apply_override(SiteConfig& c, std::string_view flag, std::string_view value) {
+  const std::string v(value);
+  if (flag == "--name") c.name = v;
+  else if (flag == "--data-dir") c.data_dir = v;
+  else if (flag == "--control-socket") c.control_socket = v;
+  else if (flag == "--log-format") c.log_format = v;
+  else if (flag == "--listen" || flag == "--metrics") {
+    auto hp = parse_host_port(v);
+    GEOLOCO_RETURN_IF(!hp.ok(), Err::invalid_argument, flag, ": ", hp.status().message());
+    (flag == "--listen" ? c.listen : c.metrics) = *hp;
+  } else if (flag == "--rate-limit-mbit") {
+    double rate = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), rate);
+    GEOLOCO_RETURN_IF(ec != std::errc() || end != v.data() + v.size() || rate < 0, Err::invalid_argument, flag,
+                      ": expected a number of Mbit/s >= 0, got '", v, "'");
+    c.transport.rate_limit_mbit = rate;
+  } else {
+    return GEOLOCO_ERROR(Err::invalid_argument, "unknown setting ", flag);
+  }
+  return {};
+}
+
+Status apply_environment(SiteConfig& c, const std::function<const char*(const char*)>& getenv) {
+  for (const auto& s : overridable_settings()) {
+    const char* value = getenv(s.env);
+    if (value == nullptr) continue;
+    Status applied = apply_override(c, s.flag, value);
+    GEOLOCO_RETURN_IF(!applied.ok(), Err::invalid_argument, s.env, " (", s.flag, "): ", applied.message());
+  }
+  return {};
+}
+
+}  // namespace geoloco::daemon

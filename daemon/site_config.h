@@ -1,0 +1,84 @@
+// The site file (/etc/geoloco/site.yaml, DESIGN §6): who this site is, where
+// it listens, its peers, its TLS files, where it keeps state and serves
+// metrics, its GPUs, and transport tuning. YAML fills the struct; then
+// GEOLOCO_* environment variables, then command-line flags override it, in
+// that order. Every problem is reported at once with file:line:column.
+//
+//   name: eu-west
+//   listen: 0.0.0.0:7400
+//   peers:
+//     - {name: us-east, address: us-east.example.org:7400}
+//   tls: {ca: /etc/geoloco/tls/ca.pem, cert: /etc/geoloco/tls/site.pem, key: /etc/geoloco/tls/site.key}
+//   data_dir: /var/lib/geoloco
+//   metrics: 127.0.0.1:9400
+//   control_socket: /run/geoloco/geolocod.sock
+//   gpus: [0, 1, 2, 3]
+//   log_format: text            # text | json
+//   transport: {connections_per_peer: 4, rate_limit_mbit: 0, read_timeout: 20s,
+//               write_timeout: 20s, keepalive_interval: 5s, connect_timeout: 10s}
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/mesh.h"
+#include "transport/options.h"
+#include "transport/tls/tls_context.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace geoloco::daemon {
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// "host:port" or "[v6]:port". Errors: invalid_argument.
+Result<HostPort> parse_host_port(std::string_view text);
+
+struct SiteConfig {
+  std::string name;                                 ///< required; the name in this site's certificate
+  HostPort listen{"0.0.0.0", 7400};                 ///< where peers connect
+  std::vector<transport::PeerAddress> peers;        ///< every other site of the federation
+  transport::tls::TlsFiles tls{"/etc/geoloco/tls/ca.pem", "/etc/geoloco/tls/site.pem", "/etc/geoloco/tls/site.key"};
+  std::string data_dir = "/var/lib/geoloco";        ///< checkpoints, journals
+  HostPort metrics{"127.0.0.1", 9400};              ///< Prometheus text on http://metrics/metrics
+  std::string control_socket = "/run/geoloco/geolocod.sock";  ///< `geoloco submit/status/...` talk here
+  std::vector<int> gpus;                            ///< local GPU ids for the built-in trainer; empty: CPU
+  std::string log_format = "text";                  ///< text | json
+  transport::TransportOptions transport;            ///< connections, rate cap, timeouts
+
+  /// Errors: invalid_argument naming each broken rule.
+  Status validate() const;
+};
+
+/// Reads a site file's document; absent keys keep their defaults, `name` is
+/// required. Errors: invalid_argument listing every problem with line and column.
+Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view source);
+/// Loads and parses a site file. Errors: io, invalid_argument.
+Result<SiteConfig> load_site_file(const std::string& path);
+
+/// One overridable setting: its environment variable, its flag, its help.
+struct SettingDoc {
+  const char* env;
+  const char* flag;
+  const char* help;
+};
+/// Every setting the environment and flags may override, for --help.
+const std::vector<SettingDoc>& overridable_settings();
+
+/// Applies GEOLOCO_* variables read through `getenv` (so tests pass their
+/// own). Errors: invalid_argument naming the variable.
+Status apply_environment(SiteConfig& config, const std::function<const char*(const char*)>& getenv);
+
+/// Applies one override by flag name (e.g. "--listen", "0.0.0.0:7500").
+/// Errors: invalid_argument naming the flag.
+Status apply_override(SiteConfig& config, std::string_view flag, std::string_view value);
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,95 @@
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "daemon/site_config.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+namespace {
+Result<SiteConfig> parse(const std::string& text) { return parse_site_yaml(YAML::Load(text), "site.yaml"); }
+}  // namespace
+
+TEST_CASE("a site file fills every field; absent ones keep their defaults") {
+  auto c = parse(R"(name: eu-west
+listen: 0.0.0.0:7500
+peers:
+  - {name: us-east, address: us-east.example.org:7400}
+  - {name: ap-south, address: "[::1]:7401"}
+tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
+data_dir: /srv/geoloco
+gpus: [0, 1]
+transport: {connections_per_peer: 8, rate_limit_mbit: 900, read_timeout: 30s, keepalive_interval: 2s}
+)");
+  INFO(c.status().message());
+  REQUIRE(c.ok());
+  CHECK(c->name == "eu-west");
+  CHECK(c->listen.port == 7500);
+  REQUIRE(c->peers.size() == 2);
+  CHECK(c->peers[0].host == "us-east.example.org");
+  CHECK(c->peers[1].host == "::1");
+  CHECK(c->peers[1].port == 7401);
+  CHECK(c->tls.key_file == "/tls/site.key");
+  CHECK(c->gpus == std::vector<int>{0, 1});
+  CHECK(c->transport.connections_per_peer == 8);
+  CHECK(c->transport.rate_limit_mbit == 900);
+  CHECK(c->transport.read_timeout_ms == 30000);
+  CHECK(c->transport.keepalive_interval_ms == 2000);
+  CHECK(c->metrics.port == 9400);  // default
+  CHECK(c->control_socket == "/run/geoloco/geolocod.sock");
+}
+
+TEST_CASE("every problem of a site file is reported with line and column") {
+  auto c = parse(R"(name: EU_West
+listen: nowhere
+peers:
+  - {name: us-east}
+colour: blue
+transport: {read_timeout: soon}
+)");
+  REQUIRE_FALSE(c.ok());
+  const std::string m = c.status().message();
+  INFO(m);
+  CHECK(m.find("site.yaml:2:9: listen: 'nowhere' is not host:port") != std::string::npos);
+  CHECK(m.find("site.yaml:4:5: peers: each peer is {name: ..., address: host:port}") != std::string::npos);
+  CHECK(m.find("site.yaml:5:1: unknown key 'colour'") != std::string::npos);
+  CHECK(m.find("site.yaml:6:27: transport.read_timeout: expected a duration") != std::string::npos);
+
+  auto bad_name = parse("name: EU_West\n");
+  REQUIRE_FALSE(bad_name.ok());
+  CHECK(bad_name.status().message().find("name: a site name uses only a-z, 0-9") != std::string::npos);
+  auto no_name = parse("listen: 0.0.0.0:1\n");
+  CHECK(no_name.status().message().find("name: missing") != std::string::npos);
+  auto self_peer = parse("name: a\npeers: [{name: a, address: 'h:1'}]\n");
+  CHECK(self_peer.status().message().find("peers: 'a' is this site itself") != std::string::npos);
+}
+
+TEST_CASE("flags override the environment, which overrides the file") {
+  auto c = parse("name: eu-west\nlisten: 0.0.0.0:7400\ndata_dir: /from/file\n");
+  REQUIRE(c.ok());
+  std::map<std::string, std::string> env{{"GEOLOCO_DATA_DIR", "/from/env"}, {"GEOLOCO_LISTEN", "127.0.0.1:7600"}};
+  auto getenv = [&](const char* k) -> const char* {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  REQUIRE(apply_environment(*c, getenv).ok());
+  CHECK(c->data_dir == "/from/env");
+  CHECK(c->listen.port == 7600);
+  REQUIRE(apply_override(*c, "--data-dir", "/from/flag").ok());
+  CHECK(c->data_dir == "/from/flag");
+
+  env["GEOLOCO_RATE_LIMIT_MBIT"] = "fast";
+  Status s = apply_environment(*c, getenv);
+  CHECK(s.message() == "GEOLOCO_RATE_LIMIT_MBIT (--rate-limit-mbit): --rate-limit-mbit: expected a number of Mbit/s >= 0, got 'fast'");
+  CHECK(overridable_settings().size() == 7);
+}
+
+TEST_CASE("host:port parsing") {
+  CHECK(parse_host_port("a:1")->host == "a");
+  CHECK(parse_host_port("[::1]:80")->host == "::1");
+  CHECK_FALSE(parse_host_port("a").ok());
+  CHECK_FALSE(parse_host_port("a:99999").ok());
+  CHECK_FALSE(parse_host_port(":80").ok());
+}

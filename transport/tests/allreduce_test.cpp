@@ -198,3 +198,27 @@ TEST_CASE("a peer that disappears mid-transfer is detected within the read timeo
     CHECK(detected_after < std::chrono::milliseconds(options.read_timeout_ms + 1500));
   }
 }
+
+TEST_CASE("dropped connections are dialed again with backoff and the next all-reduce succeeds") {
+  auto names = names_for(2);
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, names, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  // Cut every connection between a and b, from b's side.
+  sites[1]->call([&] {
+    for (int k = 0; k < 2; ++k)
+      if (auto c = sites[1]->mesh().connection("a", k)) c->close(GEOLOCO_ERROR(Err::io, "cut by the test"));
+    return 0;
+  });
+  for (auto& s : sites) {
+    auto* site = s.get();
+    Status back = site->spawn([site, names]() { return site->mesh().wait_connected(names, std::chrono::seconds(10)); }).get();
+    INFO(back.message());
+    REQUIRE(back.ok());
+  }
+  auto out = run_all(sites, 1, 10000, compression::PipelineSpec{});
+  for (auto& r : out.results) CHECK(r.ok());
+  CHECK(out.outputs[0] == reference(2, 10000));
+}

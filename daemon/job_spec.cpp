@@ -1,0 +1,188 @@
+#include "daemon/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "common/yaml_reader.h"
+#include "compression/pipeline_yaml.h"
+#include "transport/certs.h"
+
+namespace geoloco::daemon {
+
+namespace {
+
+using yaml::Problems;
+
+// Keys of a section, read by `readers`; anything else is refused, except the
+// keys another component reads from the same section (`foreign`).
+using Reader = std::function<void(const YAML::Node&, const std::string&)>;
+void read_map(const YAML::Node& node, const std::string& section, const std::map<std::string, Reader>& readers,
+              const std::set<std::string>& foreign, Problems& p) {
+  if (!node || node.IsNull()) return;
+  if (!node.IsMap()) {
+    p.add(node, cat(section, ": expected a map of options"));
+    return;
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
+    auto it = readers.find(key);
+    if (it != readers.end()) {
+      it->second(kv.second, cat(section, ".", key));
+    } else if (!foreign.count(key)) {
+      std::string allowed;
+      for (const auto& [k, r] : readers) allowed += (allowed.empty() ? "" : ", ") + k;
+      for (const auto& k : foreign) allowed += ", " + k;
+      p.add(kv.first, cat(section, ": unknown key '", key, "' (allowed: ", allowed, ")"));
+    }
+  }
+}
+
+}  // namespace
+
+Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, const std::set<std::string>& known) {
+  Problems p(source);
+  JobSpec j;
+  if (!doc.IsMap()) {
+    p.add(doc, "a job file is a map (name, sites, coordinator, trainer, inner, outer, ...)");
+    return p.status();
+  }
+  std::vector<std::string> extra;  // messages that carry their own position
+  static const std::set<std::string> top{"name",      "sites",       "coordinator", "seed",      "trainer",
+                                         "inner",     "outer",       "compression", "streaming", "straggler",
+                                         "checkpoint", "stop"};
+  for (const auto& kv : doc) {
+    const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
+    if (!top.count(key)) {
+      std::string allowed;
+      for (const auto& k : top) allowed += (allowed.empty() ? "" : ", ") + k;
+      p.add(kv.first, cat("unknown key '", key, "' (allowed: ", allowed, ")"));
+    }
+  }
+  if (!doc["name"]) p.add(doc, "name: missing; a job needs a name");
+  else if (yaml::read_string(doc["name"], "name", j.name, p) && j.name.empty()) p.add(doc["name"], "name: empty");
+
+  if (!doc["sites"] || !doc["sites"].IsSequence() || doc["sites"].size() == 0) {
+    p.add(doc["sites"] ? doc["sites"] : doc, "sites: expected a list of the sites that train, e.g. [a, b]");
+  } else {
+    std::set<std::string> seen;
+    for (const auto& s : doc["sites"]) {
+      std::string name;
+      if (!yaml::read_string(s, "sites", name, p)) continue;
+      if (!seen.insert(name).second) {
+        p.add(s, cat("sites: '", name, "' is listed twice"));
+        continue;
+      }
+      j.sites.push_back(name);
+      if (const std::string problem = transport::site_name_problem(name); !problem.empty()) {
+        p.add(s, "sites: " + problem);
+      } else if (!known.empty() && !known.count(name)) {
+        std::string fed;
+        for (const auto& k : known) fed += (fed.empty() ? "" : ", ") + k;
+        p.add(s, cat("sites: '", name, "' is not a site of this federation (known: ", fed, ")"));
+      }
+    }
+  }
+  if (!doc["coordinator"]) p.add(doc, "coordinator: missing; name the site that runs the rounds");
+  else if (yaml::read_string(doc["coordinator"], "coordinator", j.coordinator, p) && !j.sites.empty() &&
+           std::find(j.sites.begin(), j.sites.end(), j.coordinator) == j.sites.end())
+    p.add(doc["coordinator"], cat("coordinator: '", j.coordinator, "' is not one of the job's sites"));
+  if (doc["seed"]) yaml::read_number(doc["seed"], "seed", j.seed, p);
+
+  auto& t = j.trainer;
+  read_map(doc["trainer"], "trainer",
+           {{"kind", [&](const YAML::Node& v, const std::string& w) {
+               yaml::read_enum(v, w, std::map<std::string, TrainerSpec::Kind>{{"builtin", TrainerSpec::Kind::builtin},
+                                                                               {"external", TrainerSpec::Kind::external}},
+                               t.kind, p);
+             }},
+            {"model", [&](const YAML::Node& v, const std::string& w) {
+               yaml::read_enum(v, w, std::map<std::string, std::string>{{"mlp", "mlp"}, {"gpt", "gpt"}}, t.model, p);
+             }},
+            {"layers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.layers, p); }},
+            {"width", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.width, p); }},
+            {"heads", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.heads, p); }},
+            {"context", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.context, p); }},
+            {"workers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.workers, p); }}},
+           {}, p);
+  if (doc["trainer"]) {
+    const YAML::Node& at = doc["trainer"];
+    if (t.layers < 1 || t.width < 1 || t.heads < 1 || t.context < 1 || t.workers < 1)
+      p.add(at, "trainer: layers, width, heads, context and workers must each be at least 1");
+    else if (t.model == "gpt" && t.width % t.heads != 0)
+      p.add(at, cat("trainer: width (", t.width, ") must be a multiple of heads (", t.heads, ")"));
+  }
+
+  auto& in = j.inner;
+  read_map(doc["inner"], "inner",
+           {{"optimizer", [&](const YAML::Node& v, const std::string& w) {
+               yaml::read_enum(v, w, std::map<std::string, std::string>{{"adamw", "adamw"}}, in.optimizer, p);
+             }},
+            {"lr", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, in.lr, p) && !(in.lr > 0)) p.add(v, w + ": must be > 0");
+             }},
+            {"batch", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, in.batch, p) && in.batch == 0) p.add(v, w + ": must be at least 1");
+             }},
+            {"warmup", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.warmup, p); }},
+            {"weight_decay", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.weight_decay, p); }},
+            {"clip", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.clip, p); }}},
+           {"steps", "duration", "min_steps"}, p);
+
+  auto outer_config = outer::parse_outer_job_yaml(doc, source);
+  if (outer_config.ok()) j.outer = *outer_config;
+  else extra.push_back(outer_config.status().message());
+
+  if (doc["compression"]) {
+    auto pipeline = compression::parse_pipeline_yaml(doc["compression"], source);
+    if (pipeline.ok()) j.compression = *pipeline;
+    else extra.push_back(pipeline.status().message());
+  }
+
+  double deadline_s = j.quorum.deadline_ms.count() / 1000.0;
+  read_map(doc["straggler"], "straggler",
+           {{"deadline", [&](const YAML::Node& v, const std::string& w) { yaml::read_duration(v, w, deadline_s, p); }},
+            {"min_sites", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, j.quorum.min_sites, p) && j.quorum.min_sites < 1)
+                 p.add(v, w + ": must be at least 1");
+               else if (!j.sites.empty() && j.quorum.min_sites > static_cast<int>(j.sites.size()))
+                 p.add(v, cat(w, ": ", j.quorum.min_sites, " is more than the job's ", j.sites.size(), " sites"));
+             }}},
+           {"policy", "decay", "max_rounds_late"}, p);
+  j.quorum.deadline_ms = Millis(static_cast<long long>(deadline_s * 1000 + 0.5));
+
+  read_map(doc["checkpoint"], "checkpoint",
+           {{"every_rounds", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, j.checkpoint_every_rounds, p) && j.checkpoint_every_rounds == 0)
+                 p.add(v, w + ": must be at least 1");
+             }}},
+           {}, p);
+
+  std::uint64_t rounds = 0, tokens = 0;
+  read_map(doc["stop"], "stop",
+           {{"rounds", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, rounds, p)) j.stop_rounds = rounds;
+             }},
+            {"tokens", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, tokens, p)) j.stop_tokens = tokens;
+             }}},
+           {}, p);
+  if (!doc["stop"]) p.add(doc, "stop: missing; say when the job ends, e.g. stop: {rounds: 20}");
+  else if (!j.stop_rounds && !j.stop_tokens && doc["stop"].IsMap())
+    p.add(doc["stop"], "stop: expected rounds or tokens");
+
+  if (p.empty() && extra.empty()) return j;
+  std::string all = p.empty() ? "" : p.status().message();
+  for (const auto& e : extra) all += (all.empty() ? "" : "\n") + e;
+  return Status(Err::invalid_argument, all);
+}
+
+Result<JobSpec> load_job_file(const std::string& path, const std::set<std::string>& known_sites) {
+  auto doc = yaml::load_file(path);
+  if (!doc.ok()) return doc.status();
+  return parse_job_yaml(*doc, path, known_sites);
+}
+
+}  // namespace geoloco::daemon

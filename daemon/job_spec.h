@@ -1,0 +1,85 @@
+// A job file (DESIGN §6), validated completely before anything starts: every
+// problem of every section, in one message, each with file:line:column.
+//
+//   name: demo
+//   sites: [a, b, c]
+//   coordinator: a
+//   seed: 1
+//   trainer:
+//     kind: builtin             # builtin | external (a framework attaches through the sync protocol)
+//     model: mlp                # mlp (Fashion-MNIST) | gpt (King James Bible, bytes)
+//     layers: 2                 # model size; which keys apply depends on the model
+//     width: 128
+//     heads: 4                  # gpt only
+//     context: 64               # gpt only
+//     workers: 1                # data-parallel workers (processes or GPUs) per site
+//   inner: {optimizer: adamw, lr: 0.001, steps: 100, batch: 32, warmup: 10, weight_decay: 0.01, clip: 1.0}
+//   outer: {optimizer: nesterov, lr: 0.7, momentum: 0.9}         # outer/job_yaml.h
+//   compression: [{topk: {density: 0.01}}, {quantize: {bits: 4}}, zstd]   # compression/pipeline_yaml.h
+//   streaming: {fragments: 1}
+//   straggler: {deadline: 30s, min_sites: 2, policy: carry, decay: 0.5}
+//   checkpoint: {every_rounds: 5}
+//   stop: {rounds: 20}         # or {tokens: 1000000}
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "compression/pipeline_spec.h"
+#include "daemon/round_decision.h"
+#include "outer/job_yaml.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace geoloco::daemon {
+
+struct TrainerSpec {
+  enum class Kind { builtin, external };
+  Kind kind = Kind::builtin;
+  std::string model = "mlp";  ///< builtin: mlp | gpt
+  int layers = 2;
+  int width = 128;
+  int heads = 4;
+  int context = 64;
+  int workers = 1;            ///< data-parallel workers per site
+};
+
+struct InnerSpec {
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  std::uint64_t batch = 32;      ///< samples (mlp) or sequences (gpt) per step per worker
+  std::uint64_t warmup = 0;      ///< steps of linear warmup
+  double weight_decay = 0.01;
+  double clip = 1.0;             ///< global gradient-norm clip, 0 = off
+};
+
+struct JobSpec {
+  std::string name;
+  std::vector<std::string> sites;  ///< in the order the job lists them
+  std::string coordinator;
+  std::uint64_t seed = 1;
+  TrainerSpec trainer;
+  InnerSpec inner;
+  outer::OuterJobConfig outer;     ///< inner.steps/duration, outer, streaming, straggler policy
+  compression::PipelineSpec compression;  ///< empty: raw fp32
+  QuorumOptions quorum;            ///< straggler.deadline and min_sites (heartbeat timeout is the site's)
+  std::uint64_t checkpoint_every_rounds = 5;
+  std::optional<std::uint64_t> stop_rounds;
+  std::optional<std::uint64_t> stop_tokens;
+};
+
+/// Parses and validates a job document. `known_sites`, when not empty, is
+/// the federation (this site and its peers): a job naming another site is
+/// refused. Errors: invalid_argument listing every problem.
+Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source,
+                               const std::set<std::string>& known_sites = {});
+/// Loads, parses and validates a job file. Errors: io, invalid_argument.
+Result<JobSpec> load_job_file(const std::string& path, const std::set<std::string>& known_sites = {});
+
+}  // namespace geoloco::daemon

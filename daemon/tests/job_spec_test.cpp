@@ -1,0 +1,82 @@
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+
+#include "daemon/job_spec.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+namespace {
+Result<JobSpec> parse(const std::string& text, const std::set<std::string>& known = {}) {
+  return parse_job_yaml(YAML::Load(text), "job.yaml", known);
+}
+}  // namespace
+
+TEST_CASE("a complete job file fills every section") {
+  auto j = parse(R"(name: demo
+sites: [a, b, c]
+coordinator: a
+seed: 7
+trainer: {kind: builtin, model: gpt, layers: 2, width: 64, heads: 4, context: 32, workers: 2}
+inner: {optimizer: adamw, lr: 0.003, steps: 40, batch: 16, warmup: 5}
+outer: {optimizer: nesterov, lr: 0.7, momentum: 0.9}
+compression: [{topk: {density: 0.05}}, {quantize: {bits: 4}}, zstd]
+straggler: {deadline: 15s, min_sites: 2, policy: carry, decay: 0.5}
+checkpoint: {every_rounds: 3}
+stop: {rounds: 12}
+)", {"a", "b", "c", "d"});
+  INFO(j.status().message());
+  REQUIRE(j.ok());
+  CHECK(j->sites == std::vector<std::string>{"a", "b", "c"});
+  CHECK(j->trainer.model == "gpt");
+  CHECK(j->trainer.workers == 2);
+  CHECK(j->inner.lr == 0.003);
+  CHECK(j->outer.inner.steps == 40);
+  CHECK(j->outer.outer.momentum == 0.9);
+  CHECK(j->compression.stages.size() == 3);
+  CHECK(j->quorum.deadline_ms == std::chrono::seconds(15));
+  CHECK(j->quorum.min_sites == 2);
+  CHECK(j->checkpoint_every_rounds == 3);
+  CHECK(j->stop_rounds == 12u);
+  CHECK_FALSE(j->stop_tokens);
+}
+
+TEST_CASE("every problem of a job file is reported at once, each with line and column") {
+  auto j = parse(R"(name: demo
+sites: [a, b, b, Zed]
+coordinator: x
+trainer: {model: resnet}
+inner: {lr: -1, steps: 10}
+outer: {optimizer: adam}
+compression: [lz4]
+straggler: {min_sites: 9}
+colour: red
+)", {"a", "b"});
+  REQUIRE_FALSE(j.ok());
+  const std::string m = j.status().message();
+  INFO(m);
+  CHECK(m.find("job.yaml:2:15: sites: 'b' is listed twice") != std::string::npos);
+  CHECK(m.find("job.yaml:2:18: sites: a site name uses only") != std::string::npos);
+  CHECK(m.find("job.yaml:3:14: coordinator: 'x' is not one of the job's sites") != std::string::npos);
+  CHECK(m.find("job.yaml:4:18: trainer.model: expected gpt or mlp") != std::string::npos);
+  CHECK(m.find("job.yaml:5:13: inner.lr: must be > 0") != std::string::npos);
+  CHECK(m.find("job.yaml:6:20: outer.optimizer: expected nesterov or sgd") != std::string::npos);
+  CHECK(m.find("job.yaml:7:15: unknown codec 'lz4'") != std::string::npos);
+  CHECK(m.find("straggler.min_sites: 9 is more than the job's 3 sites") != std::string::npos);
+  CHECK(m.find("job.yaml:9:1: unknown key 'colour'") != std::string::npos);
+  CHECK(m.find("stop: missing") != std::string::npos);
+}
+
+TEST_CASE("a job naming a site outside the federation is refused") {
+  auto j = parse("name: x\nsites: [a, mars]\ncoordinator: a\nstop: {rounds: 1}\n", {"a", "b"});
+  REQUIRE_FALSE(j.ok());
+  CHECK(j.status().message() == "job.yaml:2:12: sites: 'mars' is not a site of this federation (known: a, b)");
+}
+
+TEST_CASE("a malformed job file is refused with its line and column") {
+  auto j = load_job_file("tests/data/syntax-error.yaml");
+  REQUIRE_FALSE(j.ok());
+  CHECK(j.status().message().find("tests/data/syntax-error.yaml:3:") == 0);
+  CHECK(load_job_file("tests/data/missing.yaml").status().code() == Err::io);
+}

@@ -1,0 +1,47 @@
+// The coordinator's journal (DESIGN §3-§4): every round decision is written
+// here, and made durable, before it is announced, so a coordinator restarted
+// after kill -9 resumes at the journaled round and never applies a round
+// twice or loses one.
+//
+// Format: one record per line, `<xxh3-64 hex> <json>\n`. A record counts
+// only when its line is complete and its hash matches; opening the journal
+// drops a torn or corrupted tail (a crash mid-append) and truncates the file
+// there, so the next append starts clean.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geoloco::daemon {
+
+class Journal {
+ public:
+  /// Opens (creating if missing) and reads the journal at `path`.
+  /// Errors: io. A torn tail is not an error: it is dropped and counted.
+  static Result<Journal> open(const std::string& path);
+
+  Journal(Journal&&) noexcept;
+  Journal& operator=(Journal&&) noexcept;
+  ~Journal();
+
+  /// The complete records, oldest first.
+  const std::vector<nlohmann::json>& records() const { return records_; }
+  /// Bytes dropped from the tail when the journal was opened.
+  std::size_t dropped_bytes() const { return dropped_bytes_; }
+
+  /// Appends a record and returns only once it is on disk (fdatasync).
+  /// Errors: io (the record may then be absent after a crash, never torn).
+  Status append(const nlohmann::json& record);
+
+ private:
+  Journal(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+  std::vector<nlohmann::json> records_;
+  std::size_t dropped_bytes_ = 0;
+};
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,112 @@
+// The journal keeps every complete record and nothing torn: kill -9 of a
+// writer at random moments, and damaged tails, leave a prefix of the records.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "daemon/journal.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("geoloco-journal-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove(p);
+  return p.string();
+}
+}  // namespace
+
+TEST_CASE("journal records survive a reopen in order") {
+  const auto path = temp_path("basic");
+  {
+    auto j = Journal::open(path);
+    REQUIRE(j.ok());
+    CHECK(j->records().empty());
+    for (int r = 1; r <= 3; ++r) REQUIRE(j->append({{"round", r}, {"kind", "plan"}}).ok());
+  }
+  auto j = Journal::open(path);
+  REQUIRE(j.ok());
+  REQUIRE(j->records().size() == 3);
+  CHECK(j->records()[2]["round"] == 3);
+  CHECK(j->dropped_bytes() == 0);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a torn or corrupted tail is dropped, and appends continue cleanly") {
+  const auto path = temp_path("torn");
+  {
+    auto j = Journal::open(path);
+    REQUIRE(j.ok());
+    REQUIRE(j->append({{"round", 1}}).ok());
+    REQUIRE(j->append({{"round", 2}}).ok());
+  }
+  {
+    std::ofstream(path, std::ios::app) << "0123456789abcdef {\"round\": 3";  // crash mid-append
+  }
+  auto j = Journal::open(path);
+  REQUIRE(j.ok());
+  CHECK(j->records().size() == 2);
+  CHECK(j->dropped_bytes() > 0);
+  REQUIRE(j->append({{"round", 3}}).ok());
+  auto again = Journal::open(path);
+  REQUIRE(again.ok());
+  REQUIRE(again->records().size() == 3);
+  CHECK(again->records()[2]["round"] == 3);
+
+  // A flipped byte in the middle record cuts the journal there.
+  std::string content;
+  {
+    std::ifstream in(path);
+    content.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  content[content.find("\"round\":2") + 9] = '7';
+  std::ofstream(path, std::ios::trunc) << content;
+  auto damaged = Journal::open(path);
+  REQUIRE(damaged.ok());
+  CHECK(damaged->records().size() == 1);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("kill -9 of a writer at random moments leaves a prefix of complete records") {
+  const auto path = temp_path("kill");
+  std::uint64_t expected_at_least = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      auto j = Journal::open(path);
+      if (!j.ok()) ::_exit(2);
+      std::uint64_t next = j->records().size();
+      for (;;) {
+        if (!j->append({{"seq", next++}, {"pad", std::string(100 + next % 300, 'x')}}).ok()) ::_exit(3);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(2000 + (trial * 7919) % 20000));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    auto j = Journal::open(path);
+    REQUIRE(j.ok());
+    // Every record is complete and they are 0, 1, 2, ... with no gap.
+    for (std::size_t i = 0; i < j->records().size(); ++i) REQUIRE(j->records()[i]["seq"] == i);
+    CHECK(j->records().size() >= expected_at_least);
+    expected_at_least = j->records().size();
+  }
+  CHECK(expected_at_least > 0);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("an unopenable journal is an io error naming the path") {
+  auto j = Journal::open("/nonexistent-dir/geoloco/journal");
+  REQUIRE_FALSE(j.ok());
+  CHECK(j.status().code() == Err::io);
+  CHECK(j.status().message().find("/nonexistent-dir/geoloco/journal") != std::string::npos);
+}

@@ -1,0 +1,45 @@
+#include <catch2/catch.hpp>
+
+#include "daemon/metrics.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+TEST_CASE("metrics render in Prometheus text format, sorted and escaped") {
+  Metrics m;
+  REQUIRE(m.declare("geoloco_rounds_total", Metrics::Type::counter, "Rounds committed.").ok());
+  REQUIRE(m.declare("geoloco_bytes_sent_total", Metrics::Type::counter, "Bytes sent to a peer.").ok());
+  REQUIRE(m.declare("geoloco_loss", Metrics::Type::gauge, "Eval loss of the anchor.").ok());
+  REQUIRE(m.add("geoloco_rounds_total", {{"job", "demo"}}, 1).ok());
+  REQUIRE(m.add("geoloco_rounds_total", {{"job", "demo"}}, 2).ok());
+  REQUIRE(m.add("geoloco_bytes_sent_total", {{"job", "demo"}, {"peer", "b"}}, 1024).ok());
+  REQUIRE(m.add("geoloco_bytes_sent_total", {{"job", "demo"}, {"peer", "a\"x"}}, 5).ok());
+  REQUIRE(m.set("geoloco_loss", {{"job", "demo"}}, 0.25).ok());
+  CHECK(m.value("geoloco_rounds_total", {{"job", "demo"}}) == 3);
+  CHECK(m.render() ==
+        "# HELP geoloco_bytes_sent_total Bytes sent to a peer.\n"
+        "# TYPE geoloco_bytes_sent_total counter\n"
+        "geoloco_bytes_sent_total{job=\"demo\",peer=\"a\\\"x\"} 5\n"
+        "geoloco_bytes_sent_total{job=\"demo\",peer=\"b\"} 1024\n"
+        "# HELP geoloco_loss Eval loss of the anchor.\n"
+        "# TYPE geoloco_loss gauge\n"
+        "geoloco_loss{job=\"demo\"} 0.25\n"
+        "# HELP geoloco_rounds_total Rounds committed.\n"
+        "# TYPE geoloco_rounds_total counter\n"
+        "geoloco_rounds_total{job=\"demo\"} 3\n");
+}
+
+TEST_CASE("metric names and uses that break the conventions are refused") {
+  Metrics m;
+  CHECK(m.declare("rounds_total", Metrics::Type::counter, "").message().find("start with geoloco_") !=
+        std::string::npos);
+  CHECK(m.declare("geoloco_rounds", Metrics::Type::counter, "").message() == "counter 'geoloco_rounds' must end in _total");
+  CHECK(m.declare("geoloco_Loss", Metrics::Type::gauge, "").code() == Err::invalid_argument);
+  REQUIRE(m.declare("geoloco_loss", Metrics::Type::gauge, "").ok());
+  CHECK(m.declare("geoloco_loss", Metrics::Type::counter, "").code() == Err::invalid_argument);
+  CHECK(m.add("geoloco_loss", {}, 1).message() == "'geoloco_loss' is not a declared counter");
+  REQUIRE(m.declare("geoloco_x_total", Metrics::Type::counter, "").ok());
+  CHECK(m.add("geoloco_x_total", {}, -1).code() == Err::invalid_argument);
+  CHECK(m.set("geoloco_x_total", {}, 1).code() == Err::invalid_argument);
+  CHECK(escape_label_value("a\\b\n") == "a\\\\b\\n");
+}

@@ -1,0 +1,50 @@
+// Rules about parameter layouts and fragments, as pure functions: what a
+// HELLO's layout must satisfy, how it is compared with the layout a job
+// expects (with a message a user can act on), and what a fragment table must
+// satisfy. The daemon side (server.h) and the trainer side (client.h) both
+// apply them; nothing here touches a socket.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "inner/protocol/message.h"
+
+namespace geoloco::inner::protocol {
+
+/// Largest segment accepted: 2^36 values = 256 GiB of fp32. Refused before
+/// any multiplication could overflow or any memory is reserved.
+inline constexpr std::uint64_t kMaxValues = 1ull << 36;
+
+/// Values in the flat buffer (end of the last tensor); 0 for an empty layout.
+std::uint64_t layout_values(const Layout& layout);
+
+/// Rules: at least one tensor; names non-empty, unique, without control
+/// characters; every dimension > 0; tensors lie contiguously in list order
+/// (tensor 0 at offset 0, each next one where the previous ends) — the flat
+/// buffer of DESIGN §3, as inner/ and outer/ lay it out; at most kMaxValues
+/// values. Errors: invalid_argument naming the tensor and the rule.
+Status check_layout(const Layout& layout);
+
+/// Ok when `got` equals `expected` tensor by tensor; otherwise mismatch
+/// naming the first difference ("tensor 2 ('fc2.weight'): the job expects
+/// shape [10, 256], the trainer sent [256, 10]").
+Status compare_layouts(const Layout& expected, const Layout& got);
+
+/// Rules for a fragment table over a segment of `values` values laid out by
+/// `layout`: at least one fragment; fragments are non-empty, in order, and
+/// cover [0, values) without gaps; every boundary is a tensor boundary (a
+/// fragment never cuts a tensor, DESIGN §1). Errors: invalid_argument naming
+/// the fragment and the rule.
+Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& layout);
+
+/// Cuts the layout into `count` contiguous fragments of about equal size, each
+/// ending at the first tensor boundary at or past (k+1)/count of the values
+/// and keeping at least one tensor (outer/fragments.h cuts the same way), all
+/// starting at `next_round`. Errors: invalid_argument (a bad layout; count 0
+/// or more than the tensors).
+Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count, std::uint64_t next_round);
+
+}  // namespace geoloco::inner::protocol

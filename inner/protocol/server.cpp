@@ -59,6 +59,9 @@ std::span<float> Server::segment_values() { return segment_.mapped() ? segment_.
 ServerSnapshot Server::snapshot() const { return ServerSnapshot{phase_, layout_, fragments_}; }
 
 void Server::on_listen_readable() {
+  // A trainer that died and was restarted at once: its old connection's end
+  // is already readable, so handle it before judging the new one "second".
+  if (trainer_.valid()) on_trainer_readable();
   for (;;) {
     auto accepted = accept_unix(listen_.get());
     if (!accepted.ok()) {

@@ -320,6 +320,28 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connecti
       if (conn->is_open()) reject(peer, conn.get(), header.status());
       break;
     }
+    if (header->type == FrameType::control) {
+      // Control messages are not part of an operation: no gate, in order.
+      if (header->job != options_.job || !control_handler_) {
+        reject(peer, conn.get(),
+               header->job != options_.job
+                   ? GEOLOCO_ERROR(Err::mismatch, "control frame from ", peer, " for job ", header->job,
+                                   ", this mesh serves job ", options_.job)
+                   : GEOLOCO_ERROR(Err::unsupported, "control frame from ", peer, ", but this site takes none"));
+        break;
+      }
+      auto payload = co_await conn->read_payload(*header);
+      if (!payload.ok()) {
+        if (conn->is_open()) reject(peer, conn.get(), payload.status());
+        break;
+      }
+      Status handled = control_handler_(peer, *header, std::move(*payload));
+      if (!handled.ok()) {
+        reject(peer, conn.get(), handled);
+        break;
+      }
+      continue;
+    }
     Status admitted = co_await admit(peer, *header, *conn);
     if (!conn->is_open()) break;  // closed while waiting: not the peer's fault
     if (!admitted.ok()) {
@@ -346,6 +368,18 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connecti
   if (sink_ != nullptr) sink_->peer_lost(peer, conn->close_reason().ok()
                                                    ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
                                                    : conn->close_reason());
+}
+
+asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_t round,
+                                           std::span<const std::byte> payload) {
+  auto conn = connection(peer, 0);
+  if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
+  FrameHeader h;
+  h.type = FrameType::control;
+  h.job = options_.job;
+  h.round = round;
+  seal(h, payload);
+  co_return co_await conn->write_frame(h, payload);
 }
 
 void Mesh::reject(const std::string& peer, Connection* conn, Status reason) {

@@ -24,6 +24,7 @@
 #include <compare>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -104,6 +105,15 @@ class Mesh {
   /// Ends the current operation: its late frames are refused as stale.
   void end(OpKey key);
 
+  /// Control-plane frames (FrameType::control) bypass the operation gate and
+  /// go to this handler as they arrive, in order per connection; an error
+  /// refuses the frame. Without a handler, control frames are refused.
+  using ControlHandler = std::function<Status(const std::string& peer, const FrameHeader& header, Buffer payload)>;
+  void set_control_handler(ControlHandler handler) { control_handler_ = std::move(handler); }
+  /// Sends a control frame to `peer` on connection slot 0 (control messages
+  /// of one pair stay in order). Errors: io (not connected, write failed).
+  asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round, std::span<const std::byte> payload);
+
   const std::string& site() const { return options_.site; }
   /// Chunk buffers shared by this mesh's connections and operations.
   BufferPool& pool() { return pool_; }
@@ -150,6 +160,7 @@ class Mesh {
   bool have_current_ = false;
   FrameSink* sink_ = nullptr;
   Signal op_changed_;
+  ControlHandler control_handler_;
 
   std::deque<Rejection> rejections_;
   std::uint64_t rejected_total_ = 0;

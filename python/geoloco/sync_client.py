@@ -281,6 +281,11 @@ class SyncClient:
         f = self.fragments[fragment]
         return self.params[f.offset:f.offset + f.length]
 
+    def fragment_tensors(self, fragment):
+        """Names of the tensors that lie in the fragment (fragments never cut one)."""
+        f = self.fragments[fragment]
+        return [t.name for t in self._layout if f.offset <= t.offset < f.offset + f.length]
+
     def next_round(self, fragment):
         """The round the next SYNC of `fragment` must carry."""
         return self.fragments[fragment].next_round

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "common/digest.h"
 #include "transport/allreduce.h"
@@ -207,17 +208,29 @@ TEST_CASE("dropped connections are dialed again with backoff and the next all-re
   REQUIRE(made.ok());
   auto& sites = *made;
   // Cut every connection between a and b, from b's side.
+  auto slots = [&](int s, const std::string& peer) {
+    return sites[s]->call([&] {
+      std::vector<std::shared_ptr<Connection>> v;
+      for (int k = 0; k < 2; ++k) v.push_back(sites[s]->mesh().connection(peer, k));
+      return v;
+    });
+  };
+  const auto old_a = slots(0, "b"), old_b = slots(1, "a");
   sites[1]->call([&] {
-    for (int k = 0; k < 2; ++k)
-      if (auto c = sites[1]->mesh().connection("a", k)) c->close(GEOLOCO_ERROR(Err::io, "cut by the test"));
+    for (auto& c : old_b)
+      if (c) c->close(GEOLOCO_ERROR(Err::io, "cut by the test"));
     return 0;
   });
-  for (auto& s : sites) {
-    auto* site = s.get();
-    Status back = site->spawn([site, names]() { return site->mesh().wait_connected(names, std::chrono::seconds(10)); }).get();
-    INFO(back.message());
-    REQUIRE(back.ok());
+  // Both sides must hold new connections (a notices the cut only when it reads).
+  bool replaced = false;
+  for (int tries = 0; tries < 500 && !replaced; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto now_a = slots(0, "b"), now_b = slots(1, "a");
+    replaced = true;
+    for (int k = 0; k < 2; ++k)
+      replaced = replaced && now_a[k] && now_a[k] != old_a[k] && now_b[k] && now_b[k] != old_b[k];
   }
+  REQUIRE(replaced);
   auto out = run_all(sites, 1, 10000, compression::PipelineSpec{});
   for (auto& r : out.results) CHECK(r.ok());
   CHECK(out.outputs[0] == reference(2, 10000));

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   std::string save_params;
   app.add_option("--model", o.model, "mlp or gpt")->check(CLI::IsMember({"mlp", "gpt"}));
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--batch", o.batch, "samples per micro-batch per worker")->capture_default_str();
+  auto* batch_opt = app.add_option("--batch", o.batch, "samples per micro-batch per worker (mlp 64, gpt 16)");
   app.add_option("--micro-batches", o.micro_batches, "gradient accumulation per step")->capture_default_str();
   app.add_option("--lr", o.schedule.lr, "peak learning rate")->capture_default_str();
   app.add_option("--warmup", o.schedule.warmup_steps, "linear warmup steps")->capture_default_str();
@@ -99,8 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--clip", o.clip_norm, "global gradient-norm bound, 0 = off")->capture_default_str();
   app.add_option("--seed", o.seed, "initialization and data order")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between evaluations (0 = at the end)")->capture_default_str();
-  app.add_option("--eval-batch", o.eval_batch, "evaluation items per forward pass")->capture_default_str();
-  app.add_option("--eval-limit", o.data.eval_limit, "evaluation items used, 0 = all")->capture_default_str();
+  auto* eval_batch_opt =
+      app.add_option("--eval-batch", o.eval_batch, "evaluation items per forward pass (mlp 500, gpt 32)");
+  auto* eval_limit_opt =
+      app.add_option("--eval-limit", o.data.eval_limit, "evaluation items used, 0 = all (mlp all, gpt 512 windows)");
   app.add_option("--hidden", o.mlp.hidden, "mlp hidden widths")->capture_default_str();
   app.add_option("--layers", o.gpt.layers, "gpt blocks")->capture_default_str();
   app.add_option("--width", o.gpt.width, "gpt embedding width")->capture_default_str();
@@ -130,6 +132,12 @@ int main(int argc, char** argv) {
     return r.ok() ? 0 : fail(r.status());
   }
 
+  // gpt activations grow with batch × context² × heads: smaller defaults.
+  if (o.model == "gpt") {
+    if (batch_opt->count() == 0) o.batch = 16;
+    if (eval_batch_opt->count() == 0) o.eval_batch = 32;
+    if (eval_limit_opt->count() == 0) o.data.eval_limit = 512;
+  }
   auto launch = launch_info_from_env();
   if (!launch.ok()) return fail(launch.status());
   if (workers > 1 && launch->launcher == "none") return spawn_workers(workers, argv);

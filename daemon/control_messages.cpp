@@ -1,0 +1,181 @@
+#include "daemon/control_messages.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace geoloco::daemon {
+
+namespace {
+
+using nlohmann::json;
+
+template <class... Fs>
+struct Overload : Fs... { using Fs::operator()...; };
+template <class... Fs>
+Overload(Fs...) -> Overload<Fs...>;
+
+bool is_digest(const std::string& s) {
+  if (s.size() != 16) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// Field readers: each records the first problem and leaves the value alone.
+class Fields {
+ public:
+  Fields(const json& j, std::string_view type) : j_(j), type_(type) {}
+  void u64(const char* key, std::uint64_t& out) {
+    if (const json* v = find(key); v && !v->is_number_unsigned()) fail(key, "a non-negative integer");
+    else if (v) out = v->get<std::uint64_t>();
+  }
+  void f64(const char* key, double& out) {
+    if (const json* v = find(key); v && (!v->is_number() || !std::isfinite(v->get<double>()))) fail(key, "a finite number");
+    else if (v) out = v->get<double>();
+  }
+  void str(const char* key, std::string& out, std::size_t max = 256) {
+    if (const json* v = find(key); v && (!v->is_string() || v->get_ref<const std::string&>().size() > max))
+      fail(key, cat("a string of at most ", max, " characters"));
+    else if (v) out = v->get<std::string>();
+  }
+  void strings(const char* key, std::vector<std::string>& out) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_array() || v->size() > 4096) return fail(key, "a list of at most 4096 names");
+    for (const auto& e : *v) {
+      if (!e.is_string() || e.get_ref<const std::string&>().empty() || e.get_ref<const std::string&>().size() > 64)
+        return fail(key, "a list of site names");
+      out.push_back(e.get<std::string>());
+    }
+  }
+  void numbers(const char* key, std::vector<double>& out) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_array() || v->size() > 4096) return fail(key, "a list of at most 4096 numbers");
+    for (const auto& e : *v) {
+      if (!e.is_number() || !std::isfinite(e.get<double>())) return fail(key, "a list of finite numbers");
+      out.push_back(e.get<double>());
+    }
+  }
+  void check(bool ok, const std::string& what) {
+    if (!ok && status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: ", what));
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  const json* find(const char* key) {
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      fail(key, "present");
+      return nullptr;
+    }
+    return &*it;
+  }
+  void fail(const char* key, const std::string& expected) {
+    if (status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: field '", key, "' must be ", expected));
+  }
+  const json& j_;
+  std::string_view type_;
+  Status status_;
+};
+
+}  // namespace
+
+std::string_view control_type_name(const ControlMessage& m) {
+  return std::visit(Overload{[](const JoinMessage&) { return "join"; }, [](const HeartbeatMessage&) { return "heartbeat"; },
+                             [](const ReadyMessage&) { return "ready"; }, [](const PlanMessage&) { return "plan"; },
+                             [](const CommitMessage&) { return "commit"; },
+                             [](const CommittedMessage&) { return "committed"; },
+                             [](const AbortMessage&) { return "abort"; }},
+                    m);
+}
+
+std::string encode_control(const ControlMessage& message) {
+  json j = std::visit(
+      Overload{
+          [](const JoinMessage& m) {
+            return json{{"job", m.job}, {"last_committed_round", m.last_committed_round}, {"anchor_digest", m.anchor_digest}};
+          },
+          [](const HeartbeatMessage& m) { return json{{"round", m.round}, {"phase", m.phase}}; },
+          [](const ReadyMessage& m) {
+            return json{{"round", m.round}, {"anchor_round", m.anchor_round}, {"tokens", m.tokens},
+                        {"inner_steps", m.inner_steps}, {"loss", m.loss}};
+          },
+          [](const PlanMessage& m) {
+            return json{{"round", m.round}, {"participants", m.participants}, {"weights", m.weights}, {"late", m.late}};
+          },
+          [](const CommitMessage& m) { return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}}; },
+          [](const CommittedMessage& m) { return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}}; },
+          [](const AbortMessage& m) { return json{{"round", m.round}, {"reason", m.reason}}; },
+      },
+      message);
+  j["type"] = std::string(control_type_name(message));
+  return j.dump();
+}
+
+Result<ControlMessage> decode_control(std::string_view text) {
+  GEOLOCO_RETURN_IF(text.size() > (1u << 20), Err::too_large, "control message of ", text.size(),
+                    " bytes exceeds 1 MiB");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  GEOLOCO_RETURN_IF(j.is_discarded() || !j.is_object(), Err::malformed, "control message is not a JSON object");
+  auto type_it = j.find("type");
+  GEOLOCO_RETURN_IF(type_it == j.end() || !type_it->is_string(), Err::malformed, "control message has no type");
+  const std::string type = type_it->get<std::string>();
+  Fields f(j, type);
+  ControlMessage out;
+  if (type == "join") {
+    JoinMessage m;
+    f.str("job", m.job);
+    f.u64("last_committed_round", m.last_committed_round);
+    f.str("anchor_digest", m.anchor_digest);
+    f.check(m.anchor_digest.empty() || is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
+    f.check(m.last_committed_round == 0 || !m.anchor_digest.empty(), "a committed round needs its anchor_digest");
+    out = m;
+  } else if (type == "heartbeat") {
+    HeartbeatMessage m;
+    f.u64("round", m.round);
+    f.str("phase", m.phase);
+    f.check(m.phase == "inner" || m.phase == "ready" || m.phase == "exchange" || m.phase == "idle",
+            cat("unknown phase '", m.phase, "'"));
+    out = m;
+  } else if (type == "ready") {
+    ReadyMessage m;
+    f.u64("round", m.round);
+    f.u64("anchor_round", m.anchor_round);
+    f.u64("tokens", m.tokens);
+    f.u64("inner_steps", m.inner_steps);
+    f.f64("loss", m.loss);
+    f.check(m.round >= 1, "round starts at 1");
+    f.check(m.anchor_round < m.round, "anchor_round must be before round");
+    out = m;
+  } else if (type == "plan") {
+    PlanMessage m;
+    f.u64("round", m.round);
+    f.strings("participants", m.participants);
+    f.numbers("weights", m.weights);
+    f.strings("late", m.late);
+    f.check(!m.participants.empty(), "a plan needs participants");
+    f.check(m.weights.size() == m.participants.size(), "one weight per participant");
+    for (double w : m.weights) f.check(w > 0, "weights must be > 0");
+    out = m;
+  } else if (type == "commit" || type == "committed") {
+    std::uint64_t round = 0;
+    std::string digest;
+    f.u64("round", round);
+    f.str("anchor_digest", digest);
+    f.check(is_digest(digest), "anchor_digest must be 16 hex digits");
+    if (type == "commit") out = CommitMessage{round, digest};
+    else out = CommittedMessage{round, digest};
+  } else if (type == "abort") {
+    AbortMessage m;
+    f.u64("round", m.round);
+    f.str("reason", m.reason, 4096);
+    out = m;
+  } else {
+    return GEOLOCO_ERROR(Err::malformed, "unknown control message type '", type, "'");
+  }
+  if (!f.status().ok()) return f.status();
+  return out;
+}
+
+}  // namespace geoloco::daemon

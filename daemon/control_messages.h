@@ -1,0 +1,68 @@
+// The control plane's messages (DESIGN §3): what the coordinator and the
+// sites say to each other in control frames, as JSON objects with a "type".
+// Parsing checks every field (presence, type, range) and refuses the rest
+// with a message naming the field, so a malformed message changes no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geoloco::daemon {
+
+/// A site announces itself for a job (at start, or after a restart).
+struct JoinMessage {
+  std::string job;
+  std::uint64_t last_committed_round = 0;  ///< 0: never committed
+  std::string anchor_digest;               ///< of that round's anchor, 16 hex digits ("" if none)
+};
+/// "Still here", every heartbeat interval.
+struct HeartbeatMessage {
+  std::uint64_t round = 0;
+  std::string phase;  ///< inner | ready | exchange | idle
+};
+/// A site finished its inner phase of `round`.
+struct ReadyMessage {
+  std::uint64_t round = 0;
+  std::uint64_t anchor_round = 0;  ///< the round whose anchor it trained from (< round when late)
+  std::uint64_t tokens = 0;
+  std::uint64_t inner_steps = 0;
+  double loss = 0;                 ///< mean training loss of the phase
+};
+/// The coordinator's decision: who takes part, with which weights.
+struct PlanMessage {
+  std::uint64_t round = 0;
+  std::vector<std::string> participants;  ///< the all-reduce's order
+  std::vector<double> weights;            ///< same order, > 0
+  std::vector<std::string> late;          ///< live sites left out (stragglers)
+};
+/// A site applied the outer step of `round`; its anchor's digest.
+struct CommitMessage {
+  std::uint64_t round = 0;
+  std::string anchor_digest;  ///< 16 hex digits
+};
+/// The coordinator saw the same digest from every participant.
+struct CommittedMessage {
+  std::uint64_t round = 0;
+  std::string anchor_digest;
+};
+/// The round is abandoned (a participant failed); sites keep their anchor.
+struct AbortMessage {
+  std::uint64_t round = 0;
+  std::string reason;
+};
+
+using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
+                                    CommittedMessage, AbortMessage>;
+
+/// The JSON text of a message.
+std::string encode_control(const ControlMessage& message);
+/// Parses and checks a message. Errors: malformed, naming the field.
+Result<ControlMessage> decode_control(std::string_view text);
+/// "join", "ready", ...
+std::string_view control_type_name(const ControlMessage& message);
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,50 @@
+#include <catch2/catch.hpp>
+
+#include "daemon/control_messages.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
+  const std::vector<ControlMessage> messages{
+      JoinMessage{"demo", 4, "00000000deadbeef"},
+      HeartbeatMessage{5, "inner"},
+      ReadyMessage{5, 4, 12800, 100, 0.75},
+      PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}},
+      CommitMessage{5, "0123456789abcdef"},
+      CommittedMessage{5, "0123456789abcdef"},
+      AbortMessage{5, "peer c: no data for 20000 ms"},
+  };
+  for (const auto& m : messages) {
+    const std::string text = encode_control(m);
+    auto back = decode_control(text);
+    INFO(text);
+    REQUIRE(back.ok());
+    CHECK(back->index() == m.index());
+    CHECK(encode_control(*back) == text);
+  }
+  auto plan = std::get<PlanMessage>(*decode_control(encode_control(messages[3])));
+  CHECK(plan.participants == std::vector<std::string>{"a", "b"});
+  CHECK(plan.weights == std::vector<double>{12800, 6400});
+}
+
+TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {
+  auto msg = [](const std::string& text) { return decode_control(text).status().message(); };
+  CHECK(msg("not json") == "control message is not a JSON object");
+  CHECK(msg("{}") == "control message has no type");
+  CHECK(msg(R"({"type":"gossip"})") == "unknown control message type 'gossip'");
+  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":2,"tokens":-5,"inner_steps":1,"loss":0.1})") ==
+        "ready message: field 'tokens' must be a non-negative integer");
+  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":3,"tokens":5,"inner_steps":1,"loss":0.1})") ==
+        "ready message: anchor_round must be before round");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[]})") ==
+        "plan message: one weight per participant");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[]})") ==
+        "plan message: weights must be > 0");
+  CHECK(msg(R"({"type":"commit","round":3,"anchor_digest":"xyz"})") ==
+        "commit message: anchor_digest must be 16 hex digits");
+  CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");
+  CHECK(msg(R"({"type":"join","job":"x","last_committed_round":2,"anchor_digest":""})") ==
+        "join message: a committed round needs its anchor_digest");
+  CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);
+}

@@ -35,8 +35,10 @@ class Collective {
   virtual Status allreduce_sum(std::span<float> data) = 0;
 
   /// The sum divided by size(): allreduce_sum, then one multiplication by
-  /// 1/size in fp32 (so two ranks give exactly (x0 + x1) · 0.5).
-  Status allreduce_average(std::span<float> data) {
+  /// 1/size in fp32 (so two ranks give exactly (x0 + x1) · 0.5). This
+  /// default touches `data` on the host; a device backend overrides it
+  /// (NCCL's ncclAvg).
+  virtual Status allreduce_average(std::span<float> data) {
     GEOLOCO_TRY(allreduce_sum(data));
     if (size() > 1) {
       const float scale = 1.0f / static_cast<float>(size());

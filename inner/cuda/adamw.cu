@@ -42,7 +42,7 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Context& ctx, std::size_t parameter
   GEOLOCO_TRY(opt->v_.allocate(parameters));
   GEOLOCO_TRY(opt->m_.zero(ctx.stream()));
   GEOLOCO_TRY(opt->v_.zero(ctx.stream()));
-  GEOLOCO_TRY(opt->decay_.assign(decay));
+  GEOLOCO_TRY(opt->decay_.assign(decay, ctx.stream()));
   // Built explicitly: nvcc's front end does not move `opt` into the Result
   // on return, and GCC would call a std::move there redundant.
   Result<std::unique_ptr<AdamW>> result(std::move(opt));

@@ -100,10 +100,15 @@ class DeviceBuffer {
     size_ = n;
     return {};
   }
-  /// Allocates and copies `host` in (synchronously, so `host` may go away).
-  Status assign(std::span<const T> host) {
+  /// (Re)allocates to host.size() and copies `host` in, ordered on `stream`
+  /// (a plain cudaMemcpy would be ordered only on the legacy default stream,
+  /// which a non-blocking stream does not wait for); returns when the copy is
+  /// done, so `host` may go away.
+  Status assign(std::span<const T> host, cudaStream_t stream) {
     if (host.size() != size_) GEOLOCO_TRY(allocate(host.size()));
-    if (!host.empty()) GEOLOCO_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    if (host.empty()) return {};
+    GEOLOCO_CUDA_CHECK(cudaMemcpyAsync(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
+    GEOLOCO_CUDA_CHECK(cudaStreamSynchronize(stream));
     return {};
   }
   /// Copies the whole buffer to `host` (which must hold size() values), after

@@ -21,6 +21,7 @@
 #include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
 #include "inner/train/bench.h"
+#include "inner/train/daemon_sync.h"
 #include "inner/train/run_training.h"
 
 namespace {
@@ -118,6 +119,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "longest wait for a peer worker")->capture_default_str();
   app.add_option("--save-params", save_params, "write the final parameters (raw fp32) to this file (rank 0)");
+  const char* env_socket = std::getenv("GEOLOCO_SOCKET");
+  const char* env_job = std::getenv("GEOLOCO_JOB");
+  std::string sync_socket = env_socket ? env_socket : "";
+  std::string job = env_job ? env_job : "";
+  std::uint64_t sync_every = 0;
+  app.add_option("--sync-socket", sync_socket,
+                 "the daemon's sync socket for this job (default: $GEOLOCO_SOCKET); rank 0 then trains in the "
+                 "daemon's shared memory and hands the replica over every --sync-every steps");
+  app.add_option("--job", job, "the job's name, said in HELLO (default: $GEOLOCO_JOB)");
+  app.add_option("--sync-every", sync_every, "inner steps between syncs with the daemon (H)");
   app.add_flag("--bench", bench, "measure throughput of mlp and gpt against a plain sgemm");
   app.add_option("--bench-seconds", bench_seconds, "timed training per model in --bench")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -153,8 +164,34 @@ int main(int argc, char** argv) {
   const bool talk = (*collective)->rank() == 0;
   auto data = load_dataset(o);
   if (!data.ok()) return fail(data.status());
-  auto trainer = Trainer::create(o, **collective, *data);
+  // With a daemon, rank 0 trains in the segment the daemon shares; it
+  // starts from the daemon's anchor, or hands over its own initialization
+  // when the daemon has none yet. Every rank then starts from the same bits.
+  std::unique_ptr<DaemonSync> daemon;
+  std::span<float> storage;
+  float anchor_ready = 0.0f;
+  if (!sync_socket.empty()) {
+    if (sync_every == 0) return fail(GEOLOCO_ERROR(Err::invalid_argument, "--sync-every must be set with --sync-socket"));
+    if (job.empty()) return fail(GEOLOCO_ERROR(Err::invalid_argument, "--job (or GEOLOCO_JOB) must name the job"));
+    if (talk) {
+      auto model = make_model(o);
+      if (!model.ok()) return fail(model.status());
+      auto connected = DaemonSync::connect(sync_socket, job, (*model)->layout(), timeout_ms);
+      if (!connected.ok()) return fail(connected.status());
+      daemon = std::move(*connected);
+      storage = daemon->parameters();
+      anchor_ready = daemon->anchor_ready() ? 1.0f : 0.0f;
+    }
+    if (Status s = (*collective)->broadcast(std::span<float>(&anchor_ready, 1), 0); !s.ok()) return fail(s);
+  }
+  auto trainer = Trainer::create(o, **collective, *data, storage, /*initialize=*/anchor_ready == 0.0f);
   if (!trainer.ok()) return fail(trainer.status());
+  if (!sync_socket.empty()) {
+    if (daemon && anchor_ready == 0.0f) {
+      if (Status s = daemon->hand_over_initial(); !s.ok()) return fail(s);
+    }
+    if (Status s = (*collective)->broadcast((*trainer)->params(), 0); !s.ok()) return fail(s);
+  }
   if (talk)
     std::cout << "geoloco-train: " << o.model << ", " << (*trainer)->layout().total() << " parameters, "
               << (*data)->describe() << ", " << (*collective)->size() << " worker(s) [" << (*collective)->backend()
@@ -179,10 +216,15 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(step), e.loss, e.loss / 0.6931471805599453, e.predictions);
     std::fflush(stdout);
   };
+  if (!sync_socket.empty()) {
+    hooks.sync_every = sync_every;
+    hooks.on_sync = [&](SyncPoint& point) { return daemon->sync(point); };  // called on rank 0 only
+  }
   auto report = run_training(**trainer, hooks);
   if (!report.ok()) return fail(report.status());
   if (talk) {
     const auto params = (*trainer)->params();
+    if (daemon) std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(daemon->syncs()));
     std::printf("done: %llu steps, %.1f s, %.0f %s/s, params digest %s\n",
                 static_cast<unsigned long long>(report->steps), report->seconds,
                 static_cast<double>(report->work_units) / report->seconds,

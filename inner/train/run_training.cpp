@@ -26,23 +26,31 @@ Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks) {
       // Rank 0 talks to the daemon; its outcome travels to the other ranks
       // first, so a failed sync stops everyone instead of leaving them
       // waiting in the parameter broadcast.
-      float ok = 1.0f;
+      // 1: go on, 2: the job is over (stop after this sync), 0: failed.
+      float outcome = 1.0f;
       Status sync_status;
       if (collective.rank() == 0) {
         SyncPoint point{trainer.steps_done(), syncs, trainer.params(), &trainer.layout(),
                         loss_since_sync / static_cast<double>(steps_since_sync), units_since_sync};
         sync_status = hooks.on_sync(point);
-        ok = sync_status.ok() ? 1.0f : 0.0f;
+        outcome = !sync_status.ok() ? 0.0f : point.stop ? 2.0f : 1.0f;
       }
-      GEOLOCO_TRY(collective.broadcast(std::span<float>(&ok, 1), 0));
+      GEOLOCO_TRY(collective.broadcast(std::span<float>(&outcome, 1), 0));
       if (!sync_status.ok()) return sync_status;
-      GEOLOCO_RETURN_IF(ok != 1.0f, Err::io, "rank ", collective.rank(), ": the sync on rank 0 failed at step ",
+      GEOLOCO_RETURN_IF(outcome == 0.0f, Err::io, "rank ", collective.rank(), ": the sync on rank 0 failed at step ",
                         trainer.steps_done());
       GEOLOCO_TRY(collective.broadcast(trainer.params(), 0));
       ++syncs;
       loss_since_sync = 0.0;
       units_since_sync = 0;
       steps_since_sync = 0;
+      if (outcome == 2.0f) {
+        auto eval = trainer.evaluate();
+        if (!eval.ok()) return eval.status();
+        report.eval = *eval;
+        if (hooks.on_eval) hooks.on_eval(trainer.steps_done(), *eval);
+        break;
+      }
     }
 
     const bool last = i + 1 == o.steps;

@@ -24,6 +24,9 @@ struct SyncPoint {
   const ParamLayout* layout = nullptr;
   double mean_loss = 0.0;           ///< mean training loss since the previous sync
   std::uint64_t work_units = 0;     ///< samples or tokens since the previous sync (all ranks)
+  /// Set by on_sync when the daemon says the job is over: every rank stops
+  /// after this sync (with the anchor it brought) and evaluates once more.
+  bool stop = false;
 };
 
 struct TrainHooks {

@@ -105,8 +105,12 @@ Result<std::unique_ptr<NcclCollective>> NcclCollective::create(const LaunchInfo&
   GEOLOCO_CUDA_CHECK(cudaSetDevice(ctx.device()));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that every wait below can give up at the deadline
-  GEOLOCO_NCCL_CHECK(ncclCommInitRankConfig(&c->comm_, launch.size, id, launch.rank, &config));
-  const Status formed = c->wait_comm();
+  // Non-blocking: the call may answer ncclInProgress while ranks connect.
+  const ncclResult_t init = ncclCommInitRankConfig(&c->comm_, launch.size, id, launch.rank, &config);
+  Status formed = init == ncclSuccess || init == ncclInProgress
+                      ? c->wait_comm()
+                      : nccl_status(init, "ncclCommInitRankConfig", __FILE__, __LINE__);
+  if (!formed.ok()) c->failed_ = formed;  // the destructor aborts a group that never formed
   if (launch.rank == 0 && launch.size > 1) {
     std::error_code ec;
     std::filesystem::remove(path, ec);  // every rank has read it: the group exists, or has failed
@@ -118,7 +122,11 @@ Result<std::unique_ptr<NcclCollective>> NcclCollective::create(const LaunchInfo&
 NcclCollective::~NcclCollective() {
   if (comm_ == nullptr) return;
   // Nothing to report to at teardown; a group that failed is aborted, not finalized.
-  if (failed_.ok() && ncclCommFinalize(comm_) == ncclSuccess && wait_comm().ok()) {
+  const auto finalized = [this] {
+    const ncclResult_t r = ncclCommFinalize(comm_);
+    return (r == ncclSuccess || r == ncclInProgress) && wait_comm().ok();
+  };
+  if (failed_.ok() && finalized()) {
     ncclCommDestroy(comm_);
   } else {
     ncclCommAbort(comm_);

@@ -35,6 +35,7 @@
 #include "inner/cuda/adamw.cuh"
 #include "inner/cuda/attention.cuh"
 #include "inner/cuda/bias.cuh"
+#include "inner/cuda/cuda_model.h"
 #include "inner/cuda/cross_entropy.cuh"
 #include "inner/cuda/device.h"
 #include "inner/cuda/device_model.h"
@@ -595,6 +596,48 @@ TEST_CASE("cuda gpt runner: loss, gradients and AdamW steps match the CPU model"
     CHECK(e <= 1e-4);
     ctx->set_tf32(false);
   }
+}
+
+TEST_CASE("CudaModel answers the Model interface with host buffers as the CPU model does", "[cuda]") {
+  auto ctx = gpu_or_skip();
+  if (!ctx) return;
+  cpu::set_blas_threads(1);
+  MlpOptions o;
+  o.inputs = 50, o.hidden = {40}, o.classes = 10;
+  auto reference = Mlp::create(o);
+  auto twin = Mlp::create(o);
+  REQUIRE(reference.ok());
+  REQUIRE(twin.ok());
+  auto made = gpu::CudaModel::create(*ctx, std::move(*twin));
+  INFO(made.status().to_string());
+  REQUIRE(made.ok());
+  Model& model = **made;
+  CHECK(model.name() == "mlp");
+  CHECK(model.layout().total() == (*reference)->layout().total());
+  CHECK(model.work_unit_name() == "samples");
+  std::vector<float> params(model.layout().total()), grads(params.size(), 7.0f), ref_grads(params.size());
+  model.init(params, 3);
+  Batch b;
+  b.samples = 16;
+  b.features = randn(b.samples * o.inputs, 81);
+  b.targets = randint(b.samples, 82, o.classes);
+  auto loss = model.forward_backward(params, b, grads);
+  auto ref_loss = (*reference)->forward_backward(params, b, ref_grads);
+  REQUIRE(loss.ok());
+  REQUIRE(ref_loss.ok());
+  CHECK(*loss == Approx(*ref_loss).epsilon(1e-5));
+  const double e = nmse(grads.data(), ref_grads.data(), grads.size());
+  INFO("gradient NMSE " << e);
+  CHECK(e <= 1e-8);
+  auto eval = model.evaluate(params, b);
+  REQUIRE(eval.ok());
+  CHECK(eval->loss == Approx(*ref_loss).epsilon(1e-5));
+  CHECK(eval->predictions == 16);
+  // Refusals come before any copy, with the CPU model's codes.
+  std::vector<float> short_grads(3);
+  CHECK(model.forward_backward(params, b, short_grads).status().code() == Err::invalid_argument);
+  b.targets[0] = 10;
+  CHECK(model.forward_backward(params, b, grads).status().code() == Err::invalid_argument);
 }
 
 TEST_CASE("cuda runners refuse bad batches as the CPU models do", "[cuda]") {

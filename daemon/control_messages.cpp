@@ -146,7 +146,8 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("inner_steps", m.inner_steps);
     f.f64("loss", m.loss);
     f.check(m.round >= 1, "round starts at 1");
-    f.check(m.anchor_round < m.round, "anchor_round must be before round");
+    f.check(m.anchor_round >= 1 && m.anchor_round <= m.round,
+            "anchor_round must be between 1 and round (equal when on time)");
     out = m;
   } else if (type == "plan") {
     PlanMessage m;

@@ -27,7 +27,7 @@ struct HeartbeatMessage {
 /// A site finished its inner phase of `round`.
 struct ReadyMessage {
   std::uint64_t round = 0;
-  std::uint64_t anchor_round = 0;  ///< the round whose anchor it trained from (< round when late)
+  std::uint64_t anchor_round = 0;  ///< the round whose anchor it trained from (= round on time, < round when late)
   std::uint64_t tokens = 0;
   std::uint64_t inner_steps = 0;
   double loss = 0;                 ///< mean training loss of the phase

@@ -9,7 +9,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   const std::vector<ControlMessage> messages{
       JoinMessage{"demo", 4, "00000000deadbeef"},
       HeartbeatMessage{5, "inner"},
-      ReadyMessage{5, 4, 12800, 100, 0.75},
+      ReadyMessage{5, 5, 12800, 100, 0.75},
       PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}},
       CommitMessage{5, "0123456789abcdef"},
       CommittedMessage{5, "0123456789abcdef"},
@@ -33,10 +33,10 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg("not json") == "control message is not a JSON object");
   CHECK(msg("{}") == "control message has no type");
   CHECK(msg(R"({"type":"gossip"})") == "unknown control message type 'gossip'");
-  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":2,"tokens":-5,"inner_steps":1,"loss":0.1})") ==
+  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":3,"tokens":-5,"inner_steps":1,"loss":0.1})") ==
         "ready message: field 'tokens' must be a non-negative integer");
-  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":3,"tokens":5,"inner_steps":1,"loss":0.1})") ==
-        "ready message: anchor_round must be before round");
+  CHECK(msg(R"({"type":"ready","round":3,"anchor_round":4,"tokens":5,"inner_steps":1,"loss":0.1})") ==
+        "ready message: anchor_round must be between 1 and round (equal when on time)");
   CHECK(msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[]})") ==
         "plan message: one weight per participant");
   CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[]})") ==

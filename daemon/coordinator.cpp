@@ -1,0 +1,153 @@
+#include "daemon/coordinator.h"
+
+#include <algorithm>
+
+namespace geoloco::daemon {
+
+Coordinator::Coordinator(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
+    : options_(std::move(options)), round_(round) {
+  for (const auto& s : options_.sites) heard_[s] = now;
+}
+
+void Coordinator::start_collecting(std::uint64_t round) {
+  round_ = round;
+  phase_ = Phase::collecting;
+  ready_.clear();
+  ready_at_.clear();
+  participants_.clear();
+  commits_.clear();
+}
+
+Status Coordinator::on_heartbeat(const std::string& site, Clock::time_point now) {
+  auto it = heard_.find(site);
+  GEOLOCO_RETURN_IF(it == heard_.end(), Err::invalid_argument, "heartbeat from '", site, "', not a site of this job");
+  it->second = now;
+  return {};
+}
+
+Status Coordinator::on_ready(const std::string& site, const ReadyMessage& r, Clock::time_point now) {
+  GEOLOCO_RETURN_IF(!heard_.count(site), Err::invalid_argument, "READY from '", site, "', not a site of this job");
+  heard_[site] = now;
+  GEOLOCO_RETURN_IF(phase_ != Phase::collecting || r.round != round_, Err::mismatch, "READY of round ", r.round,
+                    " from ", site, ", but round ", round_, " is ",
+                    phase_ == Phase::collecting ? "collecting" : "being exchanged");
+  GEOLOCO_RETURN_IF(r.anchor_round > round_ || r.anchor_round == 0, Err::invalid_argument, "READY from ", site,
+                    " trained from anchor ", r.anchor_round, ", which round ", round_, " cannot use");
+  ready_[site] = r;
+  ready_at_[site] = now;
+  return {};
+}
+
+Status Coordinator::on_commit(const std::string& site, const CommitMessage& c) {
+  GEOLOCO_RETURN_IF(phase_ != Phase::planned || c.round != round_, Err::mismatch, "COMMIT of round ", c.round,
+                    " from ", site, ", but round ", round_, " is not being exchanged");
+  GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
+                    Err::invalid_argument, "COMMIT from ", site, ", which is not a participant of round ", round_);
+  commits_[site] = c.anchor_digest;
+  return {};
+}
+
+std::map<std::string, SiteReport> Coordinator::reports() const {
+  std::map<std::string, SiteReport> out;
+  for (const auto& [site, at] : heard_) {
+    SiteReport r;
+    r.last_heartbeat = at;
+    if (auto it = ready_at_.find(site); it != ready_at_.end()) r.ready_at = it->second;
+    if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
+    out[site] = r;
+  }
+  return out;
+}
+
+Coordinator::Actions Coordinator::step(Clock::time_point now) {
+  Actions a;
+  if (phase_ == Phase::finished) return a;
+
+  if (phase_ == Phase::planned) {
+    // A participant that went silent cannot finish the exchange.
+    for (const auto& p : participants_) {
+      if (now - heard_.at(p) >= options_.quorum.heartbeat_timeout_ms && !commits_.count(p)) {
+        a.abort = AbortMessage{round_, cat("participant ", p, " stopped sending heartbeats during the exchange")};
+        a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
+        start_collecting(round_);
+        return a;
+      }
+    }
+    if (commits_.size() < participants_.size()) {
+      std::optional<Clock::time_point> lapse;
+      for (const auto& p : participants_)
+        if (!commits_.count(p)) {
+          const auto t = heard_.at(p) + options_.quorum.heartbeat_timeout_ms;
+          if (!lapse || t < *lapse) lapse = t;
+        }
+      a.wake_at = lapse;
+      return a;
+    }
+    const std::string digest = commits_.begin()->second;
+    for (const auto& [site, d] : commits_) {
+      if (d != digest) {
+        a.abort = AbortMessage{round_, cat("anchor digests differ after round ", round_, ": ",
+                                           commits_.begin()->first, " has ", digest, ", ", site, " has ", d)};
+        a.notes.push_back(a.abort->reason);
+        start_collecting(round_);
+        return a;
+      }
+    }
+    a.committed = CommittedMessage{round_, digest};
+    a.notes.push_back(cat("round ", round_, " committed by ", participants_.size(), " site(s), anchor ", digest));
+    if (options_.stop_after_round != 0 && round_ >= options_.stop_after_round) {
+      phase_ = Phase::finished;
+      a.notes.push_back(cat("job finished after round ", round_));
+      return a;
+    }
+    start_collecting(round_ + 1);
+    return a;
+  }
+
+  // Collecting: the quorum rule decides when, the straggler rule with what weights.
+  auto decision = decide_round(now, reports(), options_.quorum);
+  for (const auto& d : decision.dead) a.notes.push_back(cat("site ", d, " is silent (no heartbeat)"));
+  if (decision.kind != RoundDecision::Kind::close) {
+    a.wake_at = decision.wake_at;
+    if (decision.kind == RoundDecision::Kind::pause) a.notes.push_back(decision.reason);
+    return a;
+  }
+  std::vector<outer::Contribution> contributions;
+  std::map<std::uint32_t, std::string> by_index;
+  for (const auto& site : decision.participants) {
+    const auto& r = ready_.at(site);
+    const auto index = static_cast<std::uint32_t>(
+        std::find(options_.sites.begin(), options_.sites.end(), site) - options_.sites.begin());
+    by_index[index] = site;
+    contributions.push_back({index, r.anchor_round, r.inner_steps, r.tokens});
+  }
+  auto weights = outer::decide_round(contributions, round_, options_.weighting, options_.straggler);
+  if (!weights.ok()) {
+    a.notes.push_back(cat("round ", round_, " cannot close: ", weights.status().message()));
+    a.wake_at = now + options_.quorum.deadline_ms;
+    return a;
+  }
+  PlanMessage plan;
+  plan.round = round_;
+  plan.late = decision.late;
+  // Participants in name order, the all-reduce's order on every site.
+  std::map<std::string, double> chosen;
+  for (const auto& d : *weights) {
+    a.notes.push_back(d.reason);
+    if (d.included) chosen[by_index.at(d.site)] = d.weight;
+    else plan.late.push_back(by_index.at(d.site));
+  }
+  for (const auto& [site, w] : chosen) {
+    plan.participants.push_back(site);
+    plan.weights.push_back(w);
+  }
+  std::sort(plan.late.begin(), plan.late.end());
+  a.notes.push_back(cat("round ", round_, ": ", decision.reason));
+  participants_ = plan.participants;
+  commits_.clear();
+  phase_ = Phase::planned;
+  a.plan = std::move(plan);
+  return a;
+}
+
+}  // namespace geoloco::daemon

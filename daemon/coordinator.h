@@ -1,0 +1,83 @@
+// The coordinator's round logic (DESIGN §3-§4) as a state machine without
+// I/O: the daemon feeds it what sites say (READY, COMMIT, heartbeats) and
+// the time, and carries out what step() returns (journal, then send).
+//
+// A round r, with anchor θ_r:
+//   collecting  READYs arrive; decide_round() says when to close
+//   planned     PLAN(r) names the participants and their weights (tokens,
+//               times decay^rounds_late for carried contributions); they
+//               all-reduce, apply the outer step and send COMMIT(r, digest)
+//   committed   every participant reported the same digest: COMMITTED(r),
+//               and round r + 1 starts collecting
+// A participant whose heartbeats stop while planned, or digests that differ,
+// abort the round: ABORT(r), sites keep θ_r, and round r is collected again.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/control_messages.h"
+#include "daemon/round_decision.h"
+#include "outer/straggler.h"
+
+namespace geoloco::daemon {
+
+struct CoordinatorOptions {
+  std::vector<std::string> sites;       ///< the job's sites
+  QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
+  outer::Weighting weighting = outer::Weighting::tokens;
+  outer::StragglerOptions straggler;    ///< carry (with decay) or drop
+  std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
+};
+
+class Coordinator {
+ public:
+  enum class Phase { collecting, planned, finished };
+
+  /// Starts at round `round` (1 for a new job; the journal's last committed
+  /// round + 1 after a restart). Every site counts as heard from at `now`.
+  Coordinator(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
+
+  /// Errors: invalid_argument (unknown site).
+  Status on_heartbeat(const std::string& site, Clock::time_point now);
+  /// A READY for another round than the current one is refused with the
+  /// reason (the site learns the current round from the next PLAN). Errors:
+  /// invalid_argument, mismatch.
+  Status on_ready(const std::string& site, const ReadyMessage& ready, Clock::time_point now);
+  /// Errors: invalid_argument (not a participant), mismatch (another round).
+  Status on_commit(const std::string& site, const CommitMessage& commit);
+
+  struct Actions {
+    std::optional<PlanMessage> plan;            ///< journal, then send to every site
+    std::optional<CommittedMessage> committed;  ///< journal, then send to every site
+    std::optional<AbortMessage> abort;          ///< send to every site
+    std::optional<Clock::time_point> wake_at;   ///< call step() again then at the latest
+    std::vector<std::string> notes;             ///< decisions for the log (weights, stragglers, deaths)
+  };
+  /// Advances as far as the inputs allow.
+  Actions step(Clock::time_point now);
+
+  Phase phase() const { return phase_; }
+  std::uint64_t round() const { return round_; }
+  /// The participants of the current plan (planned phase).
+  const std::vector<std::string>& participants() const { return participants_; }
+
+ private:
+  std::map<std::string, SiteReport> reports() const;
+  void start_collecting(std::uint64_t round);
+
+  CoordinatorOptions options_;
+  Phase phase_ = Phase::collecting;
+  std::uint64_t round_;
+  std::map<std::string, Clock::time_point> heard_;
+  std::map<std::string, ReadyMessage> ready_;
+  std::map<std::string, Clock::time_point> ready_at_;
+  std::vector<std::string> participants_;
+  std::map<std::string, std::string> commits_;  // site -> digest
+};
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,146 @@
+// The coordinator's rounds with a fixed clock: plans, weights, commits,
+// aborts, stragglers and the end of the job, each checked by value.
+#include <catch2/catch.hpp>
+
+#include "daemon/coordinator.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+const Clock::time_point t0{std::chrono::hours(2)};
+
+CoordinatorOptions three_sites(int min_sites = 3) {
+  CoordinatorOptions o;
+  o.sites = {"a", "b", "c"};
+  o.quorum.min_sites = min_sites;
+  o.quorum.deadline_ms = 10s;
+  o.quorum.heartbeat_timeout_ms = 30s;
+  o.stop_after_round = 2;
+  return o;
+}
+
+ReadyMessage ready(std::uint64_t round, std::uint64_t tokens, std::uint64_t anchor_round = 0) {
+  return ReadyMessage{round, anchor_round ? anchor_round : round, tokens, 10, 0.5};
+}
+}  // namespace
+
+TEST_CASE("a round plans with token weights, commits on equal digests, and the job ends at its last round") {
+  Coordinator c(three_sites(), 1, t0);
+  CHECK_FALSE(c.step(t0).plan);
+  REQUIRE(c.on_ready("b", ready(1, 200), t0 + 1s).ok());
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 2s).ok());
+  CHECK_FALSE(c.step(t0 + 2s).plan);  // c is missing and min_sites is 3
+  REQUIRE(c.on_ready("c", ready(1, 300), t0 + 3s).ok());
+  auto a = c.step(t0 + 3s);
+  REQUIRE(a.plan);
+  CHECK(a.plan->round == 1);
+  CHECK(a.plan->participants == std::vector<std::string>{"a", "b", "c"});
+  CHECK(a.plan->weights == std::vector<double>{100, 200, 300});
+  CHECK(a.plan->late.empty());
+  CHECK(c.phase() == Coordinator::Phase::planned);
+
+  // A READY or COMMIT out of turn is refused with the reason.
+  CHECK(c.on_ready("a", ready(1, 1), t0 + 4s).message() == "READY of round 1 from a, but round 1 is being exchanged");
+  CHECK(c.on_commit("a", {2, "0123456789abcdef"}).code() == Err::mismatch);
+
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {1, "0123456789abcdef"}).ok());
+  CHECK_FALSE(c.step(t0 + 5s).committed);  // c has not committed
+  REQUIRE(c.on_commit("c", {1, "0123456789abcdef"}).ok());
+  auto done = c.step(t0 + 6s);
+  REQUIRE(done.committed);
+  CHECK(done.committed->anchor_digest == "0123456789abcdef");
+  CHECK(c.round() == 2);
+  CHECK(c.phase() == Coordinator::Phase::collecting);
+
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 10), t0 + 7s).ok());
+  REQUIRE(c.step(t0 + 7s).plan);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {2, "00000000000000aa"}).ok());
+  auto last = c.step(t0 + 8s);
+  REQUIRE(last.committed);
+  CHECK(c.phase() == Coordinator::Phase::finished);
+  CHECK(last.notes.back() == "job finished after round 2");
+}
+
+TEST_CASE("with a quorum the deadline leaves a straggler out; its carried work joins later, decayed") {
+  auto o = three_sites(2);
+  o.straggler.decay = 0.5;
+  o.stop_after_round = 0;
+  Coordinator c(o, 1, t0);
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(1, 100), t0 + 2s).ok());
+  CHECK(c.on_heartbeat("c", t0 + 5s).ok());
+  auto wait = c.step(t0 + 5s);
+  CHECK_FALSE(wait.plan);
+  REQUIRE(wait.wake_at);
+  CHECK(*wait.wake_at == t0 + 12s);  // deadline after the 2nd READY
+  CHECK(c.on_heartbeat("c", t0 + 11s).ok());
+  auto p = c.step(t0 + 12s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {1, "1111111111111111"}).ok());
+  REQUIRE(c.step(t0 + 13s).committed);
+
+  // Round 2: c reports work from anchor 1 (one round late): weight 100 x 0.5.
+  REQUIRE(c.on_ready("a", ready(2, 100), t0 + 14s).ok());
+  REQUIRE(c.on_ready("b", ready(2, 100), t0 + 14s).ok());
+  REQUIRE(c.on_ready("c", ready(2, 100, 1), t0 + 14s).ok());
+  auto p2 = c.step(t0 + 14s);
+  REQUIRE(p2.plan);
+  CHECK(p2.plan->participants == std::vector<std::string>{"a", "b", "c"});
+  CHECK(p2.plan->weights == std::vector<double>{100, 100, 50});
+}
+
+TEST_CASE("drop discards late work and names the site as late") {
+  auto o = three_sites(1);
+  o.straggler.policy = outer::StragglerPolicy::drop;
+  Coordinator c(o, 3, t0);
+  REQUIRE(c.on_ready("a", ready(3, 100), t0).ok());
+  REQUIRE(c.on_ready("b", ready(3, 100), t0).ok());
+  REQUIRE(c.on_ready("c", ready(3, 100, 2), t0).ok());
+  auto p = c.step(t0);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+  bool noted = false;
+  for (const auto& n : p.notes) noted |= n.find("policy drop: discarding 10 inner steps") != std::string::npos;
+  CHECK(noted);
+}
+
+TEST_CASE("a silent participant or differing digests abort the round, which is collected again") {
+  Coordinator c(three_sites(), 1, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0).ok());
+  REQUIRE(c.step(t0).plan);
+  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_heartbeat("a", t0 + 29s).ok());
+  REQUIRE(c.on_heartbeat("c", t0 + 29s).ok());
+  auto waiting = c.step(t0 + 29s);
+  REQUIRE(waiting.wake_at);
+  CHECK(*waiting.wake_at == t0 + 30s);  // b's heartbeat lapses then
+  auto aborted = c.step(t0 + 30s);
+  REQUIRE(aborted.abort);
+  CHECK(aborted.abort->reason == "participant b stopped sending heartbeats during the exchange");
+  CHECK(c.round() == 1);
+  CHECK(c.phase() == Coordinator::Phase::collecting);
+
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0 + 31s).ok());
+  REQUIRE(c.step(t0 + 31s).plan);
+  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_commit("b", {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_commit("c", {1, "cccccccccccccccc"}).ok());
+  auto mismatch = c.step(t0 + 32s);
+  REQUIRE(mismatch.abort);
+  CHECK(mismatch.abort->reason ==
+        "anchor digests differ after round 1: a has aaaaaaaaaaaaaaaa, c has cccccccccccccccc");
+}
+
+TEST_CASE("messages from strangers or for other rounds are refused") {
+  Coordinator c(three_sites(), 5, t0);
+  CHECK(c.on_ready("mallory", ready(5, 1), t0).message() == "READY from 'mallory', not a site of this job");
+  CHECK(c.on_ready("a", ready(4, 1), t0).message() == "READY of round 4 from a, but round 5 is collecting");
+  CHECK(c.on_heartbeat("zed", t0).code() == Err::invalid_argument);
+  CHECK(c.on_commit("a", {5, "0123456789abcdef"}).message() ==
+        "COMMIT of round 5 from a, but round 5 is not being exchanged");
+}

@@ -11,7 +11,11 @@
 // id, and all call ncclCommInitRank. Rank 0 deletes the file once the group
 // is formed (every rank has read it by then). On one node the default
 // directory /dev/shm works; a site spanning nodes points id_dir (or
-// GEOLOCO_NCCL_ID_DIR) at a filesystem all its nodes share.
+// GEOLOCO_NCCL_ID_DIR) at a filesystem all its nodes share. A file left by a
+// crashed run with the SAME run id could be read by a fast rank before rank 0
+// replaces it; that rank then fails to connect and times out. Launcher run
+// ids (Slurm job.step, Open MPI job id) are unique per run, so this needs a
+// reused GEOLOCO_RUN_ID.
 //
 // Failure: the communicator is non-blocking and every wait polls
 // ncclCommGetAsyncError under a deadline, so a peer that dies or never comes

@@ -40,10 +40,16 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
     GEOLOCO_RETURN_IF(!(r.weights[i] > 0) || !std::isfinite(r.weights[i]), Err::invalid_argument,
                       "all-reduce: weight of '", r.participants[i], "' must be finite and > 0, got ", r.weights[i]);
   }
+  bool observer = false;
+  for (const auto& o : r.observers) {
+    GEOLOCO_RETURN_IF(!seen.insert(o).second, Err::invalid_argument, "all-reduce: '", o,
+                      "' is listed twice among participants and observers");
+    observer |= o == mesh.site();
+  }
   GEOLOCO_RETURN_IF(!seen.count(mesh.site()), Err::invalid_argument, "all-reduce: this site (", mesh.site(),
                     ") is not among the participants");
-  GEOLOCO_RETURN_IF(r.input.size() != r.output.size(), Err::invalid_argument, "all-reduce: input has ",
-                    r.input.size(), " values, output ", r.output.size());
+  GEOLOCO_RETURN_IF(!(observer && r.input.empty()) && r.input.size() != r.output.size(), Err::invalid_argument,
+                    "all-reduce: input has ", r.input.size(), " values, output ", r.output.size());
   if (r.feedback != nullptr)
     GEOLOCO_RETURN_IF(r.feedback->residual().size() != r.input.size(), Err::invalid_argument,
                       "all-reduce: error feedback holds ", r.feedback->residual().size(), " values, input ",
@@ -56,10 +62,13 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   AllReduceOp(Mesh& mesh, AllReduceRequest request, compression::Pipeline pipeline)
       : mesh_(mesh), r_(std::move(request)), pipeline_(std::move(pipeline)), done_(mesh.executor()) {
     n_parts_ = r_.participants.size();
+    me_ = n_parts_;  // an observer owns no shard
     for (std::size_t i = 0; i < n_parts_; ++i) {
       index_[r_.participants[i]] = i;
       if (r_.participants[i] == mesh.site()) me_ = i;
     }
+    observer_ = me_ == n_parts_;
+    for (const auto& o : r_.observers) observer_names_.insert(o);
     chunk_ = mesh.options().transport.chunk_elements;
     conns_ = mesh.options().transport.connections_per_peer;
     double total = 0;
@@ -70,7 +79,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       gathered_[j].assign(chunks_of(j), false);
       gathers_expected_ += chunks_of(j);
     }
-    contributions_.resize(chunks_of(me_));
+    if (!observer_) contributions_.resize(chunks_of(me_));
   }
 
   asio::awaitable<Result<AllReduceStats>> run() {
@@ -78,7 +87,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     auto self = shared_from_this();
     auto ex = mesh_.executor();
     mesh_.begin(r_.key, this);
-    for (std::size_t j = 0; j < n_parts_; ++j) {
+    for (std::size_t j = 0; j < n_parts_ && !observer_; ++j) {
       if (j == me_) {
         ++tasks_;
         asio::co_spawn(ex, contribute_own(self), asio::detached);
@@ -111,6 +120,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     auto it = index_.find(peer);
     GEOLOCO_RETURN_IF(it == index_.end(), Err::invalid_argument, frame_type_name(h.type), " frame from ", peer,
                       ", which is not a participant of round ", h.round);
+    GEOLOCO_RETURN_IF(h.type == FrameType::shard && observer_, Err::malformed, "shard chunk from ", peer,
+                      ", but this site only observes round ", h.round);
     const std::size_t from = it->second;
     if (h.type == FrameType::shard) {
       GEOLOCO_RETURN_IF(h.chunk >= contributions_.size(), Err::malformed, "shard chunk ", h.chunk, " from ", peer,
@@ -149,6 +160,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
   void peer_lost(const std::string& peer, const Status& reason) override {
+    // Observers receive best effort: only a lost participant fails the operation.
     if (index_.count(peer)) fail(GEOLOCO_ERROR(reason.code(), "peer ", peer, ": ", reason.message()));
   }
 
@@ -221,15 +233,17 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     self->task_done();
   }
 
-  static asio::awaitable<void> send_gather(std::shared_ptr<AllReduceOp> self, std::size_t j, std::uint64_t c,
+  static asio::awaitable<void> send_gather(std::shared_ptr<AllReduceOp> self, std::string peer, std::uint64_t c,
                                            std::shared_ptr<const Buffer> payload) {
-    const std::string& peer = self->r_.participants[j];
     auto conn = self->mesh_.connection(peer, static_cast<int>(c % self->conns_));
     if (!self->finished_) {
       // No co_await inside ?: — GCC 12 miscompiles it.
       Status s = GEOLOCO_ERROR(Err::io, "not connected");
       if (conn) s = co_await self->send(*conn, FrameType::gather, c, *payload);
-      if (!s.ok()) self->fail(GEOLOCO_ERROR(s.code(), "peer ", peer, ": ", s.message()));
+      // An observer that cannot be reached catches up later (state sync);
+      // it must not stop the participants.
+      if (!s.ok() && !self->observer_names_.count(peer))
+        self->fail(GEOLOCO_ERROR(s.code(), "peer ", peer, ": ", s.message()));
     }
     self->task_done();
   }
@@ -282,7 +296,11 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     for (std::size_t j = 0; j < n_parts_; ++j) {
       if (j == me_) continue;
       ++tasks_;
-      asio::co_spawn(mesh_.executor(), send_gather(self, j, c, payload), asio::detached);
+      asio::co_spawn(mesh_.executor(), send_gather(self, r_.participants[j], c, payload), asio::detached);
+    }
+    for (const auto& o : r_.observers) {
+      ++tasks_;
+      asio::co_spawn(mesh_.executor(), send_gather(self, o, c, payload), asio::detached);
     }
     check_done();
     return {};
@@ -316,6 +334,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::uint64_t chunk_ = 0;
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
+  bool observer_ = false;
+  std::set<std::string> observer_names_;
   std::vector<float> normalized_;
   std::vector<std::map<std::size_t, Buffer>> contributions_;  // per chunk of my shard
   std::vector<std::vector<bool>> gathered_;                                  // per shard, per chunk

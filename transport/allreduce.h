@@ -33,10 +33,15 @@ namespace geoloco::transport {
 
 struct AllReduceRequest {
   OpKey key;                              ///< (round, fragment); the same on every participant
-  std::vector<std::string> participants;  ///< the plan's order, the same on every participant; includes this site
+  std::vector<std::string> participants;  ///< the plan's order, the same on every participant
   std::vector<double> weights;            ///< per participant (tokens x staleness), > 0
+  /// Sites that contribute nothing but receive the average too (stragglers
+  /// keep their anchor current this way). This site is a participant or an
+  /// observer. Sending to an observer is best effort: a lost observer does
+  /// not fail the participants' operation.
+  std::vector<std::string> observers;
   compression::PipelineSpec pipeline;     ///< the job's codec chain ({} = raw fp32)
-  std::span<const float> input;           ///< this site's contribution
+  std::span<const float> input;           ///< this site's contribution (empty for an observer)
   std::span<float> output;                ///< receives the weighted average
   compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
   std::uint64_t seed = 0;                 ///< job seed, for stochastic rounding

@@ -235,3 +235,53 @@ TEST_CASE("dropped connections are dialed again with backoff and the next all-re
   for (auto& r : out.results) CHECK(r.ok());
   CHECK(out.outputs[0] == reference(2, 10000));
 }
+
+TEST_CASE("observers receive the same average without contributing, and losing one does not stop the others") {
+  auto names = names_for(4);
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, names, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  const std::size_t n = 20000;
+  std::vector<std::vector<float>> in(4, std::vector<float>(n)), out(4, std::vector<float>(n, -7.0f));
+  for (int s = 0; s < 3; ++s)
+    for (std::size_t i = 0; i < n; ++i) in[s][i] = input_value(s, i);
+  std::vector<std::future<Result<AllReduceStats>>> futures;
+  for (int s = 0; s < 4; ++s) {
+    AllReduceRequest r;
+    r.key = {1, 0};
+    r.participants = {"a", "b", "c"};
+    r.weights = {1, 2, 3};
+    r.observers = {"d"};
+    if (s < 3) r.input = in[s];  // d contributes nothing
+    r.output = out[s];
+    r.timeout = 60s;
+    Mesh& mesh = sites[s]->mesh();
+    futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
+  }
+  for (auto& f : futures) REQUIRE(f.get().ok());
+  const auto ref = reference(3, n);
+  for (int s = 0; s < 4; ++s) CHECK(out[s] == ref);
+
+  // Round 2: d vanishes before it starts; a, b and c still complete.
+  sites[3]->freeze();
+  std::vector<std::future<Result<AllReduceStats>>> round2;
+  for (int s = 0; s < 3; ++s) {
+    AllReduceRequest r;
+    r.key = {2, 0};
+    r.participants = {"a", "b", "c"};
+    r.weights = {1, 2, 3};
+    r.observers = {"d"};
+    r.input = in[s];
+    r.output = out[s];
+    r.timeout = 60s;
+    Mesh& mesh = sites[s]->mesh();
+    round2.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
+  }
+  for (auto& f : round2) {
+    auto res = f.get();
+    INFO(res.status().message());
+    CHECK(res.ok());
+  }
+}

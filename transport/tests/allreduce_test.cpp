@@ -16,6 +16,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Certificates and connected sites; the sites go first when it is destroyed.
+struct Federated {
+  std::unique_ptr<loopback::Federation> federation;
+  std::vector<std::unique_ptr<loopback::Site>> sites;
+};
+
+Federated federate(const std::vector<std::string>& names, const TransportOptions& options) {
+  auto federation = loopback::Federation::create(names);
+  REQUIRE(federation.ok());
+  auto sites = loopback::make_sites(**federation, names, options);
+  REQUIRE(sites.ok());
+  return {std::move(*federation), std::move(*sites)};
+}
+
 std::vector<std::string> names_for(int n) {
   std::vector<std::string> names;
   for (int i = 0; i < n; ++i) names.push_back(std::string(1, static_cast<char>('a' + i)));
@@ -82,11 +96,8 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
   const int n_sites = GENERATE(2, 3, 5);
   INFO(n_sites << " sites");
   auto names = names_for(n_sites);
-  auto federation = loopback::Federation::create(names);
-  REQUIRE(federation.ok());
-  auto made = loopback::make_sites(**federation, names, loopback::test_options());
-  REQUIRE(made.ok());
-  auto& sites = *made;
+  auto federated = federate(names, loopback::test_options());
+  auto& sites = federated.sites;
   const std::size_t n = 50000;  // several 4096-value chunks per shard, uneven shards
   const auto ref = reference(sites.size(), n);
 
@@ -139,11 +150,8 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
 
 TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
   auto names = names_for(2);
-  auto federation = loopback::Federation::create(names);
-  REQUIRE(federation.ok());
-  auto made = loopback::make_sites(**federation, names, loopback::test_options());
-  REQUIRE(made.ok());
-  auto& sites = *made;
+  auto federated = federate(names, loopback::test_options());
+  auto& sites = federated.sites;
   std::vector<float> in(10), out(9);
   AllReduceRequest r;
   r.key = {1, 0};
@@ -167,13 +175,10 @@ TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
 
 TEST_CASE("a peer that disappears mid-transfer is detected within the read timeout, named in the error") {
   auto names = names_for(3);
-  auto federation = loopback::Federation::create(names);
-  REQUIRE(federation.ok());
   auto options = loopback::test_options();
   options.rate_limit_mbit = 40;  // slow enough that the transfer is under way when c vanishes
-  auto made = loopback::make_sites(**federation, names, options);
-  REQUIRE(made.ok());
-  auto& sites = *made;
+  auto federated = federate(names, options);
+  auto& sites = federated.sites;
   const std::size_t n = 400000;  // 1.6 MB per site: ~0.3 s of traffic per phase at 40 Mbit/s
   std::vector<std::vector<float>> inputs(3, std::vector<float>(n, 1.0f)), outputs(3, std::vector<float>(n));
   std::vector<std::future<Result<AllReduceStats>>> futures;
@@ -202,11 +207,8 @@ TEST_CASE("a peer that disappears mid-transfer is detected within the read timeo
 
 TEST_CASE("dropped connections are dialed again with backoff and the next all-reduce succeeds") {
   auto names = names_for(2);
-  auto federation = loopback::Federation::create(names);
-  REQUIRE(federation.ok());
-  auto made = loopback::make_sites(**federation, names, loopback::test_options());
-  REQUIRE(made.ok());
-  auto& sites = *made;
+  auto federated = federate(names, loopback::test_options());
+  auto& sites = federated.sites;
   // Cut every connection between a and b, from b's side.
   auto slots = [&](int s, const std::string& peer) {
     return sites[s]->call([&] {
@@ -238,11 +240,8 @@ TEST_CASE("dropped connections are dialed again with backoff and the next all-re
 
 TEST_CASE("observers receive the same average without contributing, and losing one does not stop the others") {
   auto names = names_for(4);
-  auto federation = loopback::Federation::create(names);
-  REQUIRE(federation.ok());
-  auto made = loopback::make_sites(**federation, names, loopback::test_options());
-  REQUIRE(made.ok());
-  auto& sites = *made;
+  auto federated = federate(names, loopback::test_options());
+  auto& sites = federated.sites;
   const std::size_t n = 20000;
   std::vector<std::vector<float>> in(4, std::vector<float>(n)), out(4, std::vector<float>(n, -7.0f));
   for (int s = 0; s < 3; ++s)

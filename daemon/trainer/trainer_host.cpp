@@ -383,8 +383,11 @@ void TrainerHost::on_sync(const protocol::SyncEvent& sync) {
 
 void TrainerHost::on_trainer_left(const protocol::TrainerLeftEvent& left) {
   ++stats_.departures;
-  spdlog::warn("[{}] trainer: pid {} left during round {}: {}", options_.job, trainer_pid_, next_round_,
-               left.reason.message());
+  if (stopped_)
+    spdlog::info("[{}] trainer: pid {} left after the job stopped", options_.job, trainer_pid_);
+  else
+    spdlog::warn("[{}] trainer: pid {} left during round {}: {}", options_.job, trainer_pid_, next_round_,
+                 left.reason.message());
   trainer_pid_ = -1;
   if (phase_count_ == 0) return;
   // Fragments in flight belong to the trainer that left; release them now,

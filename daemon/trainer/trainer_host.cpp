@@ -88,10 +88,12 @@ void TrainerHost::close() {
   if (trainer_sd_) trainer_sd_->close(ignored);
   listen_sd_.reset();
   trainer_sd_.reset();
+  // The trainer sees the connection close (and stops, or retries). No ERROR
+  // is sent first: a trainer that is exiting at this moment would make the
+  // send fail, which the Server does not survive (see settle()).
   if (server_) {
-    if (server_->trainer_fd() >= 0) server_->on_trainer_readable();  // see settle()
-    server_->drop_trainer(Err::io, cat("the daemon stopped serving job '", options_.job, "'"));
-    server_.reset();  // unmaps the segment and removes the socket file
+    spdlog::info("[{}] trainer: closing the sync socket", options_.job);
+    server_.reset();  // closes the trainer's connection, unmaps the segment, removes the socket file
   }
   changed_.notify_all();
 }

@@ -137,7 +137,7 @@ class TrainerHost {
   /// Makes every waiting and later next_phase()/initial_parameters() return
   /// `why` (e.g. TrainerProcess gave up restarting the trainer).
   void fail(Status why);
-  /// Drops the trainer (it is told why), stops listening and removes the
+  /// Closes the trainer's connection, stops listening and removes the
   /// socket; waiters return an error. Idempotent.
   void close();
 

@@ -211,6 +211,25 @@ asio::awaitable<void> engine_after_partial_round(TrainerHost& host, std::atomic<
   REQUIRE(host.finish_round(std::vector<float>(9, 6.0f), true).ok());
 }
 
+
+// The engine owns the anchor (anchor_view): the host reads it only to welcome a trainer.
+asio::awaitable<void> engine_owning_the_anchor(TrainerHost& host, std::vector<float>& anchor, std::atomic<bool>& a_gone) {
+  auto phase = co_await host.next_phase();
+  REQUIRE(phase.ok());
+  CHECK(phase->round == 7);
+  CHECK(std::vector<float>(phase->replica.begin(), phase->replica.end()) == std::vector<float>(9, 4.0f));
+  std::function<bool()> b_waits = [&] { return a_gone && host.snapshot().phase == protocol::Phase::hello_pending; };
+  const bool waiting = co_await eventually(b_waits, 10s);
+  REQUIRE(waiting);
+  for (float& x : anchor) x = 8.0f;  // the outer step, in the engine's own buffer
+  REQUIRE(host.finish_round(anchor, false).ok());
+  auto next = co_await host.next_phase();
+  REQUIRE(next.ok());
+  CHECK(next->round == 8);
+  CHECK(std::vector<float>(next->replica.begin(), next->replica.end()) == std::vector<float>(9, 9.0f));
+  REQUIRE(host.finish_round(anchor, true).ok());
+}
+
 }  // namespace
 
 TEST_CASE("an external trainer hands over its initialization and syncs 3 rounds of 2 fragments",
@@ -384,4 +403,42 @@ TEST_CASE("TrainerHost::open refuses a bad job", "[daemon][trainer]") {
   same.job = "job-b";
   // A socket served by a live host is not taken over.
   CHECK(TrainerHost::open(io.get_executor(), same).status().code() == Err::io);
+}
+
+TEST_CASE("with anchor_view the host welcomes trainers from the engine's own anchor", "[daemon][trainer]") {
+  std::vector<std::jthread> threads;
+  asio::io_context io;
+  std::vector<float> anchor(9, 3.0f);
+  TrainerHostOptions o;
+  o.anchor_view = [&anchor] { return std::span<const float>(anchor); };
+  auto host = open_host(io, o);
+  REQUIRE(host.ok());
+  REQUIRE((*host)->set_anchor(anchor, 7).ok());
+  const std::string path = (*host)->options().socket_path;
+  std::atomic<bool> a_gone{false};
+  TrainerLog a, b;
+  threads.emplace_back([&] {
+    {
+      auto client = protocol::Client::connect(path, "job-a", layout(), client_options());
+      if (!client.ok()) return void(a.status = client.status());
+      record_welcome(**client, a);
+      for (float& x : (*client)->parameters()) x += 1.0f;
+      a.status = (*client)->sync(7, 0, 50, 1.0);
+    }  // gone before the RESULT
+    a_gone = true;
+    auto client = protocol::Client::connect(path, "job-a", layout(), client_options());
+    if (!client.ok()) return void(b.status = client.status());
+    record_welcome(**client, b);
+    b.status = train(**client, 1, b);
+  });
+  test::run_on(io, engine_owning_the_anchor(**host, anchor, a_gone), 30s);
+  host->reset();
+  threads.clear();
+  REQUIRE(a.status.ok());
+  CHECK(a.welcomed == std::vector<float>(9, 3.0f));
+  INFO(b.status.to_string());
+  REQUIRE(b.status.ok());
+  CHECK(b.welcomed == std::vector<float>(9, 8.0f));
+  CHECK(b.next_rounds == std::vector<std::uint64_t>{8});
+  CHECK(b.stopped);
 }

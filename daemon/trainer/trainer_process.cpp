@@ -200,7 +200,9 @@ Status TrainerProcess::spawn() {
   if (child == 0) {
     // Only async-signal-safe calls from here to execve.
     ::setpgid(0, 0);  // its own group: stop() signals the trainer and its worker processes together
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a daemon killed with -9 takes its trainer along
+    // A daemon killed with -9 takes its trainer along. The signal follows the
+    // forking *thread*: start trainers from the daemon's event-loop thread.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(127);
     if (null >= 0) ::dup2(null, STDIN_FILENO);
     ::dup2(log, STDOUT_FILENO);

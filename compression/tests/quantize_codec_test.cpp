@@ -110,3 +110,24 @@ TEST_CASE("quantize refuses non-finite input and malformed scales") {
   std::memcpy(enc.data() + 4, &nan, 4);
   CHECK(c.decode(enc, out).code() == Err::malformed);
 }
+
+TEST_CASE("quantize near FLT_MAX encodes and decodes to finite values; an overflowing scale is refused") {
+  for (unsigned bits : {8u, 4u, 2u}) {
+    QuantizeCodec c(QuantizeSpec{bits, 8, Rounding::nearest});
+    std::vector<float> in{std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 1.0f, 0, 0, 0, 0, 0};
+    auto out = roundtrip(c, in, 0);
+    for (float v : out) CHECK(std::isfinite(v));
+    CHECK(out[0] > 3.3e38f);
+    CHECK(out[1] < -3.3e38f);
+
+    if (bits == 2) continue;  // qmax = 1: every finite scale decodes finitely
+    std::vector<std::byte> enc(c.encoded_size(in.size()));
+    REQUIRE(c.encode(in, enc, 0).ok());
+    const float huge = std::numeric_limits<float>::max();  // qmax * this is Inf
+    std::memcpy(enc.data(), &huge, 4);
+    std::vector<float> decoded(in.size());
+    Status s = c.decode(enc, decoded);
+    CHECK(s.code() == Err::malformed);
+    CHECK(s.message().find("qmax * scale finite") != std::string::npos);
+  }
+}

@@ -80,6 +80,7 @@ void Server::on_listen_readable() {
       continue;
     }
     trainer_ = std::move(fd);
+    ++trainer_generation_;
     trainer_pid_ = peer_pid(trainer_.get());
     phase_ = Phase::awaiting_hello;
     inbox_ = MessageBuffer(options_.limits);
@@ -94,6 +95,10 @@ void Server::on_trainer_readable() {
     // A trainer never passes descriptors to the daemon: any that arrive are closed.
     auto n = recv_some(trainer_.get(), chunk, nullptr);
     if (!n.ok()) {
+      // The trainer is gone: nothing queued can reach it. Dropping the queue
+      // first also keeps close_trainer's own flush from failing again, and
+      // again (the two used to recurse until the stack overflowed).
+      outbox_.clear();
       close_trainer(n.status(), true);
       return;
     }
@@ -206,6 +211,7 @@ void Server::handle_sync(const SyncMsg& sync) {
     }
   }
   fragments_[sync.fragment].in_flight = true;
+  synced_by_[sync.fragment] = trainer_generation_;
   events_.push_back(SyncEvent{sync, replica});
 }
 
@@ -231,6 +237,10 @@ void Server::flush() {
     auto& out = outbox_.front();
     auto n = send_some(trainer_.get(), std::span(out.bytes).subspan(out.sent), out.sent == 0 ? out.pass_fd : -1);
     if (!n.ok()) {
+      // The trainer is gone: nothing queued can reach it. Dropping the queue
+      // first also keeps close_trainer's own flush from failing again, and
+      // again (the two used to recurse until the stack overflowed).
+      outbox_.clear();
       close_trainer(n.status(), true);
       return;
     }
@@ -315,9 +325,11 @@ Status Server::complete_sync(std::uint32_t fragment, std::span<const float> anch
   std::uint64_t round = f.desc.next_round;
   f.desc.next_round = next_round;
   f.in_flight = false;
-  // After the trainer left, the round still advances; the next trainer is
-  // welcomed with the daemon's anchor anyway.
-  send(ResultMsg{round, fragment, stop ? kResultStop : 0u, next_round});
+  // After the trainer that synced left, the round still advances but the
+  // RESULT has no one to go to: a trainer connected since is waiting for its
+  // WELCOME (with the daemon's anchor), not for this.
+  if (trainer_.valid() && synced_by_[fragment] == trainer_generation_)
+    send(ResultMsg{round, fragment, stop ? kResultStop : 0u, next_round});
   return {};
 }
 

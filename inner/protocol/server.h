@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -191,6 +192,8 @@ class Server {
   pid_t trainer_pid_ = -1;
   Phase phase_ = Phase::no_trainer;
   MessageBuffer inbox_;
+  std::uint64_t trainer_generation_ = 0;          // counts accepted trainer connections
+  std::map<std::uint32_t, std::uint64_t> synced_by_;  // fragment -> the connection that synced it
   std::deque<Outgoing> outbox_;
   std::vector<Event> events_;
   Layout layout_;        ///< pinned layout

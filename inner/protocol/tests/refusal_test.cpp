@@ -292,3 +292,50 @@ TEST_CASE("messages out of order are refused without changing the phase") {
   CHECK(std::holds_alternative<InitEvent>(events[0]));
   CHECK(server->snapshot().phase == Phase::init_pending);
 }
+
+TEST_CASE("a RESULT completed after its trainer left goes to no one; the next trainer gets its WELCOME") {
+  Session s;
+  // Both fragments in flight, then the trainer dies before its RESULTs.
+  s.trainer.send(s.sync_bytes(3, 0));
+  s.trainer.send(s.sync_bytes(3, 1));
+  pump(*s.server);
+  (void)s.server->take_events();
+  s.trainer.close();
+  pump(*s.server);
+  // A restarted trainer says HELLO while the daemon is still exchanging.
+  RawTrainer next(s.path);
+  next.send(HelloMsg{"mlp-test", mlp()});
+  pump(*s.server);
+  // The exchange ends: the round advances, but no RESULT may reach the newcomer.
+  auto table = split_fragments(mlp(), 2, 3);
+  REQUIRE(table.ok());
+  for (std::uint32_t f = 0; f < 2; ++f) {
+    const auto& d = (*table)[f];
+    REQUIRE(s.server->complete_sync(f, std::span<const float>(s.anchor).subspan(d.offset, d.length), 4, false).ok());
+  }
+  auto fragments = split_fragments(mlp(), 2, 4);
+  REQUIRE(fragments.ok());
+  REQUIRE(s.server->welcome(*fragments, s.anchor).ok());
+  auto first = next.read(*s.server);
+  REQUIRE(first.has_value());
+  CHECK(std::holds_alternative<WelcomeMsg>(*first));  // before the fix: a stray RESULT came first
+}
+
+TEST_CASE("a trainer that vanishes with messages queued for it does not take the daemon down") {
+  Session s;
+  s.trainer.send(s.sync_bytes(3, 0));
+  pump(*s.server);
+  (void)s.server->take_events();
+  s.trainer.close();  // gone before its RESULT
+  // Sending to a closed peer fails (EPIPE); the server closes the trainer
+  // once instead of retrying the queue until the stack overflows.
+  auto table = split_fragments(mlp(), 2, 3);
+  REQUIRE(table.ok());
+  const auto& d = (*table)[0];
+  REQUIRE(s.server->complete_sync(0, std::span<const float>(s.anchor).subspan(d.offset, d.length), 4, false).ok());
+  pump(*s.server);
+  bool left = false;
+  for (auto& e : s.server->take_events()) left |= std::holds_alternative<TrainerLeftEvent>(e);
+  CHECK(left);
+  CHECK(s.server->snapshot().phase == Phase::no_trainer);
+}

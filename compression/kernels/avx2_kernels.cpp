@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "compression/kernels/kernels.h"
 
@@ -78,14 +79,16 @@ GEOLOCO_AVX2 void quantize_nearest_avx2(const float* x, std::size_t n, float inv
 }
 
 GEOLOCO_AVX2 void dequantize_avx2(const std::int8_t* q, std::size_t n, float scale, float* out) {
+  const float big = std::numeric_limits<float>::max();
   const __m256 s = _mm256_set1_ps(scale);
+  const __m256 hi = _mm256_set1_ps(big), lo = _mm256_set1_ps(-big);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
-    __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(f, s));
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+    _mm256_storeu_ps(out + i, _mm256_min_ps(_mm256_max_ps(f, lo), hi));
   }
-  for (; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
+  for (; i < n; ++i) out[i] = std::min(std::max(static_cast<float>(q[i]) * scale, -big), big);
 }
 
 GEOLOCO_AVX2 void f32_to_f16_avx2(const float* x, std::size_t n, std::uint16_t* out) {

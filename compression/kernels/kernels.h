@@ -19,7 +19,9 @@ namespace geoloco::compression::kernels {
 using AbsmaxFn = float (*)(const float* x, std::size_t n, bool* nonfinite);
 /// q[i] = clamp(round_to_nearest_even(x[i] * inv), -qmax, qmax).
 using QuantizeNearestFn = void (*)(const float* x, std::size_t n, float inv, int qmax, std::int8_t* q);
-/// out[i] = float(q[i]) * scale.
+/// out[i] = clamp(float(q[i]) * scale, -FLT_MAX, FLT_MAX): near FLT_MAX the
+/// product can round to Inf (code -(qmax + 1) of a damaged payload, or qmax
+/// times a scale from an absmax at FLT_MAX), and decoded values must be finite.
 using DequantizeFn = void (*)(const std::int8_t* q, std::size_t n, float scale, float* out);
 /// Saturating round-to-nearest-even casts of finite floats, and back.
 /// The *_to_f32 decoders return false when an input encodes Inf or NaN.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "compression/kernels/kernels.h"
 
@@ -33,7 +34,8 @@ void quantize_nearest_scalar(const float* x, std::size_t n, float inv, int qmax,
 }
 
 void dequantize_scalar(const std::int8_t* q, std::size_t n, float scale, float* out) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
+  const float big = std::numeric_limits<float>::max();
+  for (std::size_t i = 0; i < n; ++i) out[i] = std::min(std::max(static_cast<float>(q[i]) * scale, -big), big);
 }
 
 void f32_to_f16_scalar(const float* x, std::size_t n, std::uint16_t* out) {

@@ -36,25 +36,28 @@ if(GEOLOCO_SANITIZE)
   add_custom_target(geoloco_sanitize_tests)
 endif()
 
-# geoloco_fuzzer(NAME name SOURCE file.cpp LIBS ... CORPUS dir [SECONDS s])
+# geoloco_fuzzer(NAME name SOURCE file.cpp LIBS ... CORPUS dir [RUNS n])
 #
 # A libFuzzer target (GEOLOCO_FUZZ builds, clang only), plus a ctest test
-# that fuzzes for SECONDS (default 15) seeded with CORPUS. New inputs go to a
-# scratch folder in the build tree, never into the source tree.
+# that fuzzes RUNS inputs (default 50000) from seed 1, seeded with CORPUS.
+# A fixed number of runs, not a time budget: the same inputs on a fast or a
+# slow machine, so CI is reproducible (longer runs: run the binary by hand
+# with -max_total_time). New inputs go to a scratch folder in the build
+# tree, never into the source tree.
 function(geoloco_fuzzer)
-  cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS;SECONDS" "LIBS" ${ARGN})
+  cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS;RUNS" "LIBS" ${ARGN})
   if(NOT GEOLOCO_FUZZ)
     return()
   endif()
-  if(NOT F_SECONDS)
-    set(F_SECONDS 15)
+  if(NOT F_RUNS)
+    set(F_RUNS 50000)
   endif()
   add_executable(${F_NAME} ${F_SOURCE})
   target_compile_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
   target_link_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
   target_link_libraries(${F_NAME} PRIVATE ${F_LIBS})
   add_test(NAME ${F_NAME}
-           COMMAND sh -c "mkdir -p ${F_NAME}_new && exec $<TARGET_FILE:${F_NAME}> -max_total_time=${F_SECONDS} -rss_limit_mb=2048 -seed=1 ${F_NAME}_new ${F_CORPUS}"
+           COMMAND sh -c "rm -rf ${F_NAME}_new && mkdir -p ${F_NAME}_new && exec $<TARGET_FILE:${F_NAME}> -runs=${F_RUNS} -rss_limit_mb=2048 -seed=1 ${F_NAME}_new ${F_CORPUS}"
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(${F_NAME} PROPERTIES TIMEOUT 120 LABELS "sanitize;fuzz")
   add_dependencies(geoloco_sanitize_tests ${F_NAME})

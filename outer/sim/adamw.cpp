@@ -21,39 +21,32 @@ Status AdamWOptions::validate() const {
   return {};
 }
 
+namespace {
+inner::cpu::AdamWOptions inner_options(const AdamWOptions& o) {
+  inner::cpu::AdamWOptions i;
+  i.beta1 = o.beta1;
+  i.beta2 = o.beta2;
+  i.epsilon = o.epsilon;
+  i.weight_decay = o.weight_decay;
+  return i;
+}
+}  // namespace
+
 AdamW::AdamW(std::size_t parameters, AdamWOptions options)
-    : options_(options), m_(parameters, 0.0f), v_(parameters, 0.0f) {}
+    : options_(options),
+      inner_(parameters, inner_options(options),
+             options.weight_decay > 0 ? std::vector<std::pair<std::size_t, std::size_t>>{{0, parameters}}
+                                      : std::vector<std::pair<std::size_t, std::size_t>>{}) {}
 
 Status AdamW::step(std::span<float> params, std::span<const float> grad) {
-  GEOLOCO_RETURN_IF(params.size() != m_.size() || grad.size() != m_.size(), Err::invalid_argument,
-                    "adamw: ", m_.size(), " parameters in the state, got ", params.size(), " parameters and ",
-                    grad.size(), " gradients");
-  ++t_;
-  beta1_t_ *= options_.beta1;
-  beta2_t_ *= options_.beta2;
-  const float b1 = static_cast<float>(options_.beta1);
-  const float b2 = static_cast<float>(options_.beta2);
-  const float c1 = static_cast<float>(1.0 - options_.beta1);
-  const float c2 = static_cast<float>(1.0 - options_.beta2);
-  const float bias1 = static_cast<float>(1.0 - beta1_t_);
-  const float bias2 = static_cast<float>(1.0 - beta2_t_);
-  double lr_t = options_.learning_rate;
+  // The step about to be taken is number steps() + 1; the decay counts from 0.
+  double lr = options_.learning_rate;
   if (options_.decay_steps > 0) {
-    const double progress = static_cast<double>(std::min(t_ - 1, options_.decay_steps)) / options_.decay_steps;
-    lr_t *= 1.0 - (1.0 - options_.final_lr_fraction) * progress;
+    const double progress =
+        static_cast<double>(std::min<std::uint64_t>(inner_.steps(), options_.decay_steps)) / options_.decay_steps;
+    lr *= 1.0 - (1.0 - options_.final_lr_fraction) * progress;
   }
-  const float lr = static_cast<float>(lr_t);
-  const float eps = static_cast<float>(options_.epsilon);
-  const float decay = static_cast<float>(lr_t * options_.weight_decay);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const float g = grad[i];
-    m_[i] = b1 * m_[i] + c1 * g;
-    v_[i] = b2 * v_[i] + c2 * g * g;
-    const float m_hat = m_[i] / bias1;
-    const float v_hat = v_[i] / bias2;
-    params[i] = params[i] - lr * m_hat / (std::sqrt(v_hat) + eps) - decay * params[i];
-  }
-  return {};
+  return inner_.step(params, grad, lr);
 }
 
 }  // namespace geoloco::outer::sim

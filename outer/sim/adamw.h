@@ -1,12 +1,10 @@
-// AdamW (Loshchilov & Hutter), the default inner optimizer (DESIGN §1 step 1),
-// written to be read: fp32 state, one loop, bias corrections from β^t kept
-// by repeated multiplication so every machine computes the same bits.
-//
-//   m ← β1 m + (1 − β1) g;  v ← β2 v + (1 − β2) g²
-//   θ ← θ − lr_t · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + ε) − lr_t · wd · θ
-//
-// with lr_t optionally decaying linearly (no libm calls: the same bits everywhere).
+// The simulator's inner optimizer: the inner trainer's AdamW
+// (inner/cpu/adamw.h, one implementation for both) with the simulator's
+// learning-rate rule, optionally decaying linearly (no libm calls: the same
+// bits everywhere). Weight decay, when set, applies to every parameter.
 #pragma once
+
+#include "inner/cpu/adamw.h"
 
 #include <cstdint>
 #include <span>
@@ -37,15 +35,11 @@ class AdamW {
 
   /// One update. Errors: invalid_argument (lengths differ from the state).
   Status step(std::span<float> params, std::span<const float> grad);
-  std::uint64_t steps() const { return t_; }
+  std::uint64_t steps() const { return inner_.steps(); }
 
  private:
   AdamWOptions options_;
-  std::vector<float> m_;
-  std::vector<float> v_;
-  std::uint64_t t_ = 0;
-  double beta1_t_ = 1.0;  // β1^t
-  double beta2_t_ = 1.0;  // β2^t
+  inner::cpu::AdamW inner_;
 };
 
 }  // namespace geoloco::outer::sim

@@ -1,0 +1,51 @@
+#include "daemon/job_trainer.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace geoloco::daemon {
+
+std::string sync_socket_path(const std::string& job_dir) {
+  return (std::filesystem::path(job_dir) / "sync.sock").string();
+}
+
+Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const std::string& site,
+                                                      const TrainerPaths& paths) {
+  GEOLOCO_RETURN_IF(job.trainer.kind != TrainerSpec::Kind::builtin, Err::invalid_argument, "job '", job.name,
+                    "' has an external trainer: the daemon starts none, it waits for one to attach");
+  const auto it = std::find(job.sites.begin(), job.sites.end(), site);
+  GEOLOCO_RETURN_IF(it == job.sites.end(), Err::invalid_argument, "site '", site, "' is not one of job '", job.name,
+                    "''s sites");
+  GEOLOCO_RETURN_IF(job.outer.inner.duration_s > 0, Err::invalid_argument, "job '", job.name,
+                    "': the built-in trainer syncs every inner.steps steps; inner.duration is not supported by it yet");
+  const std::uint64_t h = job.outer.inner.steps;
+  TrainerProcessOptions o;
+  o.program = paths.program;
+  o.socket_path = sync_socket_path(paths.job_dir);
+  o.job = job.name;
+  o.log_path = (std::filesystem::path(paths.job_dir) / "trainer.log").string();
+  o.model = job.trainer.model;
+  if (job.trainer.model == "mlp") {
+    o.hidden.assign(static_cast<std::size_t>(std::max(job.trainer.layers - 1, 1)),
+                    static_cast<std::size_t>(job.trainer.width));
+  } else {
+    o.layers = job.trainer.layers;
+    o.width = job.trainer.width;
+    o.heads = job.trainer.heads;
+    o.context = job.trainer.context;
+  }
+  // Room for every round (a stop by tokens may take more: leave it unbounded).
+  o.steps = job.stop_rounds ? *job.stop_rounds * h + h : 1'000'000'000ull;
+  o.batch = job.inner.batch;
+  o.lr = job.inner.lr;
+  o.warmup = job.inner.warmup;
+  o.seed = job.seed;  // every site starts from the same initialization
+  o.sync_every = h;
+  o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
+  o.site_shards = static_cast<std::uint32_t>(job.sites.size());
+  o.workers = static_cast<std::uint32_t>(job.trainer.workers);
+  GEOLOCO_TRY(o.validate());
+  return o;
+}
+
+}  // namespace geoloco::daemon

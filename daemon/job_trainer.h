@@ -1,0 +1,31 @@
+// How a job file's trainer section becomes the built-in trainer's process
+// on one site: model and sizes, the inner optimizer, H (sync_every), this
+// site's data shard among the job's sites, and the files under the job's
+// directory. A pure function, so the mapping is tested by value.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "daemon/job_spec.h"
+#include "daemon/trainer/trainer_process.h"
+
+namespace geoloco::daemon {
+
+struct TrainerPaths {
+  std::string program = "geoloco-train";  ///< the trainer binary
+  std::string job_dir;                     ///< <data_dir>/jobs/<job>
+};
+
+/// The sync socket of a job: <job_dir>/sync.sock.
+std::string sync_socket_path(const std::string& job_dir);
+
+/// The process options for `site`'s built-in trainer. Steps: enough for
+/// every round of the job (rounds x H, or unbounded with a token stop), so
+/// the trainer never ends before the daemon says stop. Errors:
+/// invalid_argument (the job's trainer is external, or `site` is not one of
+/// the job's sites, or the job has no fixed H).
+Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const std::string& site,
+                                                      const TrainerPaths& paths);
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,58 @@
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+
+#include "daemon/job_trainer.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+namespace {
+JobSpec job(const std::string& trainer) {
+  auto j = parse_job_yaml(YAML::Load("name: demo\nsites: [site-a, site-b, site-c]\ncoordinator: site-a\nseed: 9\n"
+                                     "trainer: " + trainer +
+                                     "\ninner: {lr: 0.002, steps: 40, batch: 32, warmup: 10}\nstop: {rounds: 5}\n"),
+                          "job.yaml");
+  INFO(j.status().message());
+  REQUIRE(j.ok());
+  return *j;
+}
+}  // namespace
+
+TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each site") {
+  auto o = builtin_trainer_options(job("{model: mlp, layers: 3, width: 128, workers: 2}"), "site-b",
+                                   {"/usr/bin/geoloco-train", "/var/lib/geoloco/jobs/demo"});
+  REQUIRE(o.ok());
+  CHECK(o->program == "/usr/bin/geoloco-train");
+  CHECK(o->socket_path == "/var/lib/geoloco/jobs/demo/sync.sock");
+  CHECK(o->log_path == "/var/lib/geoloco/jobs/demo/trainer.log");
+  CHECK(o->job == "demo");
+  CHECK(o->model == "mlp");
+  CHECK(o->hidden == std::vector<std::size_t>{128, 128});
+  CHECK(o->sync_every == 40);
+  CHECK(o->steps == 5 * 40 + 40);
+  CHECK(o->batch == 32);
+  CHECK(o->lr == 0.002);
+  CHECK(o->warmup == 10u);
+  CHECK(o->seed == 9u);
+  CHECK(o->site_shard == 1);
+  CHECK(o->site_shards == 3);
+  CHECK(o->workers == 2);
+
+  auto g = builtin_trainer_options(job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
+                                   {"geoloco-train", "/tmp/j"});
+  REQUIRE(g.ok());
+  CHECK(g->layers == 4);
+  CHECK(g->width == 64);
+  CHECK(g->heads == 4);
+  CHECK(g->context == 32);
+  CHECK(g->site_shard == 2);
+  const auto args = trainer_arguments(*g);
+  CHECK(std::find(args.begin(), args.end(), "--sync-every") != args.end());
+}
+
+TEST_CASE("no trainer options for an external trainer or a stranger site") {
+  CHECK(builtin_trainer_options(job("{kind: external}"), "site-a", {"x", "/j"}).status().message() ==
+        "job 'demo' has an external trainer: the daemon starts none, it waits for one to attach");
+  CHECK(builtin_trainer_options(job("{model: mlp}"), "mars", {"x", "/j"}).status().code() == Err::invalid_argument);
+}

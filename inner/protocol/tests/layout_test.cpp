@@ -6,19 +6,12 @@
 #include <limits>
 
 #include "inner/protocol/layout.h"
+#include "inner/protocol/tests/mlp_layout.h"
 #include "inner/protocol/session_rules.h"
 
 using namespace geoloco;
 using namespace geoloco::inner::protocol;
-
-namespace {
-Layout mlp() {
-  return {{"fc1.weight", {4, 6}, 0, DType::f32},
-          {"fc1.bias", {4}, 24, DType::f32},
-          {"fc2.weight", {3, 4}, 28, DType::f32},
-          {"fc2.bias", {3}, 40, DType::f32}};
-}
-}  // namespace
+using geoloco::inner::protocol::testing::mlp;
 
 TEST_CASE("a contiguous layout passes and every broken rule is named", "[sanitize]") {
   CHECK(check_layout(mlp()).ok());

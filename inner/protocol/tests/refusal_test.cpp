@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "inner/protocol/layout.h"
+#include "inner/protocol/tests/mlp_layout.h"
 #include "inner/protocol/tests/test_daemon.h"
 
 using namespace geoloco;
@@ -16,13 +17,6 @@ using namespace geoloco::inner::protocol;
 using namespace geoloco::inner::protocol::testing;
 
 namespace {
-
-Layout mlp() {
-  return {{"fc1.weight", {4, 6}, 0, DType::f32},
-          {"fc1.bias", {4}, 24, DType::f32},
-          {"fc2.weight", {3, 4}, 28, DType::f32},
-          {"fc2.bias", {3}, 40, DType::f32}};
-}
 
 std::unique_ptr<Server> open_server(const std::string& path) {
   ServerOptions o;

@@ -1,0 +1,15 @@
+// The small mlp layout (43 values, 4 tensors) the protocol tests share.
+#pragma once
+
+#include "inner/protocol/message.h"
+
+namespace geoloco::inner::protocol::testing {
+
+inline Layout mlp() {
+  return {{"fc1.weight", {4, 6}, 0, DType::f32},
+          {"fc1.bias", {4}, 24, DType::f32},
+          {"fc2.weight", {3, 4}, 28, DType::f32},
+          {"fc2.bias", {3}, 40, DType::f32}};
+}
+
+}  // namespace geoloco::inner::protocol::testing

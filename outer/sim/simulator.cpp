@@ -214,6 +214,17 @@ class Simulation {
     return rep;
   }
 
+  // The end of every round, both modes: evaluate the anchor, record the
+  // round, checkpoint when due.
+  Status close_round(RoundReport rep, std::uint64_t r) {
+    auto loss = trainers_[0]->evaluate(anchor_);
+    if (!loss.ok()) return loss.status();
+    rep.loss = *loss;
+    rep.anchor_digest = digest_f32(anchor_);
+    report_.rounds.push_back(std::move(rep));
+    return maybe_checkpoint(r);
+  }
+
   Status maybe_checkpoint(std::uint64_t round) const {
     if (options_.checkpoint_path.empty()) return {};
     if (round % options_.checkpoint_every_rounds != 0 && round != options_.rounds) return {};
@@ -320,12 +331,7 @@ class Simulation {
       }
       rep.fragments_synced = {0};
       rep.train_loss = loss_sum / static_cast<double>(std::max<std::uint64_t>(loss_count, 1));
-      auto loss = trainers_[0]->evaluate(anchor_);
-      if (!loss.ok()) return loss.status();
-      rep.loss = *loss;
-      rep.anchor_digest = digest_f32(anchor_);
-      report_.rounds.push_back(std::move(rep));
-      GEOLOCO_TRY(maybe_checkpoint(r));
+      GEOLOCO_TRY(close_round(std::move(rep), r));
     }
     return {};
   }
@@ -384,12 +390,7 @@ class Simulation {
         }
       }
       rep.train_loss = loss_sum / static_cast<double>(h * options_.sites);
-      auto loss = trainers_[0]->evaluate(anchor_);
-      if (!loss.ok()) return loss.status();
-      rep.loss = *loss;
-      rep.anchor_digest = digest_f32(anchor_);
-      report_.rounds.push_back(std::move(rep));
-      GEOLOCO_TRY(maybe_checkpoint(r));
+      GEOLOCO_TRY(close_round(std::move(rep), r));
     }
     return {};
   }

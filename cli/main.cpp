@@ -13,6 +13,12 @@ int main(int argc, char** argv) {
   geoloco::cli::add_bench_command(app, action);
   geoloco::cli::add_certs_command(app, action);
   geoloco::cli::add_simulate_command(app, action);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; any other command line CLI11 rejects is a usage error:
+    // 2, as scripts expect, not CLI11's own 1xx codes.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return action ? action() : 0;
 }

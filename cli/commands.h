@@ -1,5 +1,6 @@
 // The `geoloco` command line: each subcommand registers itself on the CLI11
-// app and returns the process exit code when it runs.
+// app and returns the process exit code when it runs. A command line CLI11
+// rejects exits 2 (main.cpp), as job_output.h's kExitUsage.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,5 +17,8 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_certs_command(CLI::App& app, Action& action);
 /// `geoloco simulate job.yaml [--sites N] [--rounds R] [--bandwidth B] [--rtt MS] [--json]`.
 void add_simulate_command(CLI::App& app, Action& action);
+/// `geoloco submit job.yaml`, `status [JOB] [--json]`, `watch JOB`, `cancel JOB`:
+/// requests to the local geolocod, each with `--socket PATH` (job_commands.cpp).
+void add_job_commands(CLI::App& app, Action& action);
 
 }  // namespace geoloco::cli

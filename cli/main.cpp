@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   geoloco::cli::add_bench_command(app, action);
   geoloco::cli::add_certs_command(app, action);
   geoloco::cli::add_simulate_command(app, action);
+  geoloco::cli::add_job_commands(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -37,6 +37,7 @@ enum class FrameType : std::uint8_t {
   gather = 3,     ///< all-reduce phase 2: a chunk of the sender's averaged shard
   keepalive = 4,  ///< no payload; proves the peer alive on an idle connection
   control = 5,    ///< control plane (coordinator messages); payload defined by the daemon
+  state = 6,      ///< STATE_SYNC: a chunk of a job's outer state (binary), sent to a (re)joining site
 };
 
 std::string_view frame_type_name(FrameType type);

@@ -150,7 +150,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   const std::string claimed(reinterpret_cast<const char*>(payload->data()), payload->size());
   const int slot = static_cast<int>(header->chunk);
   Status refused;
-  if (header->job != options_.job) {
+  if (header->job != 0 && header->job != options_.job) {
     refused = GEOLOCO_ERROR(Err::mismatch, "hello from '", claimed, "' for job ", header->job, ", this mesh serves job ",
                             options_.job);
   } else if (!is_peer(claimed)) {
@@ -165,7 +165,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer, conn.get(), refused);
     co_return;
   }
-  const FrameHeader reply = hello_header(options_.job, slot, bytes_of(options_.site));
+  const FrameHeader reply = hello_header(0, slot, bytes_of(options_.site));
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
   install(claimed, slot, conn);
@@ -213,7 +213,7 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
     co_return named;
   }
   conn->start();
-  const FrameHeader hello = hello_header(options_.job, slot, bytes_of(options_.site));
+  const FrameHeader hello = hello_header(0, slot, bytes_of(options_.site));
   s = co_await conn->write_frame(hello, bytes_of(options_.site));
   if (!s.ok()) co_return s;
   auto header = co_await conn->read_header();
@@ -320,11 +320,12 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connecti
       if (conn->is_open()) reject(peer, conn.get(), header.status());
       break;
     }
-    if (header->type == FrameType::control) {
+    if (header->type == FrameType::control || header->type == FrameType::state) {
       // Control messages are not part of an operation: no gate, in order.
-      if (header->job != options_.job || !control_handler_) {
+      const bool known_job = header->job == options_.job || header->job == 0;
+      if (!known_job || !control_handler_) {
         reject(peer, conn.get(),
-               header->job != options_.job
+               !known_job
                    ? GEOLOCO_ERROR(Err::mismatch, "control frame from ", peer, " for job ", header->job,
                                    ", this mesh serves job ", options_.job)
                    : GEOLOCO_ERROR(Err::unsupported, "control frame from ", peer, ", but this site takes none"));
@@ -372,14 +373,22 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connecti
 
 asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_t round,
                                            std::span<const std::byte> payload) {
-  auto conn = connection(peer, 0);
-  if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
   FrameHeader h;
   h.type = FrameType::control;
   h.job = options_.job;
   h.round = round;
-  seal(h, payload);
-  co_return co_await conn->write_frame(h, payload);
+  co_return co_await send_control_frame(peer, h, payload);
+}
+
+asio::awaitable<Status> Mesh::send_control_frame(const std::string& peer, FrameHeader header,
+                                                 std::span<const std::byte> payload) {
+  auto conn = connection(peer, 0);
+  if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
+  if (header.type != FrameType::control && header.type != FrameType::state)
+    co_return GEOLOCO_ERROR(Err::invalid_argument, "send_control_frame sends control or state frames, not ",
+                            frame_type_name(header.type));
+  seal(header, payload);
+  co_return co_await conn->write_frame(header, payload);
 }
 
 void Mesh::reject(const std::string& peer, Connection* conn, Status reason) {

@@ -50,7 +50,10 @@ struct MeshOptions {
   std::uint16_t listen_port = 0;          ///< 0: any free port (see Mesh::port())
   std::vector<PeerAddress> peers;         ///< every other site this one may talk to
   tls::TlsFiles tls;                      ///< CA, certificate, key (unused in plaintext test mode)
-  std::uint64_t job = 0;                  ///< the job whose frames this mesh carries
+  /// The job whose frames this mesh carries (set_job() changes it). Job 0 is
+  /// the federation itself: hellos and federation-level control frames
+  /// (e.g. a job's distribution) carry 0 and are always accepted.
+  std::uint64_t job = 0;
   TransportOptions transport;
 };
 
@@ -105,7 +108,13 @@ class Mesh {
   /// Ends the current operation: its late frames are refused as stale.
   void end(OpKey key);
 
-  /// Control-plane frames (FrameType::control) bypass the operation gate and
+  /// Makes `job` the job whose data and control frames are accepted; frames
+  /// of any other job (but the federation's, 0) are refused from now on.
+  void set_job(std::uint64_t job) { options_.job = job; }
+  std::uint64_t job() const { return options_.job; }
+
+  /// Control-plane frames (FrameType::control and FrameType::state) of the
+  /// current job or of the federation (job 0) bypass the operation gate and
   /// go to this handler as they arrive, in order per connection; an error
   /// refuses the frame. Without a handler, control frames are refused.
   using ControlHandler = std::function<Status(const std::string& peer, const FrameHeader& header, Buffer payload)>;
@@ -113,6 +122,10 @@ class Mesh {
   /// Sends a control frame to `peer` on connection slot 0 (control messages
   /// of one pair stay in order). Errors: io (not connected, write failed).
   asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round, std::span<const std::byte> payload);
+  /// As send_control, with the frame's job, type (control or state) and chunk
+  /// index chosen by the caller (job 0: a federation-level message).
+  asio::awaitable<Status> send_control_frame(const std::string& peer, FrameHeader header,
+                                             std::span<const std::byte> payload);
 
   const std::string& site() const { return options_.site; }
   /// Chunk buffers shared by this mesh's connections and operations.

@@ -13,6 +13,21 @@ namespace geoloco {
 std::uint64_t xxh3_64(std::span<const std::byte> bytes);
 /// xxh3-64 of the fp32 bytes of `values` (bit patterns, so -0.0 != 0.0).
 std::uint64_t digest_f32(std::span<const float> values);
+/// xxh3-64 computed piece by piece: equal to digest_f32 of the
+/// concatenation of the pieces (e.g. an anchor produced chunk by chunk).
+class StreamingDigest {
+ public:
+  StreamingDigest();
+  ~StreamingDigest();
+  StreamingDigest(const StreamingDigest&) = delete;
+  StreamingDigest& operator=(const StreamingDigest&) = delete;
+  void update(std::span<const float> values);
+  std::uint64_t value() const;
+
+ private:
+  void* state_;
+};
+
 /// 16 lower-case hex digits.
 std::string digest_hex(std::uint64_t digest);
 

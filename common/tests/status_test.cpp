@@ -45,3 +45,15 @@ TEST_CASE("digest_f32 is xxh3 of the fp32 bit patterns") {
   // A fixed value, so the digest function cannot change unnoticed.
   CHECK(xxh3_64({}) == 0x2d06800538d394c2ull);
 }
+
+TEST_CASE("a streaming digest over pieces equals the digest of the whole") {
+  std::vector<float> whole(1000);
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i) * 0.25f - 7.0f;
+  StreamingDigest d;
+  d.update(std::span<const float>(whole).first(1));
+  d.update(std::span<const float>(whole).subspan(1, 500));
+  d.update(std::span<const float>(whole).subspan(501));
+  CHECK(d.value() == digest_f32(whole));
+  StreamingDigest empty;
+  CHECK(empty.value() == xxh3_64({}));
+}

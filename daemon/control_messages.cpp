@@ -33,6 +33,17 @@ class Fields {
     if (const json* v = find(key); v && (!v->is_number() || !std::isfinite(v->get<double>()))) fail(key, "a finite number");
     else if (v) out = v->get<double>();
   }
+  void opt_f64(const char* key, double& out) {
+    if (j_.contains(key)) f64(key, out);
+  }
+  void opt_u64(const char* key, std::uint64_t& out) {
+    if (j_.contains(key)) u64(key, out);
+  }
+  void opt_bool(const char* key, bool& out) {
+    if (!j_.contains(key)) return;
+    if (!j_[key].is_boolean()) fail(key, "true or false");
+    else out = j_[key].get<bool>();
+  }
   void str(const char* key, std::string& out, std::size_t max = 256) {
     if (const json* v = find(key); v && (!v->is_string() || v->get_ref<const std::string&>().size() > max))
       fail(key, cat("a string of at most ", max, " characters"));
@@ -86,7 +97,11 @@ std::string_view control_type_name(const ControlMessage& m) {
                              [](const ReadyMessage&) { return "ready"; }, [](const PlanMessage&) { return "plan"; },
                              [](const CommitMessage&) { return "commit"; },
                              [](const CommittedMessage&) { return "committed"; },
-                             [](const AbortMessage&) { return "abort"; }},
+                             [](const AbortMessage&) { return "abort"; },
+                             [](const JobStartMessage&) { return "job_start"; },
+                             [](const JobCancelMessage&) { return "job_cancel"; },
+                             [](const StateRequestMessage&) { return "state_request"; },
+                             [](const StateOfferMessage&) { return "state_offer"; }},
                     m);
 }
 
@@ -102,11 +117,21 @@ std::string encode_control(const ControlMessage& message) {
                         {"inner_steps", m.inner_steps}, {"loss", m.loss}};
           },
           [](const PlanMessage& m) {
-            return json{{"round", m.round}, {"participants", m.participants}, {"weights", m.weights}, {"late", m.late}};
+            return json{{"round", m.round}, {"participants", m.participants}, {"weights", m.weights},
+                        {"late", m.late},   {"attempt", m.attempt}, {"loss", m.loss}, {"tokens", m.tokens}};
           },
           [](const CommitMessage& m) { return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}}; },
-          [](const CommittedMessage& m) { return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}}; },
+          [](const CommittedMessage& m) {
+            return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
+          },
           [](const AbortMessage& m) { return json{{"round", m.round}, {"reason", m.reason}}; },
+          [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
+          [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
+          [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
+          [](const StateOfferMessage& m) {
+            return json{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
+                        {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason}};
+          },
       },
       message);
   j["type"] = std::string(control_type_name(message));
@@ -155,6 +180,10 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.strings("participants", m.participants);
     f.numbers("weights", m.weights);
     f.strings("late", m.late);
+    f.opt_u64("attempt", m.attempt);
+    f.opt_f64("loss", m.loss);
+    f.opt_u64("tokens", m.tokens);
+    f.check(m.attempt < 1000000, "attempt must be < 1000000");
     f.check(!m.participants.empty(), "a plan needs participants");
     f.check(m.weights.size() == m.participants.size(), "one weight per participant");
     for (double w : m.weights) f.check(w > 0, "weights must be > 0");
@@ -162,15 +191,47 @@ Result<ControlMessage> decode_control(std::string_view text) {
   } else if (type == "commit" || type == "committed") {
     std::uint64_t round = 0;
     std::string digest;
+    bool final = false;
     f.u64("round", round);
     f.str("anchor_digest", digest);
+    if (type == "committed") f.opt_bool("final", final);
     f.check(is_digest(digest), "anchor_digest must be 16 hex digits");
     if (type == "commit") out = CommitMessage{round, digest};
-    else out = CommittedMessage{round, digest};
+    else out = CommittedMessage{round, digest, final};
   } else if (type == "abort") {
     AbortMessage m;
     f.u64("round", m.round);
     f.str("reason", m.reason, 4096);
+    out = m;
+  } else if (type == "job_start") {
+    JobStartMessage m;
+    f.str("job", m.job);
+    f.str("file", m.file, 4096);
+    f.str("yaml", m.yaml, 512 * 1024);
+    f.check(!m.job.empty(), "job must name the job");
+    out = m;
+  } else if (type == "job_cancel") {
+    JobCancelMessage m;
+    f.str("job", m.job);
+    f.str("reason", m.reason, 4096);
+    out = m;
+  } else if (type == "state_request") {
+    StateRequestMessage m;
+    f.str("job", m.job);
+    out = m;
+  } else if (type == "state_offer") {
+    StateOfferMessage m;
+    f.str("job", m.job);
+    f.u64("round", m.round);
+    f.str("anchor_digest", m.anchor_digest);
+    f.u64("values", m.values);
+    f.u64("chunk_values", m.chunk_values);
+    f.str("reason", m.reason, 4096);
+    if (m.reason.empty()) {
+      f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
+      f.check(m.values >= 1 && m.values <= (1ull << 40), "values must be 1..2^40");
+      f.check(m.chunk_values >= 1024 && m.chunk_values <= (16u << 20), "chunk_values must be 1024..16Mi");
+    }
     out = m;
   } else {
     return GEOLOCO_ERROR(Err::malformed, "unknown control message type '", type, "'");

@@ -38,6 +38,9 @@ struct PlanMessage {
   std::vector<std::string> participants;  ///< the all-reduce's order
   std::vector<double> weights;            ///< same order, > 0
   std::vector<std::string> late;          ///< live sites left out (stragglers)
+  std::uint64_t attempt = 0;              ///< 0, then +1 each time round is planned again after an ABORT
+  double loss = 0;                        ///< participants' mean training loss, weighted like Δ (for watch)
+  std::uint64_t tokens = 0;               ///< tokens of the round's contributions
 };
 /// A site applied the outer step of `round`; its anchor's digest.
 struct CommitMessage {
@@ -48,6 +51,7 @@ struct CommitMessage {
 struct CommittedMessage {
   std::uint64_t round = 0;
   std::string anchor_digest;
+  bool final = false;  ///< the job's stop condition is met: this was its last round
 };
 /// The round is abandoned (a participant failed); sites keep their anchor.
 struct AbortMessage {
@@ -55,8 +59,37 @@ struct AbortMessage {
   std::string reason;
 };
 
+/// Federation level (frame job 0): the coordinator hands a validated job
+/// to every site of it; a site that was submitted a job it does not
+/// coordinate forwards it to the coordinator the same way.
+struct JobStartMessage {
+  std::string job;   ///< the job's name (as in the YAML)
+  std::string file;  ///< the name the user submitted it under, for messages
+  std::string yaml;  ///< the job file's text; each site validates it again
+};
+/// Federation level: the job ends on every site (`geoloco cancel`, or it failed).
+struct JobCancelMessage {
+  std::string job;
+  std::string reason;
+};
+/// STATE_SYNC, asked: "send me the outer state of your last committed round".
+struct StateRequestMessage {
+  std::string job;
+};
+/// STATE_SYNC, answered: the state follows as `state` frames (anchor values,
+/// then momentum values, in order) unless `reason` says why there is none.
+struct StateOfferMessage {
+  std::string job;
+  std::uint64_t round = 0;        ///< rounds committed; the anchor is that of round + 1
+  std::string anchor_digest;      ///< xxh3 of the anchor's bytes, 16 hex digits
+  std::uint64_t values = 0;       ///< parameters in the anchor (and in the momentum)
+  std::uint64_t chunk_values = 0; ///< values per state frame
+  std::string reason;             ///< non-empty: no state is offered, and why
+};
+
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
-                                    CommittedMessage, AbortMessage>;
+                                    CommittedMessage, AbortMessage, JobStartMessage, JobCancelMessage,
+                                    StateRequestMessage, StateOfferMessage>;
 
 /// The JSON text of a message.
 std::string encode_control(const ControlMessage& message);

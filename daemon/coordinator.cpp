@@ -5,11 +5,13 @@
 namespace geoloco::daemon {
 
 Coordinator::Coordinator(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
-    : options_(std::move(options)), round_(round) {
+    : options_(std::move(options)), round_(round), tokens_(options_.tokens_so_far) {
   for (const auto& s : options_.sites) heard_[s] = now;
 }
 
 void Coordinator::start_collecting(std::uint64_t round) {
+  attempt_ = round == round_ ? attempt_ + 1 : 0;
+  failure_.reset();
   round_ = round;
   phase_ = Phase::collecting;
   ready_.clear();
@@ -47,6 +49,16 @@ Status Coordinator::on_commit(const std::string& site, const CommitMessage& c) {
   return {};
 }
 
+Status Coordinator::on_failed(const std::string& site, const AbortMessage& f) {
+  GEOLOCO_RETURN_IF(phase_ != Phase::planned || f.round != round_, Err::mismatch, "failure report of round ", f.round,
+                    " from ", site, ", but round ", round_, " is not being exchanged");
+  GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
+                    Err::invalid_argument, "failure report from ", site, ", which is not a participant of round ",
+                    round_);
+  if (!failure_) failure_ = cat(site, " could not finish the exchange: ", f.reason);
+  return {};
+}
+
 std::map<std::string, SiteReport> Coordinator::reports() const {
   std::map<std::string, SiteReport> out;
   for (const auto& [site, at] : heard_) {
@@ -64,6 +76,12 @@ Coordinator::Actions Coordinator::step(Clock::time_point now) {
   if (phase_ == Phase::finished) return a;
 
   if (phase_ == Phase::planned) {
+    if (failure_) {
+      a.abort = AbortMessage{round_, *failure_};
+      a.notes.push_back(cat("round ", round_, " aborted: ", *failure_));
+      start_collecting(round_);
+      return a;
+    }
     // A participant that went silent cannot finish the exchange.
     for (const auto& p : participants_) {
       if (now - heard_.at(p) >= options_.quorum.heartbeat_timeout_ms && !commits_.count(p)) {
@@ -94,10 +112,14 @@ Coordinator::Actions Coordinator::step(Clock::time_point now) {
       }
     }
     a.committed = CommittedMessage{round_, digest};
+    tokens_ += plan_tokens_;
     a.notes.push_back(cat("round ", round_, " committed by ", participants_.size(), " site(s), anchor ", digest));
-    if (options_.stop_after_round != 0 && round_ >= options_.stop_after_round) {
+    const bool rounds_done = options_.stop_after_round != 0 && round_ >= options_.stop_after_round;
+    const bool tokens_done = options_.stop_after_tokens != 0 && tokens_ >= options_.stop_after_tokens;
+    if (rounds_done || tokens_done) {
       phase_ = Phase::finished;
-      a.notes.push_back(cat("job finished after round ", round_));
+      a.committed->final = true;
+      a.notes.push_back(cat("job finished after round ", round_, " (", tokens_, " tokens)"));
       return a;
     }
     start_collecting(round_ + 1);
@@ -129,6 +151,7 @@ Coordinator::Actions Coordinator::step(Clock::time_point now) {
   }
   PlanMessage plan;
   plan.round = round_;
+  plan.attempt = attempt_;
   plan.late = decision.late;
   // Participants in name order, the all-reduce's order on every site.
   std::map<std::string, double> chosen;
@@ -137,10 +160,16 @@ Coordinator::Actions Coordinator::step(Clock::time_point now) {
     if (d.included) chosen[by_index.at(d.site)] = d.weight;
     else plan.late.push_back(by_index.at(d.site));
   }
+  double weight_sum = 0, loss_sum = 0;
   for (const auto& [site, w] : chosen) {
     plan.participants.push_back(site);
     plan.weights.push_back(w);
+    plan.tokens += ready_.at(site).tokens;
+    weight_sum += w;
+    loss_sum += w * ready_.at(site).loss;
   }
+  plan.loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+  plan_tokens_ = plan.tokens;
   std::sort(plan.late.begin(), plan.late.end());
   a.notes.push_back(cat("round ", round_, ": ", decision.reason));
   participants_ = plan.participants;

@@ -32,6 +32,8 @@ struct CoordinatorOptions {
   outer::Weighting weighting = outer::Weighting::tokens;
   outer::StragglerOptions straggler;    ///< carry (with decay) or drop
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
+  std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
+  std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
 };
 
 class Coordinator {
@@ -50,6 +52,9 @@ class Coordinator {
   Status on_ready(const std::string& site, const ReadyMessage& ready, Clock::time_point now);
   /// Errors: invalid_argument (not a participant), mismatch (another round).
   Status on_commit(const std::string& site, const CommitMessage& commit);
+  /// A participant could not finish the exchange (its all-reduce failed):
+  /// the round is aborted at the next step(). Errors: as on_commit.
+  Status on_failed(const std::string& site, const AbortMessage& failure);
 
   struct Actions {
     std::optional<PlanMessage> plan;            ///< journal, then send to every site
@@ -65,6 +70,8 @@ class Coordinator {
   std::uint64_t round() const { return round_; }
   /// The participants of the current plan (planned phase).
   const std::vector<std::string>& participants() const { return participants_; }
+  /// Tokens of every committed round.
+  std::uint64_t tokens() const { return tokens_; }
 
  private:
   std::map<std::string, SiteReport> reports() const;
@@ -77,6 +84,10 @@ class Coordinator {
   std::map<std::string, ReadyMessage> ready_;
   std::map<std::string, Clock::time_point> ready_at_;
   std::vector<std::string> participants_;
+  std::uint64_t plan_tokens_ = 0;
+  std::uint64_t attempt_ = 0;           // plans of round_ so far
+  std::optional<std::string> failure_;  // a participant's report
+  std::uint64_t tokens_ = 0;
   std::map<std::string, std::string> commits_;  // site -> digest
 };
 

@@ -45,6 +45,12 @@ Status SiteConfig::validate() const {
   rule(control_socket.empty(), "control_socket: must not be empty");
   for (int g : gpus) rule(g < 0, cat("gpus: GPU ids are >= 0, got ", g));
   if (Status t = transport.validate(); !t.ok()) rule(true, "transport: " + t.message());
+  rule(heartbeat_interval_ms < 1 || heartbeat_timeout_ms < 2 * heartbeat_interval_ms,
+       cat("heartbeat: timeout (", heartbeat_timeout_ms, " ms) must be at least twice the interval (",
+           heartbeat_interval_ms, " ms)"));
+  rule(heartbeat_timeout_ms <= transport.read_timeout_ms,
+       cat("heartbeat.timeout (", heartbeat_timeout_ms, " ms) must exceed transport.read_timeout (",
+           transport.read_timeout_ms, " ms): a dead connection must be noticed before a dead site"));
   rule(transport.insecure_plaintext_for_tests, "plaintext transport exists for tests only; geolocod always uses TLS");
   if (!problems.empty()) return Status(Err::invalid_argument, problems);
   return {};
@@ -114,6 +120,17 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         else if (k == "key") yaml::read_string(t.second, "tls.key", c.tls.key_file, p);
         else p.add(t.first, cat("tls: unknown key '", k, "' (allowed: ca, cert, key)"));
       }
+    } else if (key == "heartbeat") {
+      if (!v.IsMap()) {
+        p.add(v, "heartbeat: expected {interval: 2s, timeout: 60s}");
+        continue;
+      }
+      for (const auto& t : v) {
+        const std::string k = t.first.IsScalar() ? t.first.as<std::string>() : "";
+        if (k == "interval") millis(t.second, "heartbeat.interval", c.heartbeat_interval_ms);
+        else if (k == "timeout") millis(t.second, "heartbeat.timeout", c.heartbeat_timeout_ms);
+        else p.add(t.first, cat("heartbeat: unknown key '", k, "' (allowed: interval, timeout)"));
+      }
     } else if (key == "transport") {
       if (!v.IsMap()) {
         p.add(v, "transport: expected a map of options");
@@ -137,7 +154,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
     } else {
       p.add(kv.first, cat("unknown key '", key,
                           "' (allowed: name, listen, peers, tls, data_dir, metrics, control_socket, gpus, "
-                          "log_format, transport)"));
+                          "log_format, heartbeat, transport)"));
     }
   }
   if (!doc["name"]) p.add(doc, "name: missing; every site needs a name (the one in its certificate)");

@@ -14,6 +14,7 @@
 //   control_socket: /run/geoloco/geolocod.sock
 //   gpus: [0, 1, 2, 3]
 //   log_format: text            # text | json
+//   heartbeat: {interval: 2s, timeout: 60s}
 //   transport: {connections_per_peer: 4, rate_limit_mbit: 0, read_timeout: 20s,
 //               write_timeout: 20s, keepalive_interval: 5s, connect_timeout: 10s}
 #pragma once
@@ -53,6 +54,11 @@ struct SiteConfig {
   std::vector<int> gpus;                            ///< local GPU ids for the built-in trainer; empty: CPU
   std::string log_format = "text";                  ///< text | json
   transport::TransportOptions transport;            ///< connections, rate cap, timeouts
+  /// Control-plane liveness (DESIGN §4's hierarchy: read timeout < heartbeat
+  /// timeout < round deadline): a site says "still here" every interval; the
+  /// coordinator counts it dead after `heartbeat_timeout_ms` of silence.
+  int heartbeat_interval_ms = 2000;
+  int heartbeat_timeout_ms = 60000;
 
   /// Errors: invalid_argument naming each broken rule.
   Status validate() const;

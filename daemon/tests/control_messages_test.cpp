@@ -10,10 +10,15 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       JoinMessage{"demo", 4, "00000000deadbeef"},
       HeartbeatMessage{5, "inner"},
       ReadyMessage{5, 5, 12800, 100, 0.75},
-      PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}},
+      PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}, 2, 0.5, 19200},
       CommitMessage{5, "0123456789abcdef"},
-      CommittedMessage{5, "0123456789abcdef"},
+      CommittedMessage{5, "0123456789abcdef", true},
       AbortMessage{5, "peer c: no data for 20000 ms"},
+      JobStartMessage{"demo", "configs/jobs/demo.yaml", "name: demo\nsites: [a, b]\n"},
+      JobCancelMessage{"demo", "cancelled by uid 1000"},
+      StateRequestMessage{"demo"},
+      StateOfferMessage{"demo", 7, "0123456789abcdef", 101770, 1 << 20, ""},
+      StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet"},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -26,6 +31,12 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   auto plan = std::get<PlanMessage>(*decode_control(encode_control(messages[3])));
   CHECK(plan.participants == std::vector<std::string>{"a", "b"});
   CHECK(plan.weights == std::vector<double>{12800, 6400});
+  CHECK(plan.tokens == 19200);
+  CHECK(plan.attempt == 2);
+  CHECK(std::get<CommittedMessage>(*decode_control(encode_control(messages[5]))).final);
+  auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[10])));
+  CHECK(offer.values == 101770);
+  CHECK(offer.round == 7);
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {
@@ -46,5 +57,10 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");
   CHECK(msg(R"({"type":"join","job":"x","last_committed_round":2,"anchor_digest":""})") ==
         "join message: a committed round needs its anchor_digest");
+  CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","final":1})") ==
+        "committed message: field 'final' must be true or false");
+  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":0,"chunk_values":4096,"reason":""})") ==
+        "state_offer message: values must be 1..2^40");
+  CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");
   CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);
 }

@@ -141,6 +141,10 @@ class TrainerHost {
   /// socket; waiters return an error. Idempotent.
   void close();
 
+  /// The anchor the trainer trains from now (that of next_round()): the base
+  /// of the pseudo-gradient Δ = anchor − replica, also for a straggler whose
+  /// engine has moved on. Empty before an anchor is set.
+  std::span<const float> anchor() const { return current_anchor(); }
   /// The round the trainer's next SYNC must carry.
   std::uint64_t next_round() const { return next_round_; }
   bool has_anchor() const { return has_anchor_; }

@@ -1,0 +1,203 @@
+#include "daemon/coordinator_role.h"
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+namespace geoloco::daemon {
+
+namespace {
+
+template <class... Fs>
+struct Overload : Fs... { using Fs::operator()...; };
+template <class... Fs>
+Overload(Fs...) -> Overload<Fs...>;
+
+struct JournalSummary {
+  std::uint64_t round = 0;  // last committed
+  std::string digest;
+  std::uint64_t tokens = 0;
+  bool final = false;
+};
+
+JournalSummary summarize(const Journal& journal) {
+  JournalSummary s;
+  for (const auto& r : journal.records()) {
+    if (r.value("type", "") != "committed") continue;
+    s.round = r.value("round", std::uint64_t{0});
+    s.digest = r.value("anchor_digest", std::string());
+    s.tokens = r.value("tokens", std::uint64_t{0});
+    s.final = r.value("final", false);
+  }
+  return s;
+}
+
+CoordinatorOptions options_of(const JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s) {
+  CoordinatorOptions o;
+  o.sites = job.sites;
+  o.quorum = job.quorum;
+  o.quorum.heartbeat_timeout_ms = heartbeat_timeout;
+  o.weighting = job.outer.weighting;
+  o.straggler = job.outer.straggler;
+  o.stop_after_round = job.stop_rounds.value_or(0);
+  o.stop_after_tokens = job.stop_tokens.value_or(0);
+  o.tokens_so_far = s.tokens;
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_io_executor& executor,
+                                                               const JobSpec& job, Millis heartbeat_timeout,
+                                                               const std::string& journal_path, Send send, Note note) {
+  auto journal = Journal::open(journal_path);
+  if (!journal.ok()) return journal.status();
+  if (journal->dropped_bytes() > 0)
+    note(cat("journal ", journal_path, ": dropped a torn tail of ", journal->dropped_bytes(), " bytes"));
+  return std::unique_ptr<CoordinatorRole>(
+      new CoordinatorRole(executor, job, heartbeat_timeout, std::move(*journal), std::move(send), std::move(note)));
+}
+
+CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const JobSpec& job, Millis heartbeat_timeout,
+                                 Journal journal, Send send, Note note)
+    : job_(job),
+      heartbeat_timeout_(heartbeat_timeout),
+      journal_(std::move(journal)),
+      send_(std::move(send)),
+      note_(std::move(note)),
+      coordinator_(options_of(job, heartbeat_timeout, summarize(journal_)), summarize(journal_).round + 1,
+                   Clock::now()),
+      wake_(executor) {
+  const JournalSummary s = summarize(journal_);
+  committed_round_ = s.round;
+  committed_digest_ = s.digest;
+  committed_tokens_ = s.tokens;
+  committed_final_ = s.final;
+  finished_in_journal_ = s.final;
+  resumed_ = !journal_.records().empty();
+  if (resumed_)
+    note_(cat("coordinator resumes from its journal: last committed round ", s.round,
+              s.round > 0 ? cat(" (anchor ", s.digest, ")") : std::string(), ", ", s.tokens, " tokens"));
+}
+
+Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.append(record); }
+
+void CoordinatorRole::greet(const std::string& site) {
+  if (!resumed_ || !greeted_.insert(site).second) return;
+  // A site may have missed what the previous coordinator decided last.
+  if (committed_round_ > 0) send_(site, CommittedMessage{committed_round_, committed_digest_, committed_final_});
+  if (!finished())
+    send_(site, AbortMessage{committed_round_ + 1, "the coordinator restarted; send READY again"});
+}
+
+void CoordinatorRole::on_message(const std::string& site, const ControlMessage& message) {
+  if (std::find(job_.sites.begin(), job_.sites.end(), site) == job_.sites.end()) {
+    spdlog::warn("[{}] coordinator: message from {}, which is not a site of the job", job_.name, site);
+    return;
+  }
+  const auto now = Clock::now();
+  heard_[site] = now;
+  greet(site);
+  Status s = std::visit(
+      Overload{[&](const JoinMessage& m) {
+                 note_(cat(site, " joined (last committed round ", m.last_committed_round, ")"));
+                 return coordinator_.on_heartbeat(site, now);
+               },
+               [&](const HeartbeatMessage&) { return coordinator_.on_heartbeat(site, now); },
+               [&](const ReadyMessage& m) {
+                 Status r = coordinator_.on_ready(site, m, now);
+                 // A READY resent while the round is being exchanged is expected: not worth a warning.
+                 if (r.code() == Err::mismatch) {
+                   spdlog::debug("[{}] coordinator: {}", job_.name, r.message());
+                   return Status{};
+                 }
+                 return r;
+               },
+               [&](const CommitMessage& m) {
+                 if (m.round == committed_round_ && m.round > 0) {
+                   // It missed the COMMITTED: say it again.
+                   send_(site, CommittedMessage{committed_round_, committed_digest_, committed_final_});
+                   return Status{};
+                 }
+                 Status r = coordinator_.on_commit(site, m);
+                 if (r.code() == Err::mismatch) {
+                   spdlog::debug("[{}] coordinator: {}", job_.name, r.message());
+                   return Status{};
+                 }
+                 return r;
+               },
+               [&](const AbortMessage& m) { return coordinator_.on_failed(site, m); },
+               [&](const auto& m) {
+                 return Status(Err::invalid_argument,
+                               cat(control_type_name(ControlMessage(m)), " is not for the coordinator"));
+               }},
+      message);
+  if (!s.ok()) spdlog::warn("[{}] coordinator refused a message from {}: {}", job_.name, site, s.message());
+  poked_ = true;
+  wake_.cancel();
+}
+
+std::vector<std::string> CoordinatorRole::live_sites() const {
+  std::vector<std::string> out;
+  const auto now = Clock::now();
+  for (const auto& [site, at] : heard_)
+    if (now - at < heartbeat_timeout_) out.push_back(site);
+  return out;
+}
+
+void CoordinatorRole::stop() {
+  stopped_ = true;
+  wake_.cancel();
+}
+
+asio::awaitable<void> CoordinatorRole::run() {
+  using asio::experimental::as_tuple;
+  while (!stopped_ && !finished()) {
+    poked_ = false;
+    auto actions = coordinator_.step(Clock::now());
+    for (const auto& n : actions.notes) note_(n);
+    if (actions.plan) {
+      nlohmann::json record{{"type", "plan"},
+                            {"round", actions.plan->round},
+                            {"attempt", actions.plan->attempt},
+                            {"participants", actions.plan->participants},
+                            {"weights", actions.plan->weights},
+                            {"late", actions.plan->late}};
+      if (Status j = journal(record); !j.ok()) {
+        note_(cat("cannot journal the plan of round ", actions.plan->round, ": ", j.message(), "; job paused"));
+        break;
+      }
+      lagging_ = actions.plan->late;
+      for (const auto& site : job_.sites) send_(site, *actions.plan);
+    }
+    if (actions.committed) {
+      const auto& c = *actions.committed;
+      nlohmann::json record{{"type", "committed"},
+                            {"round", c.round},
+                            {"anchor_digest", c.anchor_digest},
+                            {"tokens", coordinator_.tokens()},
+                            {"final", c.final}};
+      if (Status j = journal(record); !j.ok()) {
+        note_(cat("cannot journal the commit of round ", c.round, ": ", j.message(), "; job paused"));
+        break;
+      }
+      committed_round_ = c.round;
+      committed_digest_ = c.anchor_digest;
+      committed_tokens_ = coordinator_.tokens();
+      committed_final_ = c.final;
+      for (const auto& site : job_.sites) send_(site, c);
+    }
+    if (actions.abort) {
+      (void)journal(nlohmann::json{{"type", "abort"}, {"round", actions.abort->round}, {"reason", actions.abort->reason}});
+      for (const auto& site : job_.sites) send_(site, *actions.abort);
+    }
+    if (actions.plan || actions.committed || actions.abort || poked_) continue;  // step again at once
+    // Sleep until a message arrives or the decision can change by time alone.
+    const auto until = actions.wake_at ? std::min(*actions.wake_at, Clock::now() + std::chrono::seconds(1))
+                                       : Clock::now() + std::chrono::seconds(1);
+    wake_.expires_at(until);
+    co_await wake_.async_wait(as_tuple(asio::use_awaitable));
+  }
+}
+
+}  // namespace geoloco::daemon

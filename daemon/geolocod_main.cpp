@@ -1,0 +1,132 @@
+// geolocod: the site daemon (DESIGN §2). Reads the site file, applies the
+// GEOLOCO_* environment and then the flags, and runs until SIGTERM/SIGINT.
+//
+// Exit codes: 0 stopped cleanly (jobs stopped, state saved); 2 bad
+// configuration or flags; 1 could not start (ports, sockets, TLS files).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <spdlog/spdlog.h>
+
+#include "daemon/log_setup.h"
+#include "daemon/service_notify.h"
+#include "daemon/site_config.h"
+#include "daemon/site_daemon.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+namespace {
+
+// geoloco-train next to this binary (a build tree, /usr/bin), else on PATH.
+std::string default_trainer() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto sibling = self.parent_path() / "geoloco-train";
+    if (std::filesystem::exists(sibling)) return sibling.string();
+  }
+  return "geoloco-train";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"geolocod: the geoloco site daemon (DESIGN §2). Settings come from the site file, then GEOLOCO_* "
+               "environment variables, then these flags (highest precedence)."};
+  std::string config_path = "/etc/geoloco/site.yaml";
+  app.add_option("--config", config_path, "the site file")->capture_default_str();
+  std::map<std::string, std::string> overrides;
+  for (const auto& s : overridable_settings()) {
+    app.add_option_function<std::string>(
+        s.flag, [&overrides, flag = std::string(s.flag)](const std::string& v) { overrides[flag] = v; },
+        cat(s.help, " [env ", s.env, "]"));
+  }
+  std::string trainer = default_trainer();
+  app.add_option("--trainer", trainer, "the built-in trainer's program")->capture_default_str();
+  std::string group = "geoloco";
+  app.add_option("--control-group", group, "group allowed to use the control socket")->capture_default_str();
+  bool check_only = false;
+  app.add_flag("--check", check_only, "validate the site file (and overrides), print the result, and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  auto site = load_site_file(config_path);
+  if (!site.ok()) {
+    std::fprintf(stderr, "geolocod: %s\n", site.status().message().c_str());
+    return 2;
+  }
+  if (Status e = apply_environment(*site, [](const char* name) { return std::getenv(name); }); !e.ok()) {
+    std::fprintf(stderr, "geolocod: %s\n", e.message().c_str());
+    return 2;
+  }
+  for (const auto& [flag, value] : overrides) {
+    if (Status o = apply_override(*site, flag, value); !o.ok()) {
+      std::fprintf(stderr, "geolocod: %s\n", o.message().c_str());
+      return 2;
+    }
+  }
+  if (Status v = site->validate(); !v.ok()) {
+    std::fprintf(stderr, "geolocod: %s: %s\n", config_path.c_str(), v.message().c_str());
+    return 2;
+  }
+  if (check_only) {
+    std::printf("%s: site %s is valid (listen %s:%u, %zu peer(s), data %s)\n", config_path.c_str(),
+                site->name.c_str(), site->listen.host.c_str(), site->listen.port, site->peers.size(),
+                site->data_dir.c_str());
+    return 0;
+  }
+  if (Status l = setup_logging(site->log_format, site->name); !l.ok()) {
+    std::fprintf(stderr, "geolocod: %s\n", l.message().c_str());
+    return 2;
+  }
+
+  asio::io_context io;
+  SiteDaemon daemon(io, *site, DaemonOptions{trainer, group});
+  if (Status s = daemon.start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s.message());
+    return 1;
+  }
+  ServiceNotifier notifier;
+  (void)notifier.ready(daemon.summary());
+
+  int exit_code = 0;
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const std::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("{}: stopping (jobs stop, state is saved)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    (void)notifier.stopping("stopping");
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          co_await daemon.shutdown();
+          io.stop();
+        },
+        asio::detached);
+  });
+  // The watchdog and the status line: proof of life from the event loop itself.
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const auto interval = notifier.watchdog_interval().value_or(std::chrono::seconds(5));
+        asio::steady_timer t(io);
+        for (;;) {
+          (void)notifier.watchdog();
+          (void)notifier.status(daemon.summary());
+          t.expires_after(interval);
+          co_await t.async_wait(asio::use_awaitable);
+        }
+      },
+      asio::detached);
+  io.run();
+  spdlog::info("stopped");
+  return exit_code;
+}

@@ -1,0 +1,921 @@
+#include "daemon/job_run.h"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <spdlog/spdlog.h>
+
+#include "common/digest.h"
+#include "daemon/job_trainer.h"
+#include "outer/checkpoint.h"
+#include "outer/outer_optimizer.h"
+#include "transport/allreduce.h"
+
+namespace geoloco::daemon {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using asio::use_awaitable;
+using asio::experimental::as_tuple;
+
+namespace {
+
+template <class... Fs>
+struct Overload : Fs... { using Fs::operator()...; };
+template <class... Fs>
+Overload(Fs...) -> Overload<Fs...>;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return a.time_since_epoch().count() == 0 || b < a ? 0.0 : std::chrono::duration<double>(b - a).count();
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(as_tuple(use_awaitable));
+}
+
+std::vector<outer::TensorInfo> outer_layout(const inner::protocol::Layout& layout, std::uint64_t values) {
+  std::vector<outer::TensorInfo> out;
+  for (const auto& t : layout) out.push_back({t.name, t.shape});
+  if (out.empty()) out.push_back({"parameters", {values}});
+  return out;
+}
+
+// Error feedback (DESIGN §1 step 3): on for lossy pipelines unless the job turns it off.
+bool uses_feedback(const compression::PipelineSpec& p) {
+  using M = compression::ErrorFeedbackMode;
+  return p.error_feedback == M::on || (p.error_feedback == M::automatic && compression::is_lossy(p));
+}
+
+constexpr std::uint64_t kStepChunk = 1 << 16;  // values per piece of the aside outer step
+
+}  // namespace
+
+std::string_view job_state_name(JobState s) {
+  switch (s) {
+    case JobState::starting: return "starting";
+    case JobState::running: return "running";
+    case JobState::finished: return "finished";
+    case JobState::failed: return "failed";
+    case JobState::cancelled: return "cancelled";
+    case JobState::stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Result<JobState> parse_job_state(std::string_view name) {
+  for (auto s : {JobState::starting, JobState::running, JobState::finished, JobState::failed, JobState::cancelled,
+                 JobState::stopped})
+    if (job_state_name(s) == name) return s;
+  return GEOLOCO_ERROR(Err::invalid_argument, "unknown job state '", name, "'");
+}
+
+std::uint64_t job_id_of(const std::string& name) {
+  const std::uint64_t id = xxh3_64(std::as_bytes(std::span<const char>(name)));
+  return id == 0 ? 1 : id;
+}
+
+Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file) {
+  GEOLOCO_RETURN_IF(!contains(spec.sites, env.site.name), Err::invalid_argument, "job '", spec.name,
+                    "' does not name this site (", env.site.name, ")");
+  GEOLOCO_RETURN_IF(spec.outer.streaming.fragments > 1, Err::invalid_argument, "job '", spec.name,
+                    "': streaming.fragments > 1 is not run by geolocod yet (the simulator runs it: geoloco simulate); "
+                    "use fragments: 1");
+  const std::string dir = (fs::path(env.site.data_dir) / "jobs" / spec.name).string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  GEOLOCO_RETURN_IF(ec, Err::io, "cannot create the job folder ", dir, ": ", ec.message());
+  std::shared_ptr<JobRun> job(new JobRun(std::move(env), std::move(spec), std::move(yaml), std::move(file), dir));
+  GEOLOCO_TRY(job->load_checkpoint());
+  {
+    std::ofstream out(fs::path(dir) / "job.yaml", std::ios::trunc);
+    out << job->yaml_;
+    GEOLOCO_RETURN_IF(!out.good(), Err::io, "cannot write ", dir, "/job.yaml");
+  }
+  job->persist_state();
+  return job;
+}
+
+JobRun::JobRun(JobEnvironment env, JobSpec spec, std::string yaml, std::string file, std::string dir)
+    : env_(std::move(env)),
+      spec_(std::move(spec)),
+      yaml_(std::move(yaml)),
+      file_(std::move(file)),
+      dir_(std::move(dir)),
+      id_(job_id_of(spec_.name)),
+      config_hash_(digest_hex(xxh3_64(std::as_bytes(std::span<const char>(yaml_))))),
+      changed_(env_.executor) {}
+
+JobRun::~JobRun() = default;
+
+bool JobRun::done() const {
+  return job_state_ == JobState::finished || job_state_ == JobState::failed || job_state_ == JobState::cancelled ||
+         job_state_ == JobState::stopped;
+}
+
+void JobRun::note(const std::string& line) { spdlog::info("[{}] {}", spec_.name, line); }
+
+void JobRun::set_state(JobState state, const std::string& message) {
+  job_state_ = state;
+  message_ = message;
+  persist_state();
+  changed_.notify_all();
+}
+
+void JobRun::persist_state() const {
+  const fs::path path = fs::path(dir_) / "status.json";
+  const fs::path tmp = fs::path(dir_) / "status.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"state", job_state_name(job_state_)}, {"file", file_}, {"message", message_}}.dump() << "\n";
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+}
+
+// ---------------------------------------------------------------- messages
+
+void JobRun::send(const std::string& site, const ControlMessage& message) {
+  if (site == self()) {
+    // Local delivery, after the current handler returns (no re-entrance).
+    asio::post(env_.executor, [self = shared_from_this(), message] {
+      if (self->done()) return;
+      const bool for_role = self->role_ && std::visit(Overload{[](const JoinMessage&) { return true; },
+                                                                [](const HeartbeatMessage&) { return true; },
+                                                                [](const ReadyMessage&) { return true; },
+                                                                [](const CommitMessage&) { return true; },
+                                                                [](const auto&) { return false; }},
+                                                       message);
+      // This site's failure reports (ABORT to the coordinator) go to the role too.
+      const bool failure_report = self->role_ && std::holds_alternative<AbortMessage>(message) &&
+                                  std::get<AbortMessage>(message).reason.rfind("failure: ", 0) == 0;
+      if (for_role || failure_report) self->role_->on_message(self->self(), message);
+      else self->handle_for_participant(self->self(), message);
+    });
+    return;
+  }
+  transport::FrameHeader h;
+  h.type = transport::FrameType::control;
+  h.job = id_;
+  h.round = state_.round;
+  send_frame(site, h, encode_control(message));
+}
+
+void JobRun::send_frame(const std::string& site, transport::FrameHeader header, std::string payload) {
+  auto& box = outboxes_[site];
+  if (box.frames.size() > 1024) box.frames.pop_front();  // a long-dead peer: keep the newest
+  box.frames.emplace_back(header, std::move(payload));
+  if (!box.draining) {
+    box.draining = true;
+    asio::co_spawn(env_.executor, drain(site), asio::detached);
+  }
+}
+
+asio::awaitable<void> JobRun::drain(std::string site) {
+  auto keep = shared_from_this();
+  auto& box = outboxes_[site];
+  while (!box.frames.empty() && !stopping_) {
+    auto [header, payload] = box.frames.front();
+    box.frames.pop_front();
+    Status sent;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      sent = co_await env_.mesh->send_control_frame(site, header, std::as_bytes(std::span<const char>(payload)));
+      if (sent.ok()) break;
+      co_await sleep_for(std::chrono::milliseconds(200 * (attempt + 1)));
+    }
+    if (!sent.ok()) spdlog::debug("[{}] a control message to {} was lost: {}", spec_.name, site, sent.message());
+  }
+  box.draining = false;
+}
+
+Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& header,
+                        std::span<const std::byte> payload) {
+  if (done()) return {};  // the job ended here; late messages are harmless
+  if (header.type == transport::FrameType::state) {
+    GEOLOCO_RETURN_IF(!receiving_, Err::mismatch, "state frame from ", peer, ", but no state was requested from it");
+    Status added = receiving_->add(peer, header, payload);
+    if (!added.ok()) {
+      receiving_.reset();
+      return added;
+    }
+    if (receiving_->complete()) {
+      Status ok = receiving_->verify();
+      if (ok.ok()) install_state(*receiving_);
+      else spdlog::warn("[{}] {}", spec_.name, ok.message());
+      receiving_.reset();
+    }
+    return {};
+  }
+  auto message = decode_control(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+  if (!message.ok()) return message.status();
+  const bool to_role = role_ && std::visit(Overload{[](const JoinMessage&) { return true; },
+                                                    [](const HeartbeatMessage&) { return true; },
+                                                    [](const ReadyMessage&) { return true; },
+                                                    [](const CommitMessage&) { return true; },
+                                                    [](const AbortMessage&) { return true; },  // a failure report
+                                                    [](const auto&) { return false; }},
+                                           *message);
+  if (to_role) role_->on_message(peer, *message);
+  else handle_for_participant(peer, *message);
+  return {};
+}
+
+void JobRun::handle_for_participant(const std::string& from, const ControlMessage& message) {
+  if (done()) return;
+  const bool from_coordinator = from == spec_.coordinator;
+  std::visit(Overload{[&](const PlanMessage& m) {
+                        if (from_coordinator) on_plan(m);
+                      },
+                      [&](const CommittedMessage& m) {
+                        if (from_coordinator) on_committed(m);
+                      },
+                      [&](const AbortMessage& m) {
+                        if (from_coordinator) on_abort(m);
+                      },
+                      [&](const StateRequestMessage&) { on_state_request(from); },
+                      [&](const StateOfferMessage& m) { on_state_offer(from, m); },
+                      [&](const auto& m) {
+                        spdlog::warn("[{}] {} sent {}, which only the coordinator takes", spec_.name, from,
+                                     control_type_name(ControlMessage(m)));
+                      }},
+             message);
+  maybe_ready();
+  changed_.notify_all();
+}
+
+// ------------------------------------------------------------------ engine
+
+Status JobRun::start() {
+  TrainerHostOptions h;
+  h.socket_path = sync_socket_path(dir_);
+  h.job = spec_.name;
+  h.fragments = 1;
+  h.first_round = state_.round + 1;
+  // Only the coordinator's trainer may supply the job's initialization, and
+  // only when nothing was ever committed; every other site waits for the
+  // anchor (STATE_SYNC from the coordinator).
+  if (is_coordinator()) {
+    auto role = CoordinatorRole::open(
+        env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), (fs::path(dir_) / "journal").string(),
+        [this](const std::string& site, const ControlMessage& m) { send(site, m); },
+        [this](const std::string& line) { note(line); });
+    if (!role.ok()) return role.status();
+    role_ = std::move(*role);
+    known_committed_ = role_->committed_round();
+  }
+  h.ask_for_initial = is_coordinator() && known_committed_ == 0 && !have_state_;
+  auto host = TrainerHost::open(env_.executor, h);
+  if (!host.ok()) return host.status();
+  host_ = std::move(*host);
+
+  if (spec_.trainer.kind == TrainerSpec::Kind::builtin) {
+    TrainerPaths paths;
+    paths.program = env_.trainer_program;
+    paths.job_dir = dir_;
+    auto options = builtin_trainer_options(spec_, self(), paths);
+    if (!options.ok()) return options.status();
+    options->extra_args.push_back("--eval-log");
+    options->extra_args.push_back((fs::path(dir_) / "eval.jsonl").string());
+    std::weak_ptr<JobRun> weak = weak_from_this();
+    options->on_give_up = [weak](const Status& why) {
+      if (auto job = weak.lock(); job && job->host_) job->host_->fail(why);
+    };
+    auto process = TrainerProcess::start(env_.executor, std::move(*options));
+    if (!process.ok()) return process.status();
+    process_ = std::move(*process);
+  }
+  asio::co_spawn(env_.executor, run(), asio::detached);
+  return {};
+}
+
+asio::awaitable<void> JobRun::run() {
+  auto keep = shared_from_this();
+  if (role_) asio::co_spawn(env_.executor, [keep]() -> asio::awaitable<void> { co_await keep->role_->run(); },
+                            asio::detached);
+  asio::co_spawn(env_.executor, heartbeats(), asio::detached);
+  send(spec_.coordinator, JoinMessage{spec_.name, have_state_ ? state_.round : 0,
+                                      have_state_ ? digest_hex(state_.anchor_digest()) : std::string()});
+
+  // Where the anchor comes from.
+  if (is_coordinator() && known_committed_ == 0 && !have_state_) {
+    note("waiting for the trainer's initial parameters");
+    auto initial = co_await host_->initial_parameters();
+    if (done()) co_return;
+    if (!initial.ok()) {
+      set_state(JobState::failed, cat("no initial parameters: ", initial.status().message()));
+      co_return;
+    }
+    auto created = outer::OuterState::create(spec_.name, outer_layout(host_->snapshot().layout, initial->size()),
+                                             std::move(*initial));
+    if (!created.ok()) {
+      set_state(JobState::failed, created.status().message());
+      co_return;
+    }
+    state_ = std::move(*created);
+    have_state_ = true;
+    if (Status p = host_->publish_initial(state_.anchor); !p.ok()) {
+      set_state(JobState::failed, p.message());
+      co_return;
+    }
+    note(cat("initial anchor from the trainer: ", state_.anchor.size(), " parameters, digest ",
+             digest_hex(state_.anchor_digest())));
+  } else if (!is_coordinator() || !have_state_ || state_.round != known_committed_) {
+    // A joining site, or a coordinator whose checkpoint is older than its journal.
+    need_state_ = true;
+    request_state();
+    while (need_state_ && !done()) {
+      co_await sleep_for(std::chrono::milliseconds(500));
+      if (need_state_ && Clock::now() - state_requested_at_ > std::chrono::seconds(3)) request_state();
+    }
+    if (done()) co_return;
+  } else {
+    if (Status s = host_->set_anchor(state_.anchor, state_.round + 1); !s.ok()) {
+      set_state(JobState::failed, s.message());
+      co_return;
+    }
+    note(cat("resumed from the checkpoint of round ", state_.round));
+  }
+  if (!feedback_ && uses_feedback(spec_.compression)) {
+    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  }
+  set_state(JobState::running, cat("round ", state_.round + 1));
+  phase_started_ = Clock::now();
+  co_await watch_trainer();
+}
+
+asio::awaitable<void> JobRun::watch_trainer() {
+  auto keep = shared_from_this();
+  while (!done()) {
+    auto phase = co_await host_->next_phase();
+    if (done()) co_return;
+    if (!phase.ok()) {
+      set_state(JobState::failed, cat("the trainer failed: ", phase.status().message()));
+      co_await stop(JobState::failed, cat("the trainer failed: ", phase.status().message()));
+      co_return;
+    }
+    phase_ = *phase;
+    phase_at_ = Clock::now();
+    maybe_ready();
+    while (phase_ && !done()) co_await changed_.wait();
+  }
+}
+
+asio::awaitable<void> JobRun::heartbeats() {
+  auto keep = shared_from_this();
+  const auto interval = std::chrono::milliseconds(env_.site.heartbeat_interval_ms);
+  while (!done()) {
+    const char* phase = step_ == Step::exchanging ? "exchange" : phase_ ? "ready" : have_state_ ? "inner" : "idle";
+    send(spec_.coordinator, HeartbeatMessage{state_.round + 1, phase});
+    if (step_ == Step::committing && plan_participant_) send(spec_.coordinator, CommitMessage{plan_.round, pending_digest_});
+    maybe_ready();
+    co_await sleep_for(interval);
+  }
+}
+
+void JobRun::maybe_ready() {
+  if (!have_state_ || done() || need_state_ || step_ != Step::idle || !phase_) return;
+  const std::uint64_t round = state_.round + 1;
+  if (phase_->round > round) {
+    // The trainer is ahead of our state: we missed commits.
+    need_state_ = true;
+    request_state();
+    return;
+  }
+  const std::uint64_t late = round - phase_->round;
+  const auto& straggler = spec_.outer.straggler;
+  if ((late > 0 && straggler.policy == outer::StragglerPolicy::drop) || late > straggler.max_rounds_late) {
+    note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
+             phase_->round, " (", late, " round(s) late, policy ",
+             straggler.policy == outer::StragglerPolicy::drop ? "drop" : "carry", ")"));
+    if (env_.metrics) (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(phase_->tokens));
+    release_phase(false);
+    return;
+  }
+  const auto now = Clock::now();
+  if (ready_sent_round_ == round && now - ready_sent_at_ < std::chrono::milliseconds(env_.site.heartbeat_interval_ms))
+    return;
+  if (ready_sent_round_ != round && late > 0)
+    note(cat("late work joins round ", round, ": trained from the anchor of round ", phase_->round));
+  ready_sent_round_ = round;
+  ready_sent_at_ = now;
+  const double loss = std::isfinite(phase_->loss) ? phase_->loss : 0.0;
+  send(spec_.coordinator, ReadyMessage{round, phase_->round, std::max<std::uint64_t>(phase_->tokens, 1),
+                                       spec_.outer.inner.steps, loss});
+}
+
+void JobRun::release_phase(bool stop) {
+  if (!phase_) return;
+  Status s = host_->finish_round(state_.anchor, stop, state_.round + 1);
+  if (!s.ok()) spdlog::warn("[{}] finish_round: {}", spec_.name, s.message());
+  phase_.reset();
+  phase_started_ = Clock::now();
+  changed_.notify_all();
+}
+
+void JobRun::on_plan(const PlanMessage& plan) {
+  if (!have_state_ || need_state_) return;  // catching up: this round goes on without us
+  if (plan.round <= state_.round) return;    // an old plan
+  if (plan.round > state_.round + 1) {
+    need_state_ = true;
+    request_state();
+    return;
+  }
+  if (!contains(plan.participants, self()) && !contains(plan.late, self())) return;
+  if (step_ == Step::exchanging) {
+    queued_plan_ = plan;  // a retry while the aborted attempt still unwinds
+    return;
+  }
+  if (step_ == Step::committing) {
+    // Our COMMITTED was lost and the coordinator planned the round again: an abort in effect.
+    on_abort(AbortMessage{plan.round, "planned again"});
+  }
+  if (contains(plan.participants, self()) && (!phase_ || phase_->round > plan.round)) {
+    spdlog::warn("[{}] named a participant of round {} without a finished phase here; sitting it out", spec_.name,
+                 plan.round);
+    return;
+  }
+  asio::co_spawn(env_.executor, exchange(plan), asio::detached);
+}
+
+asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
+  auto keep = shared_from_this();
+  step_ = Step::exchanging;
+  plan_ = plan;
+  plan_at_ = Clock::now();
+  plan_participant_ = contains(plan.participants, self());
+  aborted_ = false;
+  early_commit_.reset();
+  const std::size_t n = state_.anchor.size();
+  std::vector<float> input;
+  if (plan_participant_) {
+    const auto base = host_->anchor();
+    const auto replica = phase_->replica;
+    if (base.size() != n || replica.size() != n) {
+      spdlog::error("[{}] the trainer's replica holds {} values, the anchor {}", spec_.name, replica.size(), n);
+      send(spec_.coordinator, AbortMessage{plan.round, "failure: replica size differs from the anchor"});
+      step_ = Step::idle;
+      co_return;
+    }
+    input.resize(n);
+    for (std::size_t i = 0; i < n; ++i) input[i] = base[i] - replica[i];
+    if (feedback_) {
+      const auto r = feedback_->residual();
+      residual_backup_.assign(r.begin(), r.end());
+    }
+  }
+  delta_.assign(n, 0.0f);
+  transport::AllReduceRequest request;
+  request.key = {plan.round, static_cast<std::uint32_t>(plan.attempt)};
+  request.participants = plan.participants;
+  request.weights = plan.weights;
+  request.observers = plan.late;
+  request.pipeline = spec_.compression;
+  request.input = input;
+  request.output = delta_;
+  request.feedback = plan_participant_ ? feedback_.get() : nullptr;
+  request.seed = spec_.seed;
+  request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
+  auto result = co_await transport::all_reduce(*env_.mesh, request);
+
+  auto undo_residual = [&] {
+    if (feedback_ && !residual_backup_.empty()) {
+      auto r = feedback_->mutable_residual();
+      std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
+    }
+    residual_backup_.clear();
+  };
+  if (done()) co_return;
+  if (aborted_ || !result.ok()) {
+    if (!aborted_) {
+      spdlog::warn("[{}] the exchange of round {} failed: {}", spec_.name, plan.round, result.status().message());
+      if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", result.status().message())});
+    }
+    undo_residual();
+    delta_.clear();
+    delta_.shrink_to_fit();
+    step_ = Step::idle;
+    ready_sent_round_ = 0;
+    if (queued_plan_) {
+      auto next = *queued_plan_;
+      queued_plan_.reset();
+      on_plan(next);
+    }
+    maybe_ready();
+    co_return;
+  }
+  round_bytes_sent_ = result->bytes_sent;
+  round_bytes_received_ = result->bytes_received;
+  auto digest = next_anchor_digest(clip_scale_of_delta());
+  if (!digest.ok()) {
+    spdlog::error("[{}] round {}: {}", spec_.name, plan.round, digest.status().message());
+    if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", digest.status().message())});
+    undo_residual();
+    step_ = Step::idle;
+    co_return;
+  }
+  pending_digest_ = *digest;
+  step_ = Step::committing;
+  if (plan_participant_) send(spec_.coordinator, CommitMessage{plan.round, pending_digest_});
+  if (early_commit_) {
+    auto c = *early_commit_;
+    early_commit_.reset();
+    on_committed(c);
+  }
+  changed_.notify_all();
+}
+
+float JobRun::clip_scale_of_delta() const {
+  return outer::clip_scale(std::sqrt(outer::squared_norm(delta_)), spec_.outer.outer.clip_norm);
+}
+
+Result<std::string> JobRun::next_anchor_digest(float scale) const {
+  StreamingDigest digest;
+  std::vector<float> anchor(kStepChunk), momentum(kStepChunk);
+  const std::size_t n = state_.anchor.size();
+  for (std::size_t begin = 0; begin < n; begin += kStepChunk) {
+    const std::size_t size = std::min<std::size_t>(kStepChunk, n - begin);
+    std::copy_n(state_.anchor.begin() + static_cast<long>(begin), size, anchor.begin());
+    std::copy_n(state_.momentum.begin() + static_cast<long>(begin), size, momentum.begin());
+    std::span<float> a(anchor.data(), size), m(momentum.data(), size);
+    GEOLOCO_TRY(outer::outer_step(a, m, std::span<const float>(delta_).subspan(begin, size), spec_.outer.outer, scale));
+    digest.update(a);
+  }
+  return digest_hex(digest.value());
+}
+
+void JobRun::on_committed(const CommittedMessage& c) {
+  if (c.final) final_seen_ = true;
+  known_committed_ = std::max(known_committed_, c.round);
+  if (c.round <= state_.round) {
+    if (final_seen_ && c.round == state_.round && job_state_ != JobState::finished && !stopping_)
+      asio::co_spawn(env_.executor, finish_job(), asio::detached);
+    return;
+  }
+  if (c.round == state_.round + 1 && step_ != Step::idle && plan_.round == c.round) {
+    if (step_ == Step::exchanging) {
+      early_commit_ = c;  // an observer still receiving: apply when it is in
+      return;
+    }
+    apply(c);
+    return;
+  }
+  // A round this site had no part in: catch up.
+  need_state_ = true;
+  request_state();
+}
+
+void JobRun::apply(const CommittedMessage& c) {
+  const float scale = clip_scale_of_delta();
+  Status stepped = outer::outer_step(state_.anchor, state_.momentum, delta_, spec_.outer.outer, scale);
+  const std::string digest = digest_hex(state_.anchor_digest());
+  const auto now = Clock::now();
+  RoundRecord r;
+  r.round = c.round;
+  r.participants = plan_.participants;
+  r.late = plan_.late;
+  r.loss = plan_.loss;
+  r.tokens = plan_.tokens;
+  r.bytes_sent = round_bytes_sent_;
+  r.bytes_received = round_bytes_received_;
+  const double parts = static_cast<double>(plan_.participants.size());
+  const double raw = plan_participant_ ? 4.0 * static_cast<double>(state_.anchor.size()) * 2.0 * (parts - 1) / parts : 0;
+  r.compression_ratio = round_bytes_sent_ > 0 ? raw / static_cast<double>(round_bytes_sent_) : 0;
+  r.compute_seconds = plan_participant_ ? seconds_between(phase_started_, phase_at_) : 0;
+  r.waiting_seconds = plan_participant_ ? seconds_between(phase_at_, plan_at_) : 0;
+  r.exchange_seconds = seconds_between(plan_at_, now);
+  r.digest = digest;
+  r.contributed = plan_participant_;
+  delta_.clear();
+  delta_.shrink_to_fit();
+  residual_backup_.clear();
+  step_ = Step::idle;
+  if (!stepped.ok() || digest != c.anchor_digest) {
+    spdlog::error("[{}] after round {} this site's anchor is {}, the committed one {}: fetching the state", spec_.name,
+                  c.round, stepped.ok() ? digest : stepped.message(), c.anchor_digest);
+    need_state_ = true;
+    request_state();
+    return;
+  }
+  state_.round = c.round;
+  bytes_sent_ += round_bytes_sent_;
+  bytes_received_ += round_bytes_received_;
+  records_.push_back(r);
+  note(cat("round ", c.round, " committed: ", plan_.participants.size(), " site(s)",
+           plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,
+           ", sent ", round_bytes_sent_, " bytes, anchor ", digest));
+  if (auto* m = env_.metrics) {
+    const Labels job{{"job", spec_.name}};
+    (void)m->add("geoloco_rounds_total", job, 1);
+    (void)m->set("geoloco_round", job, double(c.round));
+    (void)m->set("geoloco_round_participants", job, parts);
+    (void)m->add("geoloco_stragglers_total", job, double(plan_.late.size()));
+    (void)m->set("geoloco_loss", job, plan_.loss);
+    (void)m->set("geoloco_compression_ratio", job, r.compression_ratio);
+    (void)m->set("geoloco_round_compute_seconds", job, r.compute_seconds);
+    (void)m->set("geoloco_round_waiting_seconds", job, r.waiting_seconds);
+    (void)m->set("geoloco_round_exchange_seconds", job, r.exchange_seconds);
+    (void)m->add("geoloco_tokens_total", job, double(plan_.tokens));
+  }
+  if (plan_participant_) release_phase(c.final);
+  if (spec_.checkpoint_every_rounds > 0 && c.round % spec_.checkpoint_every_rounds == 0 && !c.final) {
+    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+  }
+  set_state(JobState::running, cat("round ", c.round, " committed"));
+  if (c.final) asio::co_spawn(env_.executor, finish_job(), asio::detached);
+  if (queued_plan_) {
+    auto next = *queued_plan_;
+    queued_plan_.reset();
+    on_plan(next);
+  }
+}
+
+void JobRun::on_abort(const AbortMessage& a) {
+  if (a.round != state_.round + 1) return;
+  note(cat("round ", a.round, " aborted: ", a.reason));
+  ready_sent_round_ = 0;  // READY again
+  if (step_ == Step::exchanging) {
+    aborted_ = true;  // exchange() discards its result
+    return;
+  }
+  if (step_ == Step::committing) {
+    if (feedback_ && !residual_backup_.empty()) {
+      auto r = feedback_->mutable_residual();
+      std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
+    }
+    residual_backup_.clear();
+    delta_.clear();
+    delta_.shrink_to_fit();
+    step_ = Step::idle;
+  }
+}
+
+asio::awaitable<void> JobRun::finish_job() {
+  auto keep = shared_from_this();
+  if (stopping_) co_return;
+  stopping_ = true;
+  note(cat("job finished after round ", state_.round));
+  if (phase_) release_phase(true);
+  if (process_) {
+    // A participant's trainer got stop with its RESULT; give it a moment to exit.
+    asio::steady_timer grace(env_.executor, std::chrono::seconds(10));
+    for (int i = 0; i < 100 && process_->state() == TrainerProcess::State::running; ++i)
+      co_await sleep_for(std::chrono::milliseconds(100));
+    co_await process_->stop();
+  }
+  if (role_) role_->stop();
+  if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] final checkpoint: {}", spec_.name, s.message());
+  host_->close();
+  set_state(JobState::finished, cat("finished after round ", state_.round, "; checkpoint ",
+                                    (fs::path(dir_) / "checkpoint.safetensors").string()));
+}
+
+asio::awaitable<void> JobRun::stop(JobState final_state, std::string reason) {
+  auto keep = shared_from_this();
+  if (done()) co_return;
+  stopping_ = true;
+  note(cat("stopping: ", reason));
+  if (role_) role_->stop();
+  if (process_) co_await process_->stop();
+  if (host_) host_->close();
+  if (have_state_ && !need_state_) {
+    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+  }
+  set_state(final_state, reason);
+}
+
+// -------------------------------------------------------------- STATE_SYNC
+
+void JobRun::request_state() {
+  // Ask the coordinator; a coordinator catching up asks the other sites in turn.
+  std::vector<std::string> sources;
+  if (!is_coordinator()) sources.push_back(spec_.coordinator);
+  for (const auto& s : spec_.sites)
+    if (s != self() && s != spec_.coordinator) sources.push_back(s);
+  if (sources.empty()) return;
+  auto it = std::find(sources.begin(), sources.end(), state_source_);
+  state_source_ = (it == sources.end() || std::next(it) == sources.end()) ? sources.front() : *std::next(it);
+  if (!is_coordinator()) state_source_ = spec_.coordinator;
+  state_requested_at_ = Clock::now();
+  send(state_source_, StateRequestMessage{spec_.name});
+}
+
+void JobRun::on_state_request(const std::string& from) {
+  StateOfferMessage offer;
+  offer.job = spec_.name;
+  if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_)) {
+    offer.reason = have_state_ ? "this site is catching up itself" : "no committed state yet";
+    send(from, offer);
+    return;
+  }
+  offer.round = state_.round;
+  offer.anchor_digest = digest_hex(state_.anchor_digest());
+  note(cat("sending the state of round ", state_.round, " to ", from));
+  // Copies, so the transfer is consistent even if a round commits meanwhile.
+  auto anchor = std::make_shared<std::vector<float>>(state_.anchor);
+  auto momentum = std::make_shared<std::vector<float>>(state_.momentum);
+  asio::co_spawn(
+      env_.executor,
+      [keep = shared_from_this(), from, offer, anchor, momentum]() -> asio::awaitable<void> {
+        Status s = co_await send_state(*keep->env_.mesh, from, keep->id_, offer, *anchor, *momentum);
+        if (!s.ok()) spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, s.message());
+      },
+      asio::detached);
+}
+
+void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& offer) {
+  if (!need_state_) return;
+  if (!offer.reason.empty()) {
+    spdlog::info("[{}] {} has no state to give yet: {}", spec_.name, from, offer.reason);
+    return;
+  }
+  if (offer.round < known_committed_) {
+    spdlog::info("[{}] {} offers round {}, but round {} is committed; asking again", spec_.name, from, offer.round,
+                 known_committed_);
+    return;
+  }
+  auto receiver = StateReceiver::start(from, offer);
+  if (!receiver.ok()) {
+    spdlog::warn("[{}] {}", spec_.name, receiver.status().message());
+    return;
+  }
+  receiving_ = std::move(*receiver);
+}
+
+void JobRun::install_state(StateReceiver& received) {
+  const auto& offer = received.offer();
+  if (have_state_ && state_.anchor.size() != offer.values) {
+    spdlog::error("[{}] the state from {} has {} values, this site's model {}: refused", spec_.name, received.peer(),
+                  offer.values, state_.anchor.size());
+    return;
+  }
+  if (!have_state_) {
+    state_.job = spec_.name;
+    state_.layout = outer_layout(host_->snapshot().layout, offer.values);
+    if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
+  }
+  state_.anchor = std::move(received.anchor());
+  state_.momentum = std::move(received.momentum());
+  state_.round = offer.round;
+  known_committed_ = std::max(known_committed_, offer.round);
+  const bool first = !have_state_;
+  have_state_ = true;
+  need_state_ = false;
+  step_ = Step::idle;
+  delta_.clear();
+  note(cat("state of round ", offer.round, " received from ", received.peer(), " (", offer.values,
+           " parameters, anchor ", offer.anchor_digest, ")"));
+  if (!feedback_ && uses_feedback(spec_.compression))
+    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  // A trainer that has not started training yet starts from this anchor;
+  // one that trains already finishes its phase from the old one (late work).
+  if (!phase_) {
+    Status s = host_->set_anchor(state_.anchor, state_.round + 1);
+    if (!s.ok() && first) spdlog::warn("[{}] set_anchor: {}", spec_.name, s.message());
+  }
+  if (final_seen_ && state_.round >= known_committed_)
+    asio::co_spawn(env_.executor, finish_job(), asio::detached);
+  changed_.notify_all();
+}
+
+// ------------------------------------------------------------- checkpoints
+
+Status JobRun::save_checkpoint() {
+  if (!have_state_) return {};
+  outer::OuterState copy;
+  copy.job = state_.job.empty() ? spec_.name : state_.job;
+  copy.round = state_.round;
+  copy.layout = state_.layout;
+  // The checkpoint needs the vectors; move them in and back (no copy of the model).
+  copy.anchor = std::move(state_.anchor);
+  copy.momentum = std::move(state_.momentum);
+  if (feedback_) {
+    const auto r = feedback_->residual();
+    copy.residuals.push_back({self(), std::vector<float>(r.begin(), r.end())});
+  }
+  Status saved = outer::save_checkpoint(fs::path(dir_) / "checkpoint.safetensors", copy, config_hash_);
+  state_.anchor = std::move(copy.anchor);
+  state_.momentum = std::move(copy.momentum);
+  if (saved.ok()) {
+    note(cat("checkpoint of round ", state_.round, " saved"));
+    if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
+  }
+  return saved;
+}
+
+Status JobRun::load_checkpoint() {
+  const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
+  if (!fs::exists(path)) return {};
+  auto loaded = outer::load_checkpoint(path);
+  if (!loaded.ok()) return loaded.status();
+  GEOLOCO_RETURN_IF(loaded->config_hash != config_hash_, Err::invalid_argument, "a checkpoint of another "
+                    "configuration of job '", spec_.name, "' is at ", path.string(),
+                    ": remove that folder, or give the changed job another name");
+  state_ = std::move(loaded->state);
+  have_state_ = true;
+  for (auto& r : state_.residuals) {
+    if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
+    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+    std::copy(r.values.begin(), r.values.end(), feedback_->mutable_residual().begin());
+  }
+  state_.residuals.clear();
+  note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
+  return {};
+}
+
+// ------------------------------------------------------------------ status
+
+std::map<std::uint64_t, double> JobRun::eval_losses() const {
+  std::map<std::uint64_t, double> out;
+  std::ifstream in(fs::path(dir_) / "eval.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("round") || !j.contains("eval_loss")) continue;
+    if (!j["round"].is_number_unsigned() || !j["eval_loss"].is_number()) continue;
+    out[j["round"].get<std::uint64_t>()] = j["eval_loss"].get<double>();
+  }
+  return out;
+}
+
+nlohmann::json JobRun::record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
+  nlohmann::json j{{"round", r.round},
+                   {"participants", r.participants},
+                   {"late", r.late},
+                   {"loss", r.loss},
+                   {"tokens", r.tokens},
+                   {"bytes_sent", r.bytes_sent},
+                   {"bytes_received", r.bytes_received},
+                   {"compression_ratio", r.compression_ratio},
+                   {"compute_seconds", r.compute_seconds},
+                   {"waiting_seconds", r.waiting_seconds},
+                   {"exchange_seconds", r.exchange_seconds},
+                   {"digest", r.digest},
+                   {"contributed", r.contributed}};
+  // The eval loss of the anchor this round started from.
+  if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
+  else j["eval_loss"] = nullptr;
+  return j;
+}
+
+nlohmann::json JobRun::status() const {
+  const auto eval = eval_losses();
+  nlohmann::json rounds = nlohmann::json::array();
+  for (const auto& r : records_) rounds.push_back(record_json(r, eval));
+  nlohmann::json j{{"name", spec_.name},
+                   {"state", job_state_name(job_state_)},
+                   {"coordinator", spec_.coordinator},
+                   {"sites", spec_.sites},
+                   {"round", state_.round},
+                   {"tokens", 0},
+                   {"bytes_sent", bytes_sent_},
+                   {"bytes_received", bytes_received_},
+                   {"message", message_},
+                   {"rounds", rounds}};
+  j["stop_rounds"] = spec_.stop_rounds ? nlohmann::json(*spec_.stop_rounds) : nlohmann::json(nullptr);
+  std::uint64_t tokens = 0;
+  for (const auto& r : records_) tokens += r.tokens;
+  j["tokens"] = tokens;
+  j["loss"] = records_.empty() ? nlohmann::json(nullptr) : nlohmann::json(records_.back().loss);
+  j["eval_loss"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->second);
+  j["eval_round"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->first);
+  j["eval_accuracy"] = nullptr;
+  {
+    std::ifstream in(fs::path(dir_) / "eval.jsonl");
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    auto e = nlohmann::json::parse(last, nullptr, false);
+    if (!e.is_discarded() && e.is_object() && e.contains("accuracy") && e["accuracy"].is_number())
+      j["eval_accuracy"] = e["accuracy"];
+  }
+  const fs::path checkpoint = fs::path(dir_) / "checkpoint.safetensors";
+  j["checkpoint"] = fs::exists(checkpoint) ? nlohmann::json(checkpoint.string()) : nlohmann::json(nullptr);
+  if (role_) {
+    j["live_sites"] = role_->live_sites();
+    j["lagging"] = role_->lagging();
+  } else {
+    std::vector<std::string> live;
+    if (!records_.empty()) {
+      live = records_.back().participants;
+      live.insert(live.end(), records_.back().late.begin(), records_.back().late.end());
+      std::sort(live.begin(), live.end());
+    }
+    j["live_sites"] = live;
+    j["lagging"] = records_.empty() ? std::vector<std::string>{} : records_.back().late;
+  }
+  j["anchor_digest"] = have_state_ ? nlohmann::json(digest_hex(state_.anchor_digest())) : nlohmann::json(nullptr);
+  j["job_dir"] = dir_;
+  return j;
+}
+
+}  // namespace geoloco::daemon

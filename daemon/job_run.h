@@ -1,0 +1,213 @@
+// One job on this site (DESIGN §1, §3, §4): the round engine that joins the
+// site's trainer (trainer/), the cross-site transport (all-reduce, control
+// frames) and the outer step, plus the coordinator role when the job names
+// this site. One JobRun per running job; everything runs on the daemon's
+// single-threaded executor.
+//
+// A round r as this site lives it:
+//   inner     the trainer trains from the anchor θ_r (TrainerHost)
+//   ready     its SYNC is in: READY(r, anchor_round, tokens, loss) to the coordinator
+//   exchange  PLAN(r): Δ = θ_anchor − θ_s through the all-reduce (participant),
+//             or receive the average only (a straggler left out: observer);
+//             the outer step is computed aside to get the digest → COMMIT
+//   commit    COMMITTED(r, digest): the outer step is applied for real, the
+//             trainer continues from θ_{r+1}; ABORT(r): nothing was applied,
+//             the residual is restored, READY again
+// So the anchor and momentum always hold the last committed round: that is
+// what checkpoints save and what STATE_SYNC hands to a (re)joining site.
+//
+// Memory: anchor, momentum and the error-feedback residual (12 bytes per
+// parameter) plus, during a round, Δ (4) and, with a lossy pipeline, the
+// residual's backup (4) so that an ABORT can undo the encode; the trainer
+// host keeps the anchor the trainer started from (4), which is the base of
+// a straggler's Δ.
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "compression/error_feedback.h"
+#include "daemon/control_messages.h"
+#include "daemon/coordinator_role.h"
+#include "daemon/job_spec.h"
+#include "daemon/metrics.h"
+#include "daemon/site_config.h"
+#include "daemon/state_sync.h"
+#include "daemon/trainer/trainer_host.h"
+#include "daemon/trainer/trainer_process.h"
+#include "outer/outer_state.h"
+#include "transport/async_util.h"
+#include "transport/mesh.h"
+
+namespace geoloco::daemon {
+
+enum class JobState { starting, running, finished, failed, cancelled, stopped };
+std::string_view job_state_name(JobState state);
+/// Errors: invalid_argument.
+Result<JobState> parse_job_state(std::string_view name);
+
+/// What one committed round looked like from this site (geoloco watch).
+struct RoundRecord {
+  std::uint64_t round = 0;
+  std::vector<std::string> participants;
+  std::vector<std::string> late;
+  double loss = 0;                 ///< participants' weighted mean training loss (from the PLAN)
+  std::uint64_t tokens = 0;        ///< tokens of the round's contributions
+  std::uint64_t bytes_sent = 0;    ///< this site, frames of the all-reduce
+  std::uint64_t bytes_received = 0;
+  double compression_ratio = 0;    ///< raw fp32 bytes of the same all-reduce / bytes sent (0: sent nothing)
+  double compute_seconds = 0;      ///< this site's inner phase
+  double waiting_seconds = 0;      ///< READY to PLAN
+  double exchange_seconds = 0;     ///< PLAN to COMMITTED
+  std::string digest;
+  bool contributed = false;        ///< this site's Δ was in the round
+};
+
+/// The job id frames carry: xxh3 of the job's name, never 0 (0 is the federation).
+std::uint64_t job_id_of(const std::string& name);
+
+struct JobEnvironment {
+  asio::any_io_executor executor;
+  transport::Mesh* mesh = nullptr;
+  SiteConfig site;
+  Metrics* metrics = nullptr;
+  std::string trainer_program = "geoloco-train";
+};
+
+class JobRun : public std::enable_shared_from_this<JobRun> {
+ public:
+  /// Prepares the job's folder (<data_dir>/jobs/<name>: job.yaml, status,
+  /// checkpoint, journal, trainer log, eval log). Errors: invalid_argument
+  /// (this site is not in the job; streaming fragments > 1, which geolocod
+  /// does not run yet; a checkpoint of another configuration under the same
+  /// name), io.
+  static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file);
+  ~JobRun();
+
+  /// Opens the trainer's socket, starts the trainer (built-in) and the engine.
+  Status start();
+  /// A job-level control or state frame from a peer. Errors refuse the frame.
+  Status on_frame(const std::string& peer, const transport::FrameHeader& header, std::span<const std::byte> payload);
+  /// Ends the job on this site: the round in flight is abandoned (nothing of
+  /// it was applied), the trainer is stopped, the state checkpointed. `state`
+  /// is cancelled (geoloco cancel) or stopped (the daemon stops; the job
+  /// resumes when it starts again).
+  asio::awaitable<void> stop(JobState state, std::string reason);
+
+  nlohmann::json status() const;
+  static nlohmann::json record_json(const RoundRecord& record, const std::map<std::uint64_t, double>& eval);
+  const std::vector<RoundRecord>& records() const { return records_; }
+  /// Eval loss by anchor round, from the trainer's eval log.
+  std::map<std::uint64_t, double> eval_losses() const;
+  /// Wakes at every change of records or state.
+  asio::awaitable<void> wait_changed() { co_await changed_.wait(); }
+  JobState state() const { return job_state_; }
+  bool done() const;
+  const JobSpec& spec() const { return spec_; }
+  std::uint64_t id() const { return id_; }
+  const std::string& job_dir() const { return dir_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  enum class Step { idle, exchanging, committing };
+
+  JobRun(JobEnvironment env, JobSpec spec, std::string yaml, std::string file, std::string dir);
+  const std::string& self() const { return env_.site.name; }
+  bool is_coordinator() const { return spec_.coordinator == self(); }
+  void note(const std::string& line);
+  void set_state(JobState state, const std::string& message);
+  void persist_state() const;
+
+  // Messages.
+  void send(const std::string& site, const ControlMessage& message);
+  void send_frame(const std::string& site, transport::FrameHeader header, std::string payload);
+  asio::awaitable<void> drain(std::string site);
+  void handle_for_participant(const std::string& from, const ControlMessage& message);
+
+  // The engine.
+  asio::awaitable<void> run();
+  asio::awaitable<void> watch_trainer();
+  asio::awaitable<void> heartbeats();
+  asio::awaitable<void> exchange(PlanMessage plan);
+  asio::awaitable<void> finish_job();
+  void on_plan(const PlanMessage& plan);
+  void on_committed(const CommittedMessage& committed);
+  void on_abort(const AbortMessage& abort);
+  void apply(const CommittedMessage& committed);
+  void maybe_ready();
+  void release_phase(bool stop);
+  Result<std::string> next_anchor_digest(float scale) const;
+  float clip_scale_of_delta() const;
+
+  // STATE_SYNC.
+  void request_state();
+  void on_state_request(const std::string& from);
+  void on_state_offer(const std::string& from, const StateOfferMessage& offer);
+  void install_state(StateReceiver& received);
+
+  // Checkpoints.
+  Status save_checkpoint();
+  Status load_checkpoint();
+
+  JobEnvironment env_;
+  JobSpec spec_;
+  std::string yaml_;
+  std::string file_;
+  std::string dir_;
+  std::uint64_t id_;
+  std::string config_hash_;
+  JobState job_state_ = JobState::starting;
+  std::string message_;
+  transport::Signal changed_;
+
+  std::unique_ptr<CoordinatorRole> role_;
+  std::unique_ptr<TrainerHost> host_;
+  std::unique_ptr<TrainerProcess> process_;
+
+  outer::OuterState state_;  ///< the last committed round (round = rounds committed)
+  bool have_state_ = false;
+  std::unique_ptr<compression::ErrorFeedback> feedback_;
+  std::vector<float> residual_backup_;
+
+  std::optional<InnerPhase> phase_;  ///< the trainer's finished phase, until released
+  std::chrono::steady_clock::time_point phase_started_, phase_at_, plan_at_;
+  std::uint64_t ready_sent_round_ = 0;
+  std::chrono::steady_clock::time_point ready_sent_at_;
+
+  Step step_ = Step::idle;
+  PlanMessage plan_;
+  bool plan_participant_ = false;
+  bool aborted_ = false;
+  std::optional<PlanMessage> queued_plan_;
+  std::optional<CommittedMessage> early_commit_;
+  std::vector<float> delta_;
+  std::string pending_digest_;
+  std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
+
+  bool need_state_ = false;
+  std::string state_source_;
+  std::chrono::steady_clock::time_point state_requested_at_;
+  std::optional<StateReceiver> receiving_;
+  std::uint64_t known_committed_ = 0;
+  bool final_seen_ = false;
+
+  std::vector<RoundRecord> records_;
+  std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+
+  struct Outbox {
+    std::deque<std::pair<transport::FrameHeader, std::string>> frames;
+    bool draining = false;
+  };
+  std::map<std::string, Outbox> outboxes_;
+  bool stopping_ = false;
+};
+
+}  // namespace geoloco::daemon

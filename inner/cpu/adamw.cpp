@@ -52,4 +52,19 @@ Status AdamW::step(std::span<float> params, std::span<const float> grads, double
   return {};
 }
 
+Status AdamW::restore(std::span<const float> m, std::span<const float> v, std::uint64_t steps) {
+  GEOLOCO_RETURN_IF(m.size() != m_.size() || v.size() != v_.size(), Err::invalid_argument, "adamw: state has ",
+                    m_.size(), " values, restore got ", m.size(), " and ", v.size());
+  m_.assign(m.begin(), m.end());
+  v_.assign(v.begin(), v.end());
+  t_ = steps;
+  beta1_t_ = 1.0;
+  beta2_t_ = 1.0;
+  for (std::uint64_t i = 0; i < steps; ++i) {
+    beta1_t_ *= options_.beta1;
+    beta2_t_ *= options_.beta2;
+  }
+  return {};
+}
+
 }  // namespace geoloco::inner::cpu

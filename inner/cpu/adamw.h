@@ -44,6 +44,14 @@ class AdamW {
   std::span<const float> first_moment() const { return m_; }
   std::span<const float> second_moment() const { return v_; }
 
+  /// Takes over the state of an AdamW of the same size that took `steps`
+  /// updates and held moments `m` and `v` (first_moment(), second_moment()
+  /// and steps() of the saved one): the next step() computes the same bits
+  /// it would have (β^t is rebuilt by the same repeated multiplication).
+  /// Used by a restarted trainer (inner/train/inner_state.h).
+  /// Errors: invalid_argument (sizes).
+  Status restore(std::span<const float> m, std::span<const float> v, std::uint64_t steps);
+
  private:
   AdamWOptions options_;
   std::vector<float> m_;

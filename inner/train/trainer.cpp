@@ -91,6 +91,16 @@ Result<StepStats> Trainer::step() {
   return stats;
 }
 
+Status Trainer::resume_at(std::uint64_t step) {
+  GEOLOCO_RETURN_IF(step < step_, Err::invalid_argument, "trainer: cannot resume at step ", step, ", ", step_,
+                    " steps are done already");
+  // The same draws step() makes, in the same order: each stream's position
+  // (epoch, permutation, cursor or generator state) ends up as after training.
+  for (; step_ < step; ++step_)
+    for (auto& sampler : samplers_) sampler.next(options_.batch, items_);
+  return {};
+}
+
 Result<EvalResult> Trainer::evaluate() {
   EvalResult total;
   double loss_sum = 0.0;

@@ -11,6 +11,12 @@
 //
 // The parameters may live in memory the caller owns (the daemon's shared
 // memory segment, DESIGN §3): pass it as `param_storage`.
+//
+// A trainer (re)started in the middle of a run calls resume_at(s) before its
+// first step: the schedule and every data stream then stand where an
+// uninterrupted trainer stands after s steps (the streams are replayed, which
+// costs a few ns per item and no model work). The optimizer's moments are the
+// caller's business (optimizer().restore(), inner_state.h).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +59,14 @@ class Trainer {
   std::span<float> params() { return params_; }
   std::span<const float> grads() const { return grads_; }
   std::uint64_t steps_done() const { return step_; }
+  const Dataset& dataset() const { return *dataset_; }
+  cpu::AdamW& optimizer() { return *adamw_; }
+  const cpu::AdamW& optimizer() const { return *adamw_; }
+
+  /// Moves the schedule and the data streams forward to `step` (the number
+  /// of steps an uninterrupted run would have taken), without training.
+  /// Errors: invalid_argument when `step` is behind steps_done().
+  Status resume_at(std::uint64_t step);
 
   /// One optimizer step. Errors: the model's, the collective's, non_finite
   /// (the gradient norm is NaN/Inf: nothing is applied).

@@ -1,9 +1,15 @@
 // The training loop, and the seam through which the daemon-side sync
-// protocol drives it (DESIGN §1 step 1, §3): every `sync_every` steps rank 0
-// hands the replica out (on_sync reads params: the daemon computes the
+// protocol drives it (DESIGN §1 step 1, §3): at the end of every inner phase
+// rank 0 hands the replica out (on_sync reads params: the daemon computes the
 // pseudo-gradient) and takes the new anchor in (on_sync overwrites params),
 // then rank 0's parameters are broadcast so every worker continues from the
 // anchor. AdamW's state stays with the worker across rounds, as DiLoCo says.
+//
+// A phase is `sync_every` steps (DESIGN's inner.steps), or time-based
+// (inner.duration): steps until `sync_seconds` have passed on rank 0's clock,
+// at least `min_steps`. Rank 0 decides after every step and broadcasts the
+// decision, so every worker takes the same number of steps (a worker that
+// took one more would wait in an all-reduce nobody else joins).
 //
 // inner/protocol/ implements on_sync with HELLO/SYNC/RESULT; the loop knows
 // nothing about sites or sockets.
@@ -11,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "inner/train/trainer.h"
 
@@ -18,21 +25,31 @@ namespace geoloco::inner {
 
 /// What rank 0's on_sync sees.
 struct SyncPoint {
-  std::uint64_t step = 0;           ///< steps done so far (a multiple of sync_every)
+  std::uint64_t step = 0;           ///< trainer.steps_done() (a resumed run counts from its resume step)
   std::uint64_t sync_index = 0;     ///< 0 for the first sync of the run
   std::span<float> params;          ///< the replica; write the new anchor here
   const ParamLayout* layout = nullptr;
   double mean_loss = 0.0;           ///< mean training loss since the previous sync
   std::uint64_t work_units = 0;     ///< samples or tokens since the previous sync (all ranks)
+  std::uint64_t phase_steps = 0;    ///< steps of the phase that just ended
+  double phase_seconds = 0.0;       ///< its length on rank 0's clock, from the end of the previous sync
   /// Set by on_sync when the daemon says the job is over: every rank stops
   /// after this sync (with the anchor it brought) and evaluates once more.
   bool stop = false;
 };
 
 struct TrainHooks {
-  std::uint64_t sync_every = 0;  ///< inner steps between syncs (H), 0 = never
+  std::uint64_t sync_every = 0;  ///< inner steps between syncs (H), 0 = not step-based
+  double sync_seconds = 0.0;     ///< time-based phases: seconds each (rank 0's clock), 0 = off; not with sync_every
+  std::uint64_t min_steps = 1;   ///< time-based phases: at least this many steps each, >= 1
   /// Rank 0 only. An error stops every rank (it is broadcast first).
   std::function<Status(SyncPoint&)> on_sync;
+  /// Rank 0's clock (phase lengths; the end of time-based phases), in
+  /// seconds from any origin; empty = std::chrono::steady_clock. Tests pass their own.
+  std::function<double()> clock;
+  /// Fault injection (fault_injection.h): every rank sleeps this long after
+  /// every step, inside the phase's time.
+  std::uint64_t step_delay_ms = 0;
   /// Every rank, after every step (for logs).
   std::function<void(const StepStats&)> on_step;
   /// Every rank, after every evaluation.
@@ -40,15 +57,27 @@ struct TrainHooks {
 };
 
 struct TrainReport {
-  std::uint64_t steps = 0;
+  std::uint64_t steps = 0;        ///< steps this run took (not counting a resume offset)
   std::uint64_t work_units = 0;   ///< over all ranks
   double last_loss = 0.0;         ///< training loss of the last step
   EvalResult eval;                ///< the final evaluation
   double seconds = 0.0;           ///< wall time of the loop (evaluations included)
 };
 
-/// Runs trainer.options().steps steps with evaluations every eval_every
-/// steps and at the end. Errors: the trainer's, on_sync's.
+/// Whether the inner phase ends after a step, given the steps it has taken
+/// and the seconds since it began: sync_every steps, or (time-based) at
+/// least sync_seconds and min_steps. Never with neither set. A pure
+/// function: rank 0 calls it with its clock, tests with chosen numbers.
+bool phase_over(const TrainHooks& hooks, std::uint64_t phase_steps, double phase_seconds);
+
+/// Errors: invalid_argument when sync_every and sync_seconds are both set,
+/// sync_seconds is negative or not finite, or min_steps is 0.
+Status validate_hooks(const TrainHooks& hooks);
+
+/// Runs steps until trainer.steps_done() reaches trainer.options().steps
+/// (a trainer resumed at step s takes steps − s more), with evaluations every
+/// eval_every steps and at the end, and a sync at the end of every phase
+/// when on_sync is set. Errors: validate_hooks', the trainer's, on_sync's.
 Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks = {});
 
 }  // namespace geoloco::inner

@@ -5,11 +5,14 @@
 //   * AdamW restored from saved moments continues with the same bits;
 //   * time-based rounds: the phase rule, and two workers whose clocks
 //     disagree still take the same steps (rank 0 decides);
-//   * GEOLOCO_TRAIN_STEP_DELAY_MS parsing, and the delay inside a phase.
+//   * GEOLOCO_TRAIN_STEP_DELAY_MS parsing, and the delay inside a phase;
+//   * the inner state file: round trip, damage refused, which state is used;
+//   * eval log lines.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +23,9 @@
 #include "inner/cpu/blas.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/train/eval_log.h"
 #include "inner/train/fault_injection.h"
+#include "inner/train/inner_state.h"
 #include "inner/train/run_training.h"
 
 using namespace geoloco;
@@ -64,6 +69,18 @@ std::vector<std::string> read_lines(const std::string& path) {
   for (std::string line; std::getline(f, line);) lines.push_back(line);
   return lines;
 }
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    static int n = 0;
+    path = (std::filesystem::temp_directory_path() /
+            ("geoloco-train-sync-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+               .string();
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
 
 }  // namespace
 
@@ -134,6 +151,76 @@ TEST_CASE("AdamW restored from a saved state continues with the same bits", "[tr
   REQUIRE(fresh.step(r, g1, 1e-2).ok());
   CHECK_FALSE(same_bits(q, r));
   CHECK(restored.restore(std::vector<float>(2), std::vector<float>(3), 1).code() == Err::invalid_argument);
+}
+
+TEST_CASE("the inner state file: round trip, damage and another round refused", "[train][state]") {
+  TempDir dir;
+  auto none = load_inner_state(dir.path);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  CHECK(choose_inner_state(none, dir.path, 4, 11, 3).reason ==
+        "no saved inner state in " + dir.path + ": starting round 4 with zero AdamW moments");
+
+  const std::vector<float> m{0.5f, -1.25f, 3e-8f}, v{1e-4f, 2.0f, 0.0f};
+  REQUIRE(save_inner_state(dir.path, 4, 30, 29, 11, m, v).ok());
+  CHECK_FALSE(std::filesystem::exists(inner_state_path(dir.path) + ".tmp"));
+  auto loaded = load_inner_state(dir.path);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->has_value());
+  const InnerState& s = **loaded;
+  CHECK(s.round == 4);
+  CHECK(s.steps_done == 30);
+  CHECK(s.adamw_steps == 29);
+  CHECK(s.layout_digest == 11);
+  CHECK(s.m == m);
+  CHECK(s.v == v);
+  CHECK(std::filesystem::file_size(inner_state_path(dir.path)) == 48 + 3 * 8 + 8);
+
+  const StateChoice use = choose_inner_state(loaded, dir.path, 4, 11, 3);
+  CHECK(use.use);
+  CHECK(use.reason == "loaded " + inner_state_path(dir.path) + ": round 4, step 30, AdamW step 29");
+  const StateChoice later = choose_inner_state(loaded, dir.path, 5, 11, 3);
+  CHECK_FALSE(later.use);
+  CHECK(later.reason ==
+        inner_state_path(dir.path) + " belongs to round 4, this trainer starts round 5: zero AdamW moments");
+  CHECK_FALSE(choose_inner_state(loaded, dir.path, 4, 12, 3).use);  // another layout
+  CHECK_FALSE(choose_inner_state(loaded, dir.path, 4, 11, 4).use);  // another size
+
+  // A flipped bit in a moment: refused by the digest, and the trainer goes on without it.
+  {
+    std::fstream f(inner_state_path(dir.path), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(48 + 5);
+    f.put('\x7f');
+  }
+  auto damaged = load_inner_state(dir.path);
+  REQUIRE_FALSE(damaged.ok());
+  CHECK(damaged.status().code() == Err::malformed);
+  CHECK_THAT(damaged.status().message(), Catch::Contains("digest mismatch"));
+  const StateChoice unreadable = choose_inner_state(damaged, dir.path, 4, 11, 3);
+  CHECK_FALSE(unreadable.use);
+  CHECK_THAT(unreadable.reason, Catch::Contains("is unreadable") && Catch::Contains("zero AdamW moments"));
+
+  // Cut short: refused before allocating what the header claims.
+  std::filesystem::resize_file(inner_state_path(dir.path), 48 + 10);
+  CHECK(load_inner_state(dir.path).status().code() == Err::too_large);
+  std::filesystem::resize_file(inner_state_path(dir.path), 20);
+  CHECK(load_inner_state(dir.path).status().code() == Err::truncated);
+}
+
+TEST_CASE("eval log lines: fixed keys, null accuracy for gpt, null for a non-finite loss", "[train][eval-log]") {
+  EvalLogEntry e;
+  e.round = 3;
+  e.eval = EvalResult{0.5, 3, 4};
+  e.has_accuracy = true;
+  e.items = 4;
+  e.unix_time = 1764500000.125;
+  CHECK(eval_log_line(e) ==
+        "{\"round\": 3, \"eval_loss\": 0.5, \"accuracy\": 0.75, \"items\": 4, \"unix_time\": 1764500000.125}\n");
+  e.has_accuracy = false;
+  e.eval.loss = std::nan("");
+  CHECK(eval_log_line(e) ==
+        "{\"round\": 3, \"eval_loss\": null, \"accuracy\": null, \"items\": 4, \"unix_time\": 1764500000.125}\n");
+  CHECK(EvalLog::open("/nonexistent-dir/eval.jsonl").status().code() == Err::io);
 }
 
 TEST_CASE("time-based phases: at least S seconds and min_steps; rules refused", "[train][duration]") {

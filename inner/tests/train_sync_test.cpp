@@ -1,13 +1,15 @@
-// geoloco-train's side of the rounds, in process, on synthetic data so every
-// value can be compared exactly.
+// geoloco-train's side of the rounds, in process: a trainer against the
+// protocol's fake daemon (inner/protocol/tests/test_daemon.h) on synthetic
+// data, so every value can be compared exactly.
 //   * resume position: a trainer resumed at step 2H takes the step an
 //     uninterrupted trainer takes at 2H+1 (same lr, same batch, same bits);
-//   * AdamW restored from saved moments continues with the same bits;
+//   * restart: with --state-dir, the anchors after a restart between rounds
+//     equal those of an uninterrupted run bit for bit; without, they do not;
+//   * the inner state file: round trip, damage refused, which state is used;
+//   * the eval log: a line per anchor, with the losses the trainer computes;
 //   * time-based rounds: the phase rule, and two workers whose clocks
 //     disagree still take the same steps (rank 0 decides);
-//   * GEOLOCO_TRAIN_STEP_DELAY_MS parsing, and the delay inside a phase;
-//   * the inner state file: round trip, damage refused, which state is used;
-//   * eval log lines.
+//   * GEOLOCO_TRAIN_STEP_DELAY_MS parsing.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -16,24 +18,28 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/digest.h"
 #include "inner/collective/launch.h"
 #include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
+#include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
 #include "inner/train/eval_log.h"
 #include "inner/train/fault_injection.h"
 #include "inner/train/inner_state.h"
-#include "inner/train/run_training.h"
+#include "inner/train/synced_training.h"
 
 using namespace geoloco;
 using namespace geoloco::inner;
+namespace pt = geoloco::inner::protocol::testing;
 
 namespace {
 
 constexpr std::uint64_t kH = 10;
+const std::string kJob = "train-sync-test";
 
 TrainOptions mlp_options() {
   TrainOptions o;
@@ -63,11 +69,51 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line);
-  return lines;
+std::unique_ptr<protocol::Server> open_server(const std::string& path) {
+  protocol::ServerOptions o;
+  o.socket_path = path;
+  o.job = kJob;
+  auto s = protocol::Server::open(o);
+  REQUIRE(s.ok());
+  return std::move(*s);
+}
+
+pt::FakeDaemonConfig daemon_config(std::uint64_t stop_after_round) {
+  pt::FakeDaemonConfig c;
+  c.eta = 0.5f;
+  c.stop_after_round = stop_after_round;
+  c.deadline_ms = 60'000;
+  return c;
+}
+
+SyncedOptions synced_options(const std::string& path) {
+  SyncedOptions s;
+  s.socket_path = path;
+  s.job = kJob;
+  s.sync_every = kH;
+  s.first_round = 0;  // the fake daemon counts rounds from 0
+  s.timeout_ms = 20'000;
+  return s;
+}
+
+struct Finished {
+  TrainReport report;
+  std::uint64_t welcome_round = 0, resume_step = 0;
+  bool state_loaded = false;
+  std::string out;
+};
+
+// One trainer process's life, in process: start (HELLO ... WELCOME), run, leave.
+Finished train_once(const TrainOptions& o, const SyncedOptions& s, std::shared_ptr<const Dataset> data) {
+  SingleCollective one;
+  std::ostringstream out;
+  auto run = SyncedTraining::start(o, s, one, std::move(data), out);
+  INFO(out.str());
+  REQUIRE(run.ok());
+  auto report = (*run)->run({});
+  INFO(out.str());
+  REQUIRE(report.ok());
+  return {*report, (*run)->welcome_round(), (*run)->resume_step(), (*run)->state_loaded(), out.str()};
 }
 
 struct TempDir {
@@ -81,6 +127,22 @@ struct TempDir {
   }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  return lines;
+}
+
+// The number after "key": in one eval log line (the format is fixed by eval_log_line).
+std::string field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\": ";
+  const auto at = line.find(k);
+  if (at == std::string::npos) return "";
+  const auto begin = at + k.size();
+  return line.substr(begin, line.find_first_of(",}", begin) - begin);
+}
 
 }  // namespace
 
@@ -131,26 +193,84 @@ TEST_CASE("a trainer resumed at step 2H takes the step an uninterrupted one take
   }
 }
 
-TEST_CASE("AdamW restored from a saved state continues with the same bits", "[train][state]") {
-  const std::vector<float> g1{0.5f, -0.25f, 1.0f}, g2{-0.125f, 0.75f, 0.25f};
-  cpu::AdamWOptions opts;
-  cpu::AdamW straight(3, opts, {{0, 2}});
-  std::vector<float> p{1.0f, 2.0f, 3.0f};
-  for (int i = 0; i < 5; ++i) REQUIRE(straight.step(p, g1, 1e-2).ok());
-  std::vector<float> q = p;
-  cpu::AdamW restored(3, opts, {{0, 2}});
-  REQUIRE(restored.restore(straight.first_moment(), straight.second_moment(), straight.steps()).ok());
-  CHECK(restored.steps() == 5);
-  REQUIRE(straight.step(p, g2, 1e-2).ok());
-  REQUIRE(restored.step(q, g2, 1e-2).ok());
-  CHECK(same_bits(p, q));
-  // Zero moments (a trainer without a state) take another step.
-  cpu::AdamW fresh(3, opts, {{0, 2}});
-  std::vector<float> r = q;
-  REQUIRE(straight.step(q, g1, 1e-2).ok());
-  REQUIRE(fresh.step(r, g1, 1e-2).ok());
-  CHECK_FALSE(same_bits(q, r));
-  CHECK(restored.restore(std::vector<float>(2), std::vector<float>(3), 1).code() == Err::invalid_argument);
+TEST_CASE("steps before a round: (round - first round) x H", "[train][resume]") {
+  CHECK(steps_before_round(3, 1, kH) == 2 * kH);  // geolocod: welcomed at round 3 = 2H steps behind
+  CHECK(steps_before_round(1, 1, kH) == 0);
+  CHECK(steps_before_round(0, 1, kH) == 0);  // a host counting from 0 with the default first round
+  CHECK(steps_before_round(2, 0, kH) == 2 * kH);
+  CHECK(steps_before_round(7, 1, 0) == 0);  // time-based rounds: unknown without a saved state
+}
+
+TEST_CASE("with --state-dir a restart between rounds changes no bit of the anchors; without, it does",
+          "[train][state]") {
+  cpu::set_blas_threads(1);
+  auto data = testing::synthetic_image_dataset();
+  const TrainOptions o = mlp_options();
+
+  // Rounds 0..3 without interruption.
+  auto path_a = pt::temp_socket_path("train-a");
+  pt::FakeDaemon uninterrupted(open_server(path_a), daemon_config(3));
+  TempDir state_a;
+  SyncedOptions sa = synced_options(path_a);
+  sa.state_dir = state_a.path;
+  const Finished a = train_once(o, sa, data);
+  CHECK(a.report.steps == 4 * kH);
+  REQUIRE(uninterrupted.syncs().size() == 4);
+
+  // Rounds 0..1, the trainer ends (its --steps run out: what a kill right after the save leaves), a new one does 2..3.
+  auto path_b = pt::temp_socket_path("train-b");
+  pt::FakeDaemon restarted(open_server(path_b), daemon_config(3));
+  TempDir state_b;
+  SyncedOptions sb = synced_options(path_b);
+  sb.state_dir = state_b.path;
+  TrainOptions first = o;
+  first.steps = 2 * kH;
+  const Finished b1 = train_once(first, sb, data);
+  CHECK(b1.welcome_round == 0);
+  CHECK_THAT(b1.out, Catch::Contains("no saved inner state in " + state_b.path));
+  auto saved = load_inner_state(state_b.path);
+  REQUIRE(saved.ok());
+  REQUIRE(saved->has_value());
+  CHECK((*saved)->round == 2);  // tagged with the round the trainer trains next
+  CHECK((*saved)->steps_done == 2 * kH);
+  CHECK((*saved)->adamw_steps == 2 * kH);
+  const Finished b2 = train_once(o, sb, data);
+  CHECK(b2.welcome_round == 2);
+  CHECK(b2.state_loaded);
+  CHECK(b2.resume_step == 2 * kH);
+  CHECK_THAT(b2.out, Catch::Contains("inner state: loaded " + inner_state_path(state_b.path) + ": round 2, step 20"));
+  CHECK(b2.report.steps == 2 * kH);
+  CHECK(restarted.hellos() == 2);
+
+  const auto sa_syncs = uninterrupted.syncs(), sb_syncs = restarted.syncs();
+  REQUIRE(sb_syncs.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("round " << i);
+    CHECK(sb_syncs[i].sync.round == i);
+    CHECK(same_bits(sb_syncs[i].replica, sa_syncs[i].replica));
+    CHECK(sb_syncs[i].sync.tokens == sa_syncs[i].sync.tokens);
+  }
+  CHECK(same_bits(restarted.anchor(), uninterrupted.anchor()));
+
+  // The control: the same restart without a saved state (zero moments) lands elsewhere,
+  // though the schedule and the data still resume at step 2H.
+  auto path_c = pt::temp_socket_path("train-c");
+  pt::FakeDaemon no_state(open_server(path_c), daemon_config(3));
+  SyncedOptions sc = synced_options(path_c);
+  train_once(first, sc, data);
+  const Finished c2 = train_once(o, sc, data);
+  CHECK(c2.welcome_round == 2);
+  CHECK_FALSE(c2.state_loaded);
+  CHECK(c2.resume_step == 2 * kH);
+  CHECK_THAT(c2.out, Catch::Contains("AdamW moments zero"));
+  REQUIRE(no_state.syncs().size() == 4);
+  CHECK(same_bits(no_state.syncs()[1].replica, sa_syncs[1].replica));  // before the restart: the same
+  CHECK_FALSE(same_bits(no_state.syncs()[2].replica, sa_syncs[2].replica));
+  CHECK_FALSE(same_bits(no_state.anchor(), uninterrupted.anchor()));
+  for (auto* d : {&uninterrupted, &restarted, &no_state}) {
+    CHECK(d->failures().empty());
+    CHECK(d->refusals().empty());
+  }
 }
 
 TEST_CASE("the inner state file: round trip, damage and another round refused", "[train][state]") {
@@ -207,6 +327,80 @@ TEST_CASE("the inner state file: round trip, damage and another round refused", 
   CHECK(load_inner_state(dir.path).status().code() == Err::truncated);
 }
 
+TEST_CASE("AdamW restored from a saved state continues with the same bits", "[train][state]") {
+  const std::vector<float> g1{0.5f, -0.25f, 1.0f}, g2{-0.125f, 0.75f, 0.25f};
+  cpu::AdamWOptions opts;
+  cpu::AdamW straight(3, opts, {{0, 2}});
+  std::vector<float> p{1.0f, 2.0f, 3.0f};
+  for (int i = 0; i < 5; ++i) REQUIRE(straight.step(p, g1, 1e-2).ok());
+  std::vector<float> q = p;
+  cpu::AdamW restored(3, opts, {{0, 2}});
+  REQUIRE(restored.restore(straight.first_moment(), straight.second_moment(), straight.steps()).ok());
+  CHECK(restored.steps() == 5);
+  REQUIRE(straight.step(p, g2, 1e-2).ok());
+  REQUIRE(restored.step(q, g2, 1e-2).ok());
+  CHECK(same_bits(p, q));
+  // Zero moments (a trainer without a state) take another step.
+  cpu::AdamW fresh(3, opts, {{0, 2}});
+  std::vector<float> r = q;
+  REQUIRE(straight.step(q, g1, 1e-2).ok());
+  REQUIRE(fresh.step(r, g1, 1e-2).ok());
+  CHECK_FALSE(same_bits(q, r));
+  CHECK(restored.restore(std::vector<float>(2), std::vector<float>(3), 1).code() == Err::invalid_argument);
+}
+
+TEST_CASE("the eval log: one line per anchor, the losses the trainer computes", "[train][eval-log]") {
+  cpu::set_blas_threads(1);
+  auto data = testing::synthetic_image_dataset();
+  const TrainOptions o = mlp_options();
+  auto path = pt::temp_socket_path("train-log");
+  pt::FakeDaemon daemon(open_server(path), daemon_config(2));
+  TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  SyncedOptions s = synced_options(path);
+  s.eval_log = dir.path + "/eval.jsonl";
+  const double before = unix_time_now();
+  const Finished f = train_once(o, s, data);
+  const double after = unix_time_now();
+  REQUIRE(daemon.inits() == 1);
+  REQUIRE(daemon.syncs().size() == 3);
+
+  // The first anchor is the trainer's own initialization (the fake daemon adopts INIT as is).
+  SingleCollective one;
+  auto fresh = Trainer::create(o, one, data);
+  REQUIRE(fresh.ok());
+  auto initial = (*fresh)->evaluate();
+  REQUIRE(initial.ok());
+
+  const auto lines = read_lines(s.eval_log);
+  REQUIRE(lines.size() == 3 + 1);  // WELCOME/INIT, then the RESULT of rounds 0, 1, 2 (the last says stop)
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(field(lines[i], "round") == std::to_string(i));
+    const double loss = std::stod(field(lines[i], "eval_loss"));
+    CHECK(std::isfinite(loss));
+    const double accuracy = std::stod(field(lines[i], "accuracy"));
+    CHECK((accuracy >= 0.0 && accuracy <= 1.0));
+    CHECK(field(lines[i], "items") == "128");
+    const double t = std::stod(field(lines[i], "unix_time"));
+    CHECK((t >= before - 0.001 && t <= after + 0.001));
+  }
+  CHECK(std::stod(field(lines[0], "eval_loss")) == Approx(initial->loss).epsilon(1e-8));
+  CHECK(std::stod(field(lines.back(), "eval_loss")) == Approx(f.report.eval.loss).epsilon(1e-8));
+  CHECK(std::stod(field(lines.back(), "eval_loss")) < std::stod(field(lines[0], "eval_loss")));
+
+  // A restarted trainer appends: its first line is the anchor it is welcomed with.
+  TrainOptions again = o;
+  again.steps = 0;  // it only starts: welcome, log, end
+  const Finished restarted = train_once(again, s, data);
+  CHECK(restarted.welcome_round == 3);
+  CHECK_THAT(restarted.out, Catch::Contains("nothing left to train"));
+  const auto appended = read_lines(s.eval_log);
+  REQUIRE(appended.size() == lines.size() + 1);
+  CHECK(field(appended.back(), "round") == "3");
+  CHECK(field(appended.back(), "eval_loss") == field(lines.back(), "eval_loss"));
+}
+
 TEST_CASE("eval log lines: fixed keys, null accuracy for gpt, null for a non-finite loss", "[train][eval-log]") {
   EvalLogEntry e;
   e.round = 3;
@@ -242,6 +436,16 @@ TEST_CASE("time-based phases: at least S seconds and min_steps; rules refused", 
   TrainHooks zero = h;
   zero.min_steps = 0;
   CHECK(validate_hooks(zero).code() == Err::invalid_argument);
+}
+
+TEST_CASE("synced options: H steps or S seconds per round, one of them", "[train][duration]") {
+  SyncedOptions s = synced_options("/tmp/x.sock");
+  s.sync_seconds = 0.5;
+  CHECK_THAT(s.validate().message(), Catch::Contains("--sync-every and --sync-seconds exclude each other"));
+  s.sync_every = 0;
+  CHECK(s.validate().ok());
+  s.sync_seconds = 0.0;
+  CHECK_THAT(s.validate().message(), Catch::Contains("--sync-every H (steps per round) or --sync-seconds S"));
 }
 
 TEST_CASE("time-based phases on a clock: a slow step means fewer steps per round", "[train][duration]") {

@@ -39,6 +39,9 @@ class DaemonSync {
   Status sync(SyncPoint& point);
 
   std::uint64_t syncs() const { return syncs_; }
+  /// The round the trainer trains next: WELCOME's (or INIT's answer's), then
+  /// the last RESULT's next round (fragment 0's: all fragments sync together).
+  std::uint64_t next_round() const { return client_->next_round(0); }
 
  private:
   DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms)

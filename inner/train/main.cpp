@@ -1,8 +1,10 @@
 // geoloco-train: the built-in inner trainer (DESIGN §2). Trains `mlp` on
 // Fashion-MNIST or `gpt` on the King James Bible for N steps, data parallel
 // over the worker processes its launcher started (mpirun, srun, or its own
-// --workers), and prints evaluation loss (and accuracy). --bench measures
-// throughput against a plain sgemm. Only this file decides to exit.
+// --workers), and prints evaluation loss (and accuracy). With a daemon
+// (--sync-socket, as geolocod starts it) it trains the job's rounds
+// (synced_training.h). --bench measures throughput against a plain sgemm.
+// Only this file decides to exit.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,8 +23,9 @@
 #include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
 #include "inner/train/bench.h"
-#include "inner/train/daemon_sync.h"
+#include "inner/train/fault_injection.h"
 #include "inner/train/run_training.h"
+#include "inner/train/synced_training.h"
 
 namespace {
 
@@ -69,6 +72,12 @@ int spawn_workers(int workers, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
+// Where ranks other than 0 write what rank 0 tells the user.
+std::ostream& null_stream() {
+  static std::ostream sink(nullptr);
+  return sink;
+}
+
 int fail(const Status& s) {
   std::cerr << "geoloco-train: " << s.message() << "\n";
   return 1;
@@ -86,7 +95,10 @@ int main(int argc, char** argv) {
   std::uint64_t decay_steps = 0;
   std::string save_params;
   app.add_option("--model", o.model, "mlp or gpt")->check(CLI::IsMember({"mlp", "gpt"}));
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--steps", o.steps,
+                 "optimizer steps of the whole run (a trainer the daemon welcomes at step s of the job takes the "
+                 "rest; also the end of the cosine unless --decay-steps)")
+      ->capture_default_str();
   auto* batch_opt = app.add_option("--batch", o.batch, "samples per micro-batch per worker (mlp 64, gpt 16)");
   app.add_option("--micro-batches", o.micro_batches, "gradient accumulation per step")->capture_default_str();
   app.add_option("--lr", o.schedule.lr, "peak learning rate")->capture_default_str();
@@ -121,14 +133,39 @@ int main(int argc, char** argv) {
   app.add_option("--save-params", save_params, "write the final parameters (raw fp32) to this file (rank 0)");
   const char* env_socket = std::getenv("GEOLOCO_SOCKET");
   const char* env_job = std::getenv("GEOLOCO_JOB");
-  std::string sync_socket = env_socket ? env_socket : "";
-  std::string job = env_job ? env_job : "";
-  std::uint64_t sync_every = 0;
-  app.add_option("--sync-socket", sync_socket,
+  SyncedOptions sync;
+  sync.socket_path = env_socket ? env_socket : "";
+  sync.job = env_job ? env_job : "";
+  app.add_option("--sync-socket", sync.socket_path,
                  "the daemon's sync socket for this job (default: $GEOLOCO_SOCKET); rank 0 then trains in the "
-                 "daemon's shared memory and hands the replica over every --sync-every steps");
-  app.add_option("--job", job, "the job's name, said in HELLO (default: $GEOLOCO_JOB)");
-  app.add_option("--sync-every", sync_every, "inner steps between syncs with the daemon (H)");
+                 "daemon's shared memory and hands the replica over at the end of every round's inner phase");
+  app.add_option("--job", sync.job, "the job's name, said in HELLO (default: $GEOLOCO_JOB)");
+  auto* sync_every_opt =
+      app.add_option("--sync-every", sync.sync_every, "inner steps per round, between syncs with the daemon (H)");
+  auto* sync_seconds_opt = app.add_option(
+      "--sync-seconds", sync.sync_seconds,
+      "time-based rounds instead of --sync-every (DESIGN's inner.duration): each inner phase runs steps until this "
+      "many seconds have passed on rank 0 (at least --min-steps); every worker takes the same number of steps");
+  auto* min_steps_opt = app.add_option("--min-steps", sync.min_steps, "with --sync-seconds: at least this many steps "
+                                                                      "per round")
+                            ->capture_default_str();
+  app.add_option("--first-round", sync.first_round,
+                 "the number of a job's first round (geolocod counts from 1): a trainer welcomed at round r "
+                 "without a saved state resumes its schedule and data at step (r - first round) x H")
+      ->capture_default_str();
+  app.add_option("--eval-log", sync.eval_log,
+                 "with a daemon: rank 0 evaluates every anchor the daemon hands over (the first one and each "
+                 "RESULT's, the final one included) and appends a JSON line {\"round\", \"eval_loss\", "
+                 "\"accuracy\" (null for gpt), \"items\", \"unix_time\"} to this file; round = the round that "
+                 "starts from that anchor");
+  app.add_option("--state-dir", sync.state_dir,
+                 "with a daemon: rank 0 saves the AdamW state (moments, step counts) after every sync, atomically, "
+                 "to DIR/inner_state.bin tagged with the next round; a trainer welcomed at round r resumes from it "
+                 "when its tag is r (and its schedule and data then continue at the saved step), else starts with "
+                 "zero moments; without a state a --sync-seconds trainer restarts its schedule at step 0");
+  app.footer(cat("Environment: GEOLOCO_SOCKET and GEOLOCO_JOB (defaults of --sync-socket and --job); ", kStepDelayEnv,
+                 "=N: fault injection for tests, every inner step of every worker sleeps N ms (whole ms, printed "
+                 "at start)."));
   app.add_flag("--bench", bench, "measure throughput of mlp and gpt against a plain sgemm");
   app.add_option("--bench-seconds", bench_seconds, "timed training per model in --bench")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -149,6 +186,30 @@ int main(int argc, char** argv) {
     if (eval_batch_opt->count() == 0) o.eval_batch = 32;
     if (eval_limit_opt->count() == 0) o.data.eval_limit = 512;
   }
+  // Fault injection (a test's straggler): refused here, before any worker starts, when it is not a number.
+  const char* delay_env = std::getenv(kStepDelayEnv);
+  auto step_delay_ms = parse_step_delay_ms(delay_env);
+  if (!step_delay_ms.ok()) return fail(step_delay_ms.status());
+  const bool synced = !sync.socket_path.empty();
+  if (!synced) {
+    // These only mean something with a daemon; silently ignoring them would hide a typo in a job's setup.
+    for (const auto* opt : {sync_seconds_opt, min_steps_opt})
+      if (opt->count() > 0)
+        return fail(GEOLOCO_ERROR(Err::invalid_argument, opt->get_name(), " needs --sync-socket (or GEOLOCO_SOCKET)"));
+    if (!sync.eval_log.empty() || !sync.state_dir.empty())
+      return fail(GEOLOCO_ERROR(Err::invalid_argument,
+                                "--eval-log and --state-dir need --sync-socket (or GEOLOCO_SOCKET): they follow the "
+                                "daemon's rounds"));
+  } else {
+    if (sync_every_opt->count() > 0 && sync_seconds_opt->count() > 0)
+      return fail(GEOLOCO_ERROR(Err::invalid_argument,
+                                "--sync-every and --sync-seconds exclude each other: a round's inner phase is H steps "
+                                "or S seconds, not both"));
+    if (min_steps_opt->count() > 0 && sync_seconds_opt->count() == 0)
+      return fail(GEOLOCO_ERROR(Err::invalid_argument, "--min-steps applies only to --sync-seconds rounds"));
+    sync.timeout_ms = timeout_ms;
+    if (Status s = sync.validate(); !s.ok()) return fail(s);
+  }
   auto launch = launch_info_from_env();
   if (!launch.ok()) return fail(launch.status());
   if (workers > 1 && launch->launcher == "none") return spawn_workers(workers, argv);
@@ -162,38 +223,26 @@ int main(int argc, char** argv) {
   auto collective = make_cpu_collective(*launch, copts);
   if (!collective.ok()) return fail(collective.status());
   const bool talk = (*collective)->rank() == 0;
+  if (talk && delay_env != nullptr)
+    std::cout << "fault injection: " << kStepDelayEnv << "=" << *step_delay_ms << " (every inner step sleeps "
+              << *step_delay_ms << " ms)" << std::endl;
   auto data = load_dataset(o);
   if (!data.ok()) return fail(data.status());
-  // With a daemon, rank 0 trains in the segment the daemon shares; it
-  // starts from the daemon's anchor, or hands over its own initialization
-  // when the daemon has none yet. Every rank then starts from the same bits.
-  std::unique_ptr<DaemonSync> daemon;
-  std::span<float> storage;
-  float anchor_ready = 0.0f;
-  if (!sync_socket.empty()) {
-    if (sync_every == 0) return fail(GEOLOCO_ERROR(Err::invalid_argument, "--sync-every must be set with --sync-socket"));
-    if (job.empty()) return fail(GEOLOCO_ERROR(Err::invalid_argument, "--job (or GEOLOCO_JOB) must name the job"));
-    if (talk) {
-      auto model = make_model(o);
-      if (!model.ok()) return fail(model.status());
-      auto connected = DaemonSync::connect(sync_socket, job, (*model)->layout(), timeout_ms);
-      if (!connected.ok()) return fail(connected.status());
-      daemon = std::move(*connected);
-      storage = daemon->parameters();
-      anchor_ready = daemon->anchor_ready() ? 1.0f : 0.0f;
-    }
-    if (Status s = (*collective)->broadcast(std::span<float>(&anchor_ready, 1), 0); !s.ok()) return fail(s);
+  // With a daemon, every rank starts where the job stands (synced_training.h).
+  std::unique_ptr<SyncedTraining> synced_run;
+  std::unique_ptr<Trainer> plain;
+  if (synced) {
+    auto started = SyncedTraining::start(o, sync, **collective, *data, talk ? std::cout : null_stream());
+    if (!started.ok()) return fail(started.status());
+    synced_run = std::move(*started);
+  } else {
+    auto created = Trainer::create(o, **collective, *data);
+    if (!created.ok()) return fail(created.status());
+    plain = std::move(*created);
   }
-  auto trainer = Trainer::create(o, **collective, *data, storage, /*initialize=*/anchor_ready == 0.0f);
-  if (!trainer.ok()) return fail(trainer.status());
-  if (!sync_socket.empty()) {
-    if (daemon && anchor_ready == 0.0f) {
-      if (Status s = daemon->hand_over_initial(); !s.ok()) return fail(s);
-    }
-    if (Status s = (*collective)->broadcast((*trainer)->params(), 0); !s.ok()) return fail(s);
-  }
+  Trainer& trainer = synced_run ? synced_run->trainer() : *plain;
   if (talk)
-    std::cout << "geoloco-train: " << o.model << ", " << (*trainer)->layout().total() << " parameters, "
+    std::cout << "geoloco-train: " << o.model << ", " << trainer.layout().total() << " parameters, "
               << (*data)->describe() << ", " << (*collective)->size() << " worker(s) [" << (*collective)->backend()
               << ", launcher " << launch->launcher << "], batch " << o.batch << " x " << o.micro_batches
               << " micro-batch(es) per worker" << std::endl;
@@ -216,19 +265,17 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(step), e.loss, e.loss / 0.6931471805599453, e.predictions);
     std::fflush(stdout);
   };
-  if (!sync_socket.empty()) {
-    hooks.sync_every = sync_every;
-    hooks.on_sync = [&](SyncPoint& point) { return daemon->sync(point); };  // called on rank 0 only
-  }
-  auto report = run_training(**trainer, hooks);
+  hooks.step_delay_ms = *step_delay_ms;
+  auto report = synced_run ? synced_run->run(hooks) : run_training(trainer, hooks);
   if (!report.ok()) return fail(report.status());
   if (talk) {
-    const auto params = (*trainer)->params();
-    if (daemon) std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(daemon->syncs()));
+    const auto params = trainer.params();
+    if (synced_run)
+      std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(synced_run->syncs()));
     std::printf("done: %llu steps, %.1f s, %.0f %s/s, params digest %s\n",
                 static_cast<unsigned long long>(report->steps), report->seconds,
                 static_cast<double>(report->work_units) / report->seconds,
-                (*trainer)->model().work_unit_name().c_str(), digest_hex(digest_f32(params)).c_str());
+                trainer.model().work_unit_name().c_str(), digest_hex(digest_f32(params)).c_str());
     if (!save_params.empty()) {
       std::ofstream f(save_params, std::ios::binary);
       f.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size_bytes()));

@@ -11,8 +11,8 @@
 // decision, so every worker takes the same number of steps (a worker that
 // took one more would wait in an all-reduce nobody else joins).
 //
-// inner/protocol/ implements on_sync with HELLO/SYNC/RESULT; the loop knows
-// nothing about sites or sockets.
+// inner/protocol/ implements on_sync with HELLO/SYNC/RESULT (synced_training.h);
+// the loop knows nothing about sites or sockets.
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& options, Co
   std::unique_ptr<Trainer> t(new Trainer(options, collective, std::move(dataset), std::move(*model)));
   const std::size_t total = t->model_->layout().total();
   if (param_storage.empty()) {
-    GEOLOCO_RETURN_IF(!initialize, Err::invalid_argument, "trainer: initialize=false needs a parameter storage");
+    // Without `initialize` too: a worker other than rank 0 of a trainer the
+    // daemon welcomes with an anchor gets rank 0's parameters by broadcast.
     t->owned_params_.assign(total, 0.0f);
     t->params_ = t->owned_params_;
   } else {

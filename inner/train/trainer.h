@@ -46,7 +46,9 @@ class Trainer {
   /// When `param_storage` is empty the trainer allocates the parameters;
   /// otherwise it must hold layout().total() floats and is used in place.
   /// With `initialize`, rank 0 initializes from the seed and broadcasts;
-  /// without, the storage already holds the parameters (an anchor).
+  /// without, the storage already holds the parameters (an anchor), or,
+  /// when the trainer allocates them, they are zero until the caller fills
+  /// them (e.g. by broadcasting rank 0's anchor).
   /// Errors: invalid_argument (options, storage size), and the collective's.
   static Result<std::unique_ptr<Trainer>> create(const TrainOptions& options, Collective& collective,
                                                  std::shared_ptr<const Dataset> dataset,

@@ -1,0 +1,97 @@
+// geoloco-train with its site's daemon (DESIGN §1 step 1, §3): every rank
+// calls start() and run(); rank 0 talks to the daemon (daemon_sync.h) and
+// the other workers follow through the collective.
+//
+// start(): rank 0 connects and says HELLO; the daemon either welcomes the
+// trainer with the anchor of round r (the round it trains next) or asks for
+// its initialization (INIT) and answers with the anchor it settles on. The
+// trainer then stands where an uninterrupted trainer of the job stands at
+// the start of round r:
+//   * parameters: the anchor, on every worker;
+//   * schedule step and data position: the saved state's step count when
+//     --state-dir holds a state of round r, else (r − first_round)·H
+//     (steps_before_round), so a restart neither redoes the warmup nor
+//     re-reads the data of the rounds before;
+//   * AdamW: the saved moments when the state is of round r, else zero
+//     moments (said on `out`).
+// With --eval-log, rank 0 evaluates that first anchor and logs it.
+//
+// run(): run_training() whose phases end after H steps or S seconds; at
+// the end of each, rank 0 syncs, saves the inner state tagged with the next
+// round (--state-dir), evaluates the new anchor and logs it (--eval-log).
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "inner/train/daemon_sync.h"
+#include "inner/train/eval_log.h"
+#include "inner/train/run_training.h"
+
+namespace geoloco::inner {
+
+struct SyncedOptions {
+  std::string socket_path;        ///< the job's sync socket
+  std::string job;                ///< the job's name (HELLO)
+  std::uint64_t sync_every = 0;   ///< H: inner steps per round; or
+  double sync_seconds = 0.0;      ///< time-based rounds: seconds of inner steps per round (excludes sync_every)
+  std::uint64_t min_steps = 1;    ///< time-based: at least this many steps per round, >= 1
+  std::uint64_t first_round = 1;  ///< the number of a job's first round (geolocod's rounds start at 1)
+  std::string eval_log;           ///< --eval-log: JSON lines, one per anchor (eval_log.h); empty = none
+  std::string state_dir;          ///< --state-dir: the inner state across restarts (inner_state.h); empty = none
+  int timeout_ms = 600'000;       ///< longest wait for the daemon (and for a peer worker)
+
+  /// Errors: invalid_argument naming the broken rule (no socket or job,
+  /// neither or both of sync_every and sync_seconds, min_steps 0, …).
+  Status validate() const;
+};
+
+/// The steps an uninterrupted trainer has taken when round `round` starts,
+/// for a trainer without a usable saved state: (round − first_round)·H;
+/// 0 at or before the first round, and 0 for time-based rounds (H = 0: the
+/// count is not known without the saved state).
+std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round, std::uint64_t sync_every);
+
+class SyncedTraining {
+ public:
+  /// Every rank calls it with the same options (see the file comment);
+  /// rank 0 writes what it decided to `out`. Errors: the daemon's (refusal,
+  /// timeout, io), the trainer's, the collective's, io (the eval log).
+  static Result<std::unique_ptr<SyncedTraining>> start(const TrainOptions& options, const SyncedOptions& sync,
+                                                       Collective& collective, std::shared_ptr<const Dataset> dataset,
+                                                       std::ostream& out);
+
+  /// run_training() until --steps or the daemon's stop. Of `hooks` only
+  /// on_step, on_eval, clock and step_delay_ms are used; the phases and
+  /// on_sync come from the options. Errors: run_training's, the daemon's.
+  Result<TrainReport> run(TrainHooks hooks);
+
+  Trainer& trainer() { return *trainer_; }
+  /// The round the trainer was welcomed at (every rank).
+  std::uint64_t welcome_round() const { return welcome_round_; }
+  /// The step it resumed at (every rank).
+  std::uint64_t resume_step() const { return resume_step_; }
+  /// Whether it took over a saved inner state (every rank).
+  bool state_loaded() const { return state_loaded_; }
+  /// SYNC/RESULT exchanges so far (rank 0; 0 elsewhere).
+  std::uint64_t syncs() const { return daemon_ ? daemon_->syncs() : 0; }
+
+ private:
+  SyncedTraining(SyncedOptions sync, std::ostream& out) : sync_(std::move(sync)), out_(out) {}
+  /// Rank 0: evaluates the parameters (the anchor of `round`) and appends the line.
+  Status log_anchor(std::uint64_t round);
+  Status on_sync(SyncPoint& point);
+
+  SyncedOptions sync_;
+  std::ostream& out_;
+  std::unique_ptr<DaemonSync> daemon_;  // rank 0
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<EvalLog> eval_log_;  // rank 0 with --eval-log
+  std::uint64_t layout_digest_ = 0;
+  std::uint64_t welcome_round_ = 0;
+  std::uint64_t resume_step_ = 0;
+  bool state_loaded_ = false;
+};
+
+}  // namespace geoloco::inner

@@ -49,7 +49,7 @@ std::string control_refusal(const PeerCredentials& peer, uid_t daemon_uid, gid_t
       if (g == control_gid) return "";
   }
   return cat("user ", peer.uid, " may not control geolocod: run as root or join the 'geoloco' group ",
-             "(sudo usermod -aG geoloco $USER, then log in again)");
+             "(sudo adduser $USER geoloco, then log in again)");
 }
 
 ControlServer::ControlServer(asio::any_io_executor executor, std::string path, gid_t gid, RequestHandler handler)
@@ -110,18 +110,20 @@ asio::awaitable<void> ControlServer::serve(stream_protocol::socket socket) {
     co_await send(done);
   };
 
+  asio::streambuf buffer(kMaxRequestBytes);
+  auto [ec, n] = co_await asio::async_read_until(socket, buffer, '\n', as_tuple(use_awaitable));
+  if (ec) {
+    if (ec == asio::error::not_found) co_await finish(Status(Err::too_large, "request over 8 MiB"));
+    co_return;
+  }
+  // Credentials are checked after the request is read, so a refused client
+  // that writes first still reads why it was refused (not a broken pipe).
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) co_return;
   PeerCredentials peer{cred.pid, cred.uid, cred.gid, groups_of(cred.uid, cred.gid)};
   if (const std::string refusal = control_refusal(peer, ::geteuid(), control_gid_); !refusal.empty()) {
     co_await finish(Status(Err::invalid_argument, refusal));
-    co_return;
-  }
-  asio::streambuf buffer(kMaxRequestBytes);
-  auto [ec, n] = co_await asio::async_read_until(socket, buffer, '\n', as_tuple(use_awaitable));
-  if (ec) {
-    if (ec == asio::error::not_found) co_await finish(Status(Err::too_large, "request over 8 MiB"));
     co_return;
   }
   std::string line(asio::buffers_begin(buffer.data()), asio::buffers_begin(buffer.data()) + static_cast<long>(n));
@@ -141,7 +143,7 @@ Status control_request(const std::string& path, const nlohmann::json& request,
   std::error_code ec;
   socket.connect(stream_protocol::endpoint(path), ec);
   GEOLOCO_RETURN_IF(ec, Err::io, "cannot reach geolocod at ", path, ": ", ec.message(),
-                    " (is geolocod running? is this the right --control-socket?)");
+                    " (is geolocod running? is this the site's control socket? geoloco --socket PATH)");
   const std::string text = request.dump() + "\n";
   asio::write(socket, asio::buffer(text), ec);
   GEOLOCO_RETURN_IF(ec, Err::io, "cannot send to geolocod: ", ec.message());

@@ -36,7 +36,9 @@ Status Coordinator::on_ready(const std::string& site, const ReadyMessage& r, Clo
   GEOLOCO_RETURN_IF(r.anchor_round > round_ || r.anchor_round == 0, Err::invalid_argument, "READY from ", site,
                     " trained from anchor ", r.anchor_round, ", which round ", round_, " cannot use");
   ready_[site] = r;
-  ready_at_[site] = now;
+  // A repeated READY (sites resend it until a PLAN comes) keeps the time of
+  // the first: the deadline runs from when the site was really ready.
+  ready_at_.emplace(site, now);
   return {};
 }
 

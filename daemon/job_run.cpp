@@ -184,7 +184,7 @@ void JobRun::send_frame(const std::string& site, transport::FrameHeader header, 
 asio::awaitable<void> JobRun::drain(std::string site) {
   auto keep = shared_from_this();
   auto& box = outboxes_[site];
-  while (!box.frames.empty() && !stopping_) {
+  while (!box.frames.empty()) {
     auto [header, payload] = box.frames.front();
     box.frames.pop_front();
     Status sent;
@@ -200,9 +200,24 @@ asio::awaitable<void> JobRun::drain(std::string site) {
 
 Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& header,
                         std::span<const std::byte> payload) {
-  if (done()) return {};  // the job ended here; late messages are harmless
+  if (done()) {
+    // The job ended here. A site that comes back late still gets the final
+    // state, and then the final COMMITTED, so it ends the job too.
+    if (header.type != transport::FrameType::control || job_state_ != JobState::finished) return {};
+    auto message = decode_control(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    if (message.ok() && std::holds_alternative<StateRequestMessage>(*message)) {
+      on_state_request(peer);
+      send(peer, CommittedMessage{state_.round, digest_hex(state_.anchor_digest()), true});
+    }
+    return {};
+  }
   if (header.type == transport::FrameType::state) {
-    GEOLOCO_RETURN_IF(!receiving_, Err::mismatch, "state frame from ", peer, ", but no state was requested from it");
+    if (!receiving_) {
+      // The rest of a transfer this site no longer wants (an answer to a
+      // repeated request): dropped, nothing changes.
+      spdlog::debug("[{}] state frame {} from {} dropped: no transfer in progress", spec_.name, header.chunk, peer);
+      return {};
+    }
     Status added = receiving_->add(peer, header, payload);
     if (!added.ok()) {
       receiving_.reset();
@@ -415,7 +430,10 @@ void JobRun::maybe_ready() {
 
 void JobRun::release_phase(bool stop) {
   if (!phase_) return;
-  Status s = host_->finish_round(state_.anchor, stop, state_.round + 1);
+  // A phase trained from a newer anchor than our state (only at the job's
+  // end, for a site that just caught up) still needs a later next round.
+  Status s = host_->finish_round(state_.anchor, stop, std::max(state_.round + 1, phase_->round + 1));
+  if (s.ok() && stop) trainer_told_stop_ = true;
   if (!s.ok()) spdlog::warn("[{}] finish_round: {}", spec_.name, s.message());
   phase_.reset();
   phase_started_ = Clock::now();
@@ -666,9 +684,9 @@ asio::awaitable<void> JobRun::finish_job() {
   note(cat("job finished after round ", state_.round));
   if (phase_) release_phase(true);
   if (process_) {
-    // A participant's trainer got stop with its RESULT; give it a moment to exit.
-    asio::steady_timer grace(env_.executor, std::chrono::seconds(10));
-    for (int i = 0; i < 100 && process_->state() == TrainerProcess::State::running; ++i)
+    // A trainer that got stop with its RESULT exits on its own; one still
+    // training (a straggler's) is stopped now: its work can join no round.
+    for (int i = 0; i < 100 && trainer_told_stop_ && process_->state() == TrainerProcess::State::running; ++i)
       co_await sleep_for(std::chrono::milliseconds(100));
     co_await process_->stop();
   }
@@ -712,7 +730,7 @@ void JobRun::request_state() {
 void JobRun::on_state_request(const std::string& from) {
   StateOfferMessage offer;
   offer.job = spec_.name;
-  if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_)) {
+  if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_ && !done())) {
     offer.reason = have_state_ ? "this site is catching up itself" : "no committed state yet";
     send(from, offer);
     return;

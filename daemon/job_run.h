@@ -198,6 +198,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<StateReceiver> receiving_;
   std::uint64_t known_committed_ = 0;
   bool final_seen_ = false;
+  bool trainer_told_stop_ = false;
 
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;

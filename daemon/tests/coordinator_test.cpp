@@ -60,7 +60,7 @@ TEST_CASE("a round plans with token weights, commits on equal digests, and the j
   auto last = c.step(t0 + 8s);
   REQUIRE(last.committed);
   CHECK(c.phase() == Coordinator::Phase::finished);
-  CHECK(last.notes.back() == "job finished after round 2");
+  CHECK(last.notes.back() == "job finished after round 2 (630 tokens)");
 }
 
 TEST_CASE("with a quorum the deadline leaves a straggler out; its carried work joins later, decayed") {
@@ -143,4 +143,58 @@ TEST_CASE("messages from strangers or for other rounds are refused") {
   CHECK(c.on_heartbeat("zed", t0).code() == Err::invalid_argument);
   CHECK(c.on_commit("a", {5, "0123456789abcdef"}).message() ==
         "COMMIT of round 5 from a, but round 5 is not being exchanged");
+}
+
+TEST_CASE("a repeated READY keeps the time of the first, so the deadline still fires") {
+  // Sites resend READY every heartbeat until a PLAN comes; if each resend
+  // restarted the deadline clock, a straggler would hold every round up.
+  auto o = three_sites(2);
+  Coordinator c(o, 1, t0);
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(1, 100), t0 + 2s).ok());
+  for (auto t : {4s, 6s, 8s, 10s, 11s}) {
+    REQUIRE(c.on_ready("a", ready(1, 100), t0 + t).ok());
+    REQUIRE(c.on_ready("b", ready(1, 100), t0 + t).ok());
+    CHECK(c.on_heartbeat("c", t0 + t).ok());
+  }
+  auto p = c.step(t0 + 12s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+}
+
+TEST_CASE("a participant's failure report aborts the round; the next plan is a new attempt") {
+  Coordinator c(three_sites(), 1, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t0).ok());
+  auto p = c.step(t0);
+  REQUIRE(p.plan);
+  CHECK(p.plan->attempt == 0);
+  CHECK(p.plan->tokens == 300);
+  CHECK(c.on_failed("x", AbortMessage{1, "?"}).code() == Err::invalid_argument);
+  CHECK(c.on_failed("b", AbortMessage{2, "?"}).code() == Err::mismatch);
+  REQUIRE(c.on_failed("b", AbortMessage{1, "peer c: no data for 2000 ms"}).ok());
+  auto a = c.step(t0 + 1s);
+  REQUIRE(a.abort);
+  CHECK(a.abort->round == 1);
+  CHECK(a.abort->reason == "b could not finish the exchange: peer c: no data for 2000 ms");
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t0 + 2s).ok());
+  auto again = c.step(t0 + 2s);
+  REQUIRE(again.plan);
+  CHECK(again.plan->round == 1);
+  CHECK(again.plan->attempt == 1);
+}
+
+TEST_CASE("a token stop ends the job with the round that reaches it, marked final") {
+  auto o = three_sites();
+  o.stop_after_round = 0;
+  o.stop_after_tokens = 500;
+  o.tokens_so_far = 250;  // a resumed job
+  Coordinator c(o, 3, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(3, 100), t0).ok());
+  REQUIRE(c.step(t0).plan);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {3, "2222222222222222"}).ok());
+  auto done = c.step(t0 + 1s);
+  REQUIRE(done.committed);
+  CHECK(done.committed->final);
+  CHECK(c.tokens() == 550);
+  CHECK(c.phase() == Coordinator::Phase::finished);
 }

@@ -63,12 +63,13 @@ std::string resolve_program(const std::string& program) {
 }
 
 // The daemon's environment without its own GEOLOCO_* settings (a
-// GEOLOCO_RANK there would confuse the trainer's launcher detection), plus
-// the job's socket and name.
+// GEOLOCO_RANK there would confuse the trainer's launcher detection), but
+// with the trainer's own GEOLOCO_TRAIN_* ones (e.g. the fault injection of
+// the straggler test), plus the job's socket and name.
 std::vector<std::string> trainer_environment(const TrainerProcessOptions& o) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
-    if (std::strncmp(*e, "GEOLOCO_", 8) == 0) continue;
+    if (std::strncmp(*e, "GEOLOCO_", 8) == 0 && std::strncmp(*e, "GEOLOCO_TRAIN_", 14) != 0) continue;
     env.emplace_back(*e);
   }
   env.push_back("GEOLOCO_SOCKET=" + o.socket_path);

@@ -1,0 +1,51 @@
+"""Kill a non-coordinator site (daemon and trainer, kill -9) during its inner
+phase: the job goes on with the other two (min_sites 2); the site restarts,
+rejoins by STATE_SYNC, and its anchor digest equals the others' within one
+round of its return."""
+
+import time
+
+from federation import Federation, mlp_job
+
+ROUNDS = 10
+
+with Federation() as fed:
+    for s in fed.sites:  # ~1 s inner phases, so there is time to act mid-job
+        s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "15"
+    fed.start()
+    job = fed.write_job(mlp_job(rounds=ROUNDS, steps=60, width=64, deadline="1s"))
+    fed["site-a"].cli("submit", job)
+    a, c = fed["site-a"], fed["site-c"]
+    fed.wait_for(lambda: (a.status("e2e") or {}).get("round", 0) >= 2, 120, "round 2")
+    killed_at = a.status("e2e")["round"]
+    c.kill()  # mid-phase: the next round's inner phase started right after the commit
+    print(f"killed site-c after round {killed_at}")
+    # The others go on without it.
+    fed.wait_for(lambda: a.status("e2e")["round"] >= killed_at + 2, 120, "two rounds without site-c")
+    st = a.status("e2e")
+    without = [r for r in st["rounds"] if r["round"] > killed_at + 1]
+    assert without and all("site-c" not in r["participants"] for r in without), without
+    print(f"rounds {[r['round'] for r in without]} went on with {without[-1]['participants']}")
+
+    c.start()
+    back_at = a.status("e2e")["round"]
+    print(f"site-c restarted while round {back_at} was the last committed")
+
+    def rejoined():
+        sc = c.status("e2e")
+        return sc and sc["rounds"] and any(r["contributed"] for r in sc["rounds"])
+
+    fed.wait_for(rejoined, 120, "site-c to contribute again")
+    sc = c.status("e2e")
+    first = min(r["round"] for r in sc["rounds"])
+    assert first <= back_at + 2, f"site-c's first round after its return is {first}, joined after {back_at}"
+    fed.wait_for(lambda: all((s.status("e2e") or {}).get("state") == "finished" for s in fed.sites), 240,
+                 "the job to finish")
+    ref = {r["round"]: r["digest"] for r in a.status("e2e")["rounds"]}
+    for r in c.status("e2e")["rounds"]:
+        assert r["digest"] == ref[r["round"]], (r["round"], r["digest"], ref[r["round"]])
+    assert c.status("e2e")["anchor_digest"] == a.status("e2e")["anchor_digest"]
+    log = open(c.log_path).read()
+    assert "received from site-a" in log, log[-3000:]
+    print(f"site-c rejoined by STATE_SYNC; its digests equal site-a's from round {first} to {ROUNDS}")
+print("ok")

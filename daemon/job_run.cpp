@@ -299,8 +299,6 @@ Status JobRun::start() {
     paths.job_dir = dir_;
     auto options = builtin_trainer_options(spec_, self(), paths);
     if (!options.ok()) return options.status();
-    options->extra_args.push_back("--eval-log");
-    options->extra_args.push_back((fs::path(dir_) / "eval.jsonl").string());
     std::weak_ptr<JobRun> weak = weak_from_this();
     options->on_give_up = [weak](const Status& why) {
       if (auto job = weak.lock(); job && job->host_) job->host_->fail(why);

@@ -16,8 +16,6 @@ Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const 
   const auto it = std::find(job.sites.begin(), job.sites.end(), site);
   GEOLOCO_RETURN_IF(it == job.sites.end(), Err::invalid_argument, "site '", site, "' is not one of job '", job.name,
                     "''s sites");
-  GEOLOCO_RETURN_IF(job.outer.inner.duration_s > 0, Err::invalid_argument, "job '", job.name,
-                    "': the built-in trainer syncs every inner.steps steps; inner.duration is not supported by it yet");
   const std::uint64_t h = job.outer.inner.steps;
   TrainerProcessOptions o;
   o.program = paths.program;
@@ -35,12 +33,22 @@ Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const 
     o.context = job.trainer.context;
   }
   // Room for every round (a stop by tokens may take more: leave it unbounded).
-  o.steps = job.stop_rounds ? *job.stop_rounds * h + h : 1'000'000'000ull;
+  // With a time budget the step count is unknown: leave it unbounded.
+  const bool timed = job.outer.inner.duration_s > 0;
+  o.steps = job.stop_rounds && !timed ? *job.stop_rounds * h + h : 1'000'000'000ull;
   o.batch = job.inner.batch;
   o.lr = job.inner.lr;
   o.warmup = job.inner.warmup;
   o.seed = job.seed;  // every site starts from the same initialization
   o.sync_every = h;
+  if (timed) {
+    o.sync_seconds = job.outer.inner.duration_s;
+    o.min_steps = job.outer.inner.min_steps;
+  }
+  o.weight_decay = job.inner.weight_decay;
+  o.clip = job.inner.clip;
+  o.eval_log = (std::filesystem::path(paths.job_dir) / "eval.jsonl").string();
+  o.state_dir = (std::filesystem::path(paths.job_dir) / "trainer-state").string();
   o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
   o.site_shards = static_cast<std::uint32_t>(job.sites.size());
   o.workers = static_cast<std::uint32_t>(job.trainer.workers);

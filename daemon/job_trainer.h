@@ -21,10 +21,12 @@ struct TrainerPaths {
 std::string sync_socket_path(const std::string& job_dir);
 
 /// The process options for `site`'s built-in trainer. Steps: enough for
-/// every round of the job (rounds x H, or unbounded with a token stop), so
-/// the trainer never ends before the daemon says stop. Errors:
-/// invalid_argument (the job's trainer is external, or `site` is not one of
-/// the job's sites, or the job has no fixed H).
+/// every round of the job (rounds x H, or unbounded with a token stop or a
+/// time budget), so the trainer never ends before the daemon says stop;
+/// inner.duration becomes --sync-seconds; the trainer keeps its eval log
+/// (<job_dir>/eval.jsonl) and its AdamW state (<job_dir>/trainer-state)
+/// in the job's folder. Errors: invalid_argument (the job's trainer is
+/// external, or `site` is not one of the job's sites).
 Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const std::string& site,
                                                       const TrainerPaths& paths);
 

@@ -8,10 +8,11 @@ using namespace geoloco;
 using namespace geoloco::daemon;
 
 namespace {
-JobSpec job(const std::string& trainer) {
+JobSpec job(const std::string& trainer,
+            const std::string& inner = "{lr: 0.002, steps: 40, batch: 32, warmup: 10, weight_decay: 0.05, clip: 0.5}") {
   auto j = parse_job_yaml(YAML::Load("name: demo\nsites: [site-a, site-b, site-c]\ncoordinator: site-a\nseed: 9\n"
                                      "trainer: " + trainer +
-                                     "\ninner: {lr: 0.002, steps: 40, batch: 32, warmup: 10}\nstop: {rounds: 5}\n"),
+                                     "\ninner: " + inner + "\nstop: {rounds: 5}\n"),
                           "job.yaml");
   INFO(j.status().message());
   REQUIRE(j.ok());
@@ -38,6 +39,21 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(o->site_shard == 1);
   CHECK(o->site_shards == 3);
   CHECK(o->workers == 2);
+  CHECK(o->weight_decay == 0.05);
+  CHECK(o->clip == 0.5);
+  CHECK(o->eval_log == "/var/lib/geoloco/jobs/demo/eval.jsonl");
+  CHECK(o->state_dir == "/var/lib/geoloco/jobs/demo/trainer-state");
+  const auto a = trainer_arguments(*o);
+  auto value_of = [&a](const std::string& flag) {
+    auto it = std::find(a.begin(), a.end(), flag);
+    return it == a.end() || it + 1 == a.end() ? std::string("(absent)") : *(it + 1);
+  };
+  CHECK(value_of("--sync-every") == "40");
+  CHECK(value_of("--sync-seconds") == "(absent)");
+  CHECK(value_of("--weight-decay") == "0.05");
+  CHECK(value_of("--clip") == "0.5");
+  CHECK(value_of("--eval-log") == "/var/lib/geoloco/jobs/demo/eval.jsonl");
+  CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
 
   auto g = builtin_trainer_options(job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
                                    {"geoloco-train", "/tmp/j"});
@@ -49,6 +65,20 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(g->site_shard == 2);
   const auto args = trainer_arguments(*g);
   CHECK(std::find(args.begin(), args.end(), "--sync-every") != args.end());
+}
+
+TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
+  auto o = builtin_trainer_options(job("{model: mlp}", "{duration: 90s, min_steps: 5}"), "site-a", {"x", "/j"});
+  REQUIRE(o.ok());
+  CHECK(o->sync_seconds == 90.0);
+  CHECK(o->min_steps == 5);
+  CHECK(o->steps == 1'000'000'000ull);
+  const auto a = trainer_arguments(*o);
+  auto it = std::find(a.begin(), a.end(), "--sync-seconds");
+  REQUIRE(it != a.end());
+  CHECK(*(it + 1) == "90");
+  CHECK(*(std::find(a.begin(), a.end(), "--min-steps") + 1) == "5");
+  CHECK(std::find(a.begin(), a.end(), "--sync-every") == a.end());
 }
 
 TEST_CASE("no trainer options for an external trainer or a stranger site") {

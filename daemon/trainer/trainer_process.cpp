@@ -22,6 +22,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +39,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The shortest text that reads back as the same double (0.05, not 0.050000000000000003).
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 // The program as execve() wants it: a path. Resolved before fork(), since
@@ -110,7 +112,9 @@ Status TrainerProcessOptions::validate() const {
   GEOLOCO_RETURN_IF(log_path.empty(), Err::invalid_argument, "trainer: log_path must be set");
   GEOLOCO_RETURN_IF(model != "mlp" && model != "gpt", Err::invalid_argument, "trainer: model must be mlp or gpt, not '",
                     model, "'");
-  GEOLOCO_RETURN_IF(sync_every == 0, Err::invalid_argument, "trainer: sync_every (H) must be at least 1");
+  GEOLOCO_RETURN_IF(sync_every == 0 && sync_seconds <= 0, Err::invalid_argument,
+                    "trainer: sync_every (H) must be at least 1, or sync_seconds > 0");
+  GEOLOCO_RETURN_IF(sync_seconds < 0, Err::invalid_argument, "trainer: sync_seconds must be >= 0");
   GEOLOCO_RETURN_IF(site_shards == 0 || site_shard >= site_shards, Err::invalid_argument, "trainer: site_shard ",
                     site_shard, " must be below site_shards ", site_shards);
   GEOLOCO_RETURN_IF(workers == 0, Err::invalid_argument, "trainer: workers must be at least 1");
@@ -144,7 +148,16 @@ std::vector<std::string> trainer_arguments(const TrainerProcessOptions& o) {
   if (o.lr > 0) add("--lr", number(o.lr));
   if (o.warmup) add("--warmup", std::to_string(*o.warmup));
   if (o.seed) add("--seed", std::to_string(*o.seed));
-  add("--sync-every", std::to_string(o.sync_every));
+  if (o.sync_seconds > 0) {
+    add("--sync-seconds", number(o.sync_seconds));
+    if (o.min_steps > 0) add("--min-steps", std::to_string(o.min_steps));
+  } else {
+    add("--sync-every", std::to_string(o.sync_every));
+  }
+  if (o.weight_decay) add("--weight-decay", number(*o.weight_decay));
+  if (o.clip) add("--clip", number(*o.clip));
+  if (!o.eval_log.empty()) add("--eval-log", o.eval_log);
+  if (!o.state_dir.empty()) add("--state-dir", o.state_dir);
   add("--site-shard", std::to_string(o.site_shard));
   add("--site-shards", std::to_string(o.site_shards));
   if (o.workers > 1) add("--workers", std::to_string(o.workers));

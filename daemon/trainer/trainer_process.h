@@ -54,7 +54,13 @@ struct TrainerProcessOptions {
   double lr = 0;                          ///< --lr: peak inner learning rate
   std::optional<std::uint64_t> warmup;    ///< --warmup: linear warmup steps (unset: the trainer's default)
   std::optional<std::uint64_t> seed;      ///< --seed: initialization and data order; every site of a job uses the job's
-  std::uint64_t sync_every = 1;           ///< --sync-every: H, inner steps per round, >= 1
+  std::uint64_t sync_every = 1;           ///< --sync-every: H, inner steps per round, >= 1 (unless sync_seconds)
+  double sync_seconds = 0;                ///< --sync-seconds: time-based rounds instead (inner.duration); 0 = off
+  std::uint64_t min_steps = 0;            ///< --min-steps with sync_seconds (0: the trainer's default)
+  std::optional<double> weight_decay;     ///< --weight-decay: AdamW decoupled weight decay
+  std::optional<double> clip;             ///< --clip: global gradient-norm bound, 0 = off
+  std::string eval_log;                   ///< --eval-log: the trainer evaluates every anchor into this file
+  std::string state_dir;                  ///< --state-dir: AdamW state kept across trainer restarts
   std::uint32_t site_shard = 0;           ///< --site-shard: this site's data shard, < site_shards
   std::uint32_t site_shards = 1;          ///< --site-shards: sites sharing the data
   std::uint32_t workers = 1;              ///< --workers: data-parallel worker processes

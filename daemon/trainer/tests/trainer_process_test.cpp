@@ -308,7 +308,7 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
   REQUIRE(o.validate().ok());
   const std::vector<std::string> want{
       "/opt/geoloco/bin/geoloco-train", "--model", "gpt", "--layers", "2", "--width", "64", "--heads", "4",
-      "--context", "32", "--steps", "1000", "--batch", "8", "--lr", "0.00050000000000000001", "--warmup", "0",
+      "--context", "32", "--steps", "1000", "--batch", "8", "--lr", "5e-04", "--warmup", "0",
       "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3", "--workers", "2",
       "--text", "/tmp/kjv.txt"};
   CHECK(trainer_arguments(o) == want);
@@ -322,7 +322,7 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
   mlp.extra_args.clear();
   const std::vector<std::string> want_mlp{
       "/opt/geoloco/bin/geoloco-train", "--model", "mlp", "--hidden", "256", "128", "--steps", "1000", "--batch", "8",
-      "--lr", "0.00050000000000000001", "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3"};
+      "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3"};
   CHECK(trainer_arguments(mlp) == want_mlp);
 
   TrainerProcessOptions bad = o;

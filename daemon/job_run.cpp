@@ -371,8 +371,9 @@ asio::awaitable<void> JobRun::watch_trainer() {
   while (!done()) {
     auto phase = co_await host_->next_phase();
     if (done()) co_return;
+    // After the job's last round the trainer was told to stop: no phase follows.
+    if (!phase.ok() && (final_seen_ || stopping_ || trainer_told_stop_)) co_return;
     if (!phase.ok()) {
-      set_state(JobState::failed, cat("the trainer failed: ", phase.status().message()));
       co_await stop(JobState::failed, cat("the trainer failed: ", phase.status().message()));
       co_return;
     }

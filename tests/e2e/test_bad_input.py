@@ -12,7 +12,7 @@ from federation import Federation, mlp_job
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../python"))
 from geoloco import sync_client  # noqa: E402
 
-with Federation(names=("site-a", "site-b")) as fed:
+with Federation(names=("site-a", "site-b"), log_format="json") as fed:
     fed.start()
     a = fed["site-a"]
 
@@ -68,4 +68,13 @@ stop: {{rounds: 3}}
         assert "layout" in str(e), e
     st = a.status("ext")
     assert st["anchor_digest"] == anchor and st["round"] == 0, st  # nothing changed
+
+    # log_format: json: every line of the daemon's log is one JSON object.
+    import json
+    lines = [l for l in open(a.log_path).read().splitlines() if l.strip()]
+    records = [json.loads(l) for l in lines]
+    assert all({"time", "level", "site", "message"} <= r.keys() for r in records), records[:3]
+    assert any("layout" in r["message"] and r["level"] == "warning" for r in records), \
+        [r["message"] for r in records][-10:]
+    print(f"{len(records)} log lines, each a JSON object")
 print("ok")

@@ -6,6 +6,7 @@ SIGINT does the same (checked on the coordinator at the end)."""
 import json
 import os
 import signal
+import socket
 
 from federation import Federation, mlp_job
 
@@ -14,6 +15,12 @@ ROUNDS = 8
 with Federation() as fed:
     for s in fed.sites:
         s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "15"
+    # site-c runs as systemd would start a Type=notify unit with WatchdogSec=0.4s.
+    notify_path = os.path.join(fed.root, "notify.sock")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(notify_path)
+    notify.settimeout(0.05)
+    fed["site-c"].env.update({"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "400000"})
     fed.start()
     job = fed.write_job(mlp_job(rounds=ROUNDS, steps=40, every=100))  # only the stop itself checkpoints
     a, b = fed["site-a"], fed["site-b"]
@@ -36,6 +43,16 @@ with Federation() as fed:
     fed.wait_for(lambda: all((s.status("e2e") or {}).get("state") == "finished" for s in fed.sites), 240,
                  "the job to finish")
     assert len({s.status("e2e")["anchor_digest"] for s in fed.sites}) == 1
+    said = []
+    try:
+        while True:
+            said.append(notify.recv(4096).decode())
+    except socket.timeout:
+        pass
+    assert any("READY=1" in m for m in said), said
+    watchdogs = sum("WATCHDOG=1" in m for m in said)
+    assert watchdogs >= 5, f"only {watchdogs} watchdog pings in the job's lifetime: {said[:5]}"
+    print(f"site-c told systemd READY=1 and pinged the watchdog {watchdogs} times")
     a.process.send_signal(signal.SIGINT)
     assert a.process.wait(timeout=60) == 0
     print("site-b resumed and finished with the others; SIGINT stops the coordinator with exit 0")

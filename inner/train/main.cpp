@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
     if (!created.ok()) return fail(created.status());
     plain = std::move(*created);
   }
-  Trainer& trainer = synced_run ? synced_run->trainer() : *plain;
+  InnerTrainer& trainer = synced_run ? synced_run->trainer() : *plain;
   if (talk)
     std::cout << "geoloco-train: " << o.model << ", " << trainer.layout().total() << " parameters, "
               << (*data)->describe() << ", " << (*collective)->size() << " worker(s) [" << (*collective)->backend()
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   auto report = synced_run ? synced_run->run(hooks) : run_training(trainer, hooks);
   if (!report.ok()) return fail(report.status());
   if (talk) {
-    const auto params = trainer.params();
+    const auto params = trainer.host_params();  // the CPU trainer trains in it
     if (synced_run)
       std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(synced_run->syncs()));
     std::printf("done: %llu steps, %.1f s, %.0f %s/s, params digest %s\n",

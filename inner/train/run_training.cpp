@@ -22,7 +22,7 @@ Status validate_hooks(const TrainHooks& hooks) {
   return {};
 }
 
-Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks) {
+Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks) {
   GEOLOCO_TRY(validate_hooks(hooks));
   const auto start = std::chrono::steady_clock::now();
   std::function<double()> clock = hooks.clock;
@@ -66,7 +66,10 @@ Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks) {
       }
     }
     if (phase_end) {
-      // Rank 0 talks to the daemon; its outcome travels to the other ranks
+      // Rank 0 talks to the daemon: the replica goes to host memory (a copy
+      // only on the GPU), on_sync hands it over and leaves the anchor there,
+      // and the anchor becomes the training parameters again before
+      // after_sync looks at it. The outcome travels to the other ranks
       // first, so a failed sync stops everyone instead of leaving them
       // waiting in the parameter broadcast.
       // 1: go on, 2: the job is over (stop after this sync), 0: failed.
@@ -75,20 +78,23 @@ Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks) {
       if (collective.rank() == 0) {
         SyncPoint point{trainer.steps_done(),
                         syncs,
-                        trainer.params(),
+                        trainer.host_params(),
                         &trainer.layout(),
                         loss_since_sync / static_cast<double>(steps_since_sync),
                         units_since_sync,
                         steps_since_sync,
                         phase_seconds};
-        sync_status = hooks.on_sync(point);
+        sync_status = trainer.params_to_host();
+        if (sync_status.ok()) sync_status = hooks.on_sync(point);
+        if (sync_status.ok()) sync_status = trainer.params_from_host();
+        if (sync_status.ok() && hooks.after_sync) sync_status = hooks.after_sync(point);
         outcome = !sync_status.ok() ? 0.0f : point.stop ? 2.0f : 1.0f;
       }
       GEOLOCO_TRY(collective.broadcast(std::span<float>(&outcome, 1), 0));
       if (!sync_status.ok()) return sync_status;
       GEOLOCO_RETURN_IF(outcome == 0.0f, Err::io, "rank ", collective.rank(), ": the sync on rank 0 failed at step ",
                         trainer.steps_done());
-      GEOLOCO_TRY(collective.broadcast(trainer.params(), 0));
+      GEOLOCO_TRY(trainer.broadcast_params(0));
       ++syncs;
       loss_since_sync = 0.0;
       units_since_sync = 0;

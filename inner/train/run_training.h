@@ -5,6 +5,11 @@
 // then rank 0's parameters are broadcast so every worker continues from the
 // anchor. AdamW's state stays with the worker across rounds, as DiLoCo says.
 //
+// The loop runs any InnerTrainer (inner_trainer.h). SyncPoint::params is
+// host memory (the trainer's host_params(), the daemon's segment): on the
+// GPU rank 0 copies the replica there before on_sync and the anchor back to
+// the device after it, and the broadcast then runs on the device (NCCL).
+//
 // A phase is `sync_every` steps (DESIGN's inner.steps), or time-based
 // (inner.duration): steps until `sync_seconds` have passed on rank 0's clock,
 // at least `min_steps`. Rank 0 decides after every step and broadcasts the
@@ -19,7 +24,8 @@
 #include <functional>
 #include <span>
 
-#include "inner/train/trainer.h"
+#include "inner/train/inner_trainer.h"
+#include "inner/train/trainer.h"  // the CPU Trainer, which most callers run
 
 namespace geoloco::inner {
 
@@ -27,7 +33,7 @@ namespace geoloco::inner {
 struct SyncPoint {
   std::uint64_t step = 0;           ///< trainer.steps_done() (a resumed run counts from its resume step)
   std::uint64_t sync_index = 0;     ///< 0 for the first sync of the run
-  std::span<float> params;          ///< the replica; write the new anchor here
+  std::span<float> params;          ///< the replica, in host memory; write the new anchor here
   const ParamLayout* layout = nullptr;
   double mean_loss = 0.0;           ///< mean training loss since the previous sync
   std::uint64_t work_units = 0;     ///< samples or tokens since the previous sync (all ranks)
@@ -44,6 +50,10 @@ struct TrainHooks {
   std::uint64_t min_steps = 1;   ///< time-based phases: at least this many steps each, >= 1
   /// Rank 0 only. An error stops every rank (it is broadcast first).
   std::function<Status(SyncPoint&)> on_sync;
+  /// Rank 0 only, after on_sync, once its anchor is the trainer's parameters
+  /// (on the device too) and before the broadcast: e.g. evaluate the anchor.
+  /// An error stops every rank, as on_sync's.
+  std::function<Status(const SyncPoint&)> after_sync;
   /// Rank 0's clock (phase lengths; the end of time-based phases), in
   /// seconds from any origin; empty = std::chrono::steady_clock. Tests pass their own.
   std::function<double()> clock;
@@ -78,6 +88,6 @@ Status validate_hooks(const TrainHooks& hooks);
 /// (a trainer resumed at step s takes steps − s more), with evaluations every
 /// eval_every steps and at the end, and a sync at the end of every phase
 /// when on_sync is set. Errors: validate_hooks', the trainer's, on_sync's.
-Result<TrainReport> run_training(Trainer& trainer, const TrainHooks& hooks = {});
+Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks = {});
 
 }  // namespace geoloco::inner

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "inner/train/inner_state.h"
+#include "inner/train/trainer.h"
 
 namespace geoloco::inner {
 
@@ -52,7 +53,7 @@ std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round,
 Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions& options, const SyncedOptions& sync,
                                                               Collective& collective,
                                                               std::shared_ptr<const Dataset> dataset,
-                                                              std::ostream& out) {
+                                                              std::ostream& out, TrainerFactory make_trainer) {
   GEOLOCO_TRY(sync.validate());
   GEOLOCO_TRY(options.validate());
   std::unique_ptr<SyncedTraining> s(new SyncedTraining(sync, out));
@@ -78,12 +79,19 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
     anchor_ready = s->daemon_->anchor_ready() ? 1.0f : 0.0f;
   }
   GEOLOCO_TRY(collective.broadcast(std::span<float>(&anchor_ready, 1), 0));
-  auto trainer = Trainer::create(options, collective, std::move(dataset), storage, /*initialize=*/anchor_ready == 0.0f);
+  if (!make_trainer) make_trainer = Trainer::factory();
+  auto trainer = make_trainer(options, collective, std::move(dataset), storage, /*initialize=*/anchor_ready == 0.0f);
   if (!trainer.ok()) return trainer.status();
   s->trainer_ = std::move(*trainer);
-  Trainer& t = *s->trainer_;
-  if (talk && anchor_ready == 0.0f) GEOLOCO_TRY(s->daemon_->hand_over_initial());
-  GEOLOCO_TRY(collective.broadcast(t.params(), 0));
+  InnerTrainer& t = *s->trainer_;
+  if (talk && anchor_ready == 0.0f) {
+    GEOLOCO_TRY(t.params_to_host());  // the daemon reads the initialization from the segment
+    GEOLOCO_TRY(s->daemon_->hand_over_initial());
+  }
+  // The segment holds the anchor (the welcome's, or the one the daemon
+  // settled on, maybe another site's): it becomes every rank's parameters.
+  if (talk) GEOLOCO_TRY(t.params_from_host());
+  GEOLOCO_TRY(t.broadcast_params(0));
   s->layout_digest_ = layout_digest(t.layout());
 
   // Where round r starts: rank 0 decides (it alone reads the state file),
@@ -117,7 +125,7 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
     state.v.resize(n);
     GEOLOCO_TRY(collective.broadcast(state.m, 0));
     GEOLOCO_TRY(collective.broadcast(state.v, 0));
-    GEOLOCO_TRY(t.optimizer().restore(state.m, state.v, header[3]));
+    GEOLOCO_TRY(t.restore_optimizer(state.m, state.v, header[3]));
   }
   GEOLOCO_TRY(t.resume_at(s->resume_step_));
   if (talk) {
@@ -155,16 +163,19 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
        << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
        << (point.stop ? "; the daemon says stop" : "") << std::endl;
   if (!sync_.state_dir.empty()) {
-    const auto& adamw = trainer_->optimizer();
     // A failed save costs a restarted trainer its moments, not this one its
     // round: say so and go on.
-    if (Status s = save_inner_state(sync_.state_dir, next, trainer_->steps_done(), adamw.steps(), layout_digest_,
-                                    adamw.first_moment(), adamw.second_moment());
-        !s.ok())
+    auto adamw = trainer_->optimizer_state();
+    Status s = adamw.status();
+    if (s.ok())
+      s = save_inner_state(sync_.state_dir, next, trainer_->steps_done(), adamw->steps, layout_digest_, adamw->m,
+                           adamw->v);
+    if (!s.ok())
       out_ << "inner state: not saved (" << s.message() << "); a restart would begin round " << next
            << " with zero AdamW moments" << std::endl;
   }
-  return log_anchor(next);
+  next_round_ = next;  // after_sync logs the anchor once the trainer holds it
+  return {};
 }
 
 Result<TrainReport> SyncedTraining::run(TrainHooks hooks) {
@@ -172,6 +183,7 @@ Result<TrainReport> SyncedTraining::run(TrainHooks hooks) {
   hooks.sync_seconds = sync_.sync_seconds;
   hooks.min_steps = sync_.min_steps;
   hooks.on_sync = [this](SyncPoint& point) { return on_sync(point); };  // called on rank 0 only
+  hooks.after_sync = [this](const SyncPoint&) { return log_anchor(next_round_); };
   return run_training(*trainer_, hooks);
 }
 

@@ -19,6 +19,10 @@
 // run(): run_training() whose phases end after H steps or S seconds; at
 // the end of each, rank 0 syncs, saves the inner state tagged with the next
 // round (--state-dir), evaluates the new anchor and logs it (--eval-log).
+//
+// The trainer comes from a TrainerFactory (inner_trainer.h): the CPU
+// Trainer by default, the GPU one with geoloco-train --backend cuda. Either
+// way the daemon's segment is the trainer's host storage on rank 0.
 #pragma once
 
 #include <iosfwd>
@@ -58,16 +62,17 @@ class SyncedTraining {
   /// Every rank calls it with the same options (see the file comment);
   /// rank 0 writes what it decided to `out`. Errors: the daemon's (refusal,
   /// timeout, io), the trainer's, the collective's, io (the eval log).
+  /// `make_trainer` empty: the CPU Trainer.
   static Result<std::unique_ptr<SyncedTraining>> start(const TrainOptions& options, const SyncedOptions& sync,
                                                        Collective& collective, std::shared_ptr<const Dataset> dataset,
-                                                       std::ostream& out);
+                                                       std::ostream& out, TrainerFactory make_trainer = {});
 
   /// run_training() until --steps or the daemon's stop. Of `hooks` only
-  /// on_step, on_eval, clock and step_delay_ms are used; the phases and
-  /// on_sync come from the options. Errors: run_training's, the daemon's.
+  /// on_step, on_eval, clock and step_delay_ms are used; the phases, on_sync
+  /// and after_sync come from the options. Errors: run_training's, the daemon's.
   Result<TrainReport> run(TrainHooks hooks);
 
-  Trainer& trainer() { return *trainer_; }
+  InnerTrainer& trainer() { return *trainer_; }
   /// The round the trainer was welcomed at (every rank).
   std::uint64_t welcome_round() const { return welcome_round_; }
   /// The step it resumed at (every rank).
@@ -86,9 +91,10 @@ class SyncedTraining {
   SyncedOptions sync_;
   std::ostream& out_;
   std::unique_ptr<DaemonSync> daemon_;  // rank 0
-  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<InnerTrainer> trainer_;
   std::unique_ptr<EvalLog> eval_log_;  // rank 0 with --eval-log
   std::uint64_t layout_digest_ = 0;
+  std::uint64_t next_round_ = 0;  // rank 0: the round the last sync's anchor starts (for after_sync's log)
   std::uint64_t welcome_round_ = 0;
   std::uint64_t resume_step_ = 0;
   bool state_loaded_ = false;

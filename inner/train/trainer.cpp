@@ -29,18 +29,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& options, Co
   if (options.micro_batches > 1) t->micro_grads_.assign(total, 0.0f);
   t->adamw_ = std::make_unique<cpu::AdamW>(total, options.adamw, t->model_->decay_ranges());
 
-  // Stream (site, rank, k) reads shard ((site · ranks) + rank) · K + k of
-  // sites · ranks · K contiguous shards of the training items.
-  const std::size_t ranks = static_cast<std::size_t>(collective.size());
-  const std::size_t k_count = options.micro_batches;
-  const std::size_t shards = options.data.site_shards * ranks * k_count;
-  for (std::size_t k = 0; k < k_count; ++k) {
-    const std::size_t shard =
-        (options.data.site_shard * ranks + static_cast<std::size_t>(collective.rank())) * k_count + k;
-    auto s = Sampler::create(t->dataset_->train_items(), shard, shards, options.seed, t->dataset_->epochs());
-    if (!s.ok()) return s.status();
-    t->samplers_.push_back(std::move(*s));
-  }
+  auto samplers = make_worker_samplers(options, *t->dataset_, collective);
+  if (!samplers.ok()) return samplers.status();
+  t->samplers_ = std::move(*samplers);
   if (initialize) {
     if (collective.rank() == 0) t->model_->init(t->params_, options.seed);
     // Every rank could initialize from the seed itself; broadcasting makes
@@ -48,6 +39,55 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& options, Co
     GEOLOCO_TRY(collective.broadcast(t->params_, 0));
   }
   return t;
+}
+
+Result<std::vector<Sampler>> make_worker_samplers(const TrainOptions& options, const Dataset& dataset,
+                                                  const Collective& collective) {
+  // Stream (site, rank, k) reads shard ((site · ranks) + rank) · K + k of
+  // sites · ranks · K contiguous shards of the training items.
+  const std::size_t ranks = static_cast<std::size_t>(collective.size());
+  const std::size_t k_count = options.micro_batches;
+  const std::size_t shards = options.data.site_shards * ranks * k_count;
+  std::vector<Sampler> samplers;
+  for (std::size_t k = 0; k < k_count; ++k) {
+    const std::size_t shard =
+        (options.data.site_shard * ranks + static_cast<std::size_t>(collective.rank())) * k_count + k;
+    auto s = Sampler::create(dataset.train_items(), shard, shards, options.seed, dataset.epochs());
+    if (!s.ok()) return s.status();
+    samplers.push_back(std::move(*s));
+  }
+  return samplers;
+}
+
+Result<EvalResult> evaluate_dataset(const Dataset& dataset, std::size_t eval_batch,
+                                    const std::function<Result<EvalResult>(const Batch&)>& evaluate_batch) {
+  EvalResult total;
+  double loss_sum = 0.0;
+  const std::size_t n = dataset.eval_items();
+  GEOLOCO_RETURN_IF(n == 0, Err::invalid_argument, "evaluate: the dataset has no evaluation items");
+  std::vector<std::size_t> items;
+  Batch batch;
+  for (std::size_t first = 0; first < n; first += eval_batch) {
+    items.clear();
+    for (std::size_t i = first; i < std::min(n, first + eval_batch); ++i) items.push_back(i);
+    dataset.eval_batch(items, batch);
+    auto r = evaluate_batch(batch);
+    if (!r.ok()) return r.status();
+    loss_sum += r->loss * static_cast<double>(r->predictions);
+    total.correct += r->correct;
+    total.predictions += r->predictions;
+  }
+  total.loss = loss_sum / static_cast<double>(total.predictions);
+  return total;
+}
+
+TrainerFactory Trainer::factory() {
+  return [](const TrainOptions& options, Collective& collective, std::shared_ptr<const Dataset> dataset,
+            std::span<float> host_storage, bool initialize) -> Result<std::unique_ptr<InnerTrainer>> {
+    auto t = Trainer::create(options, collective, std::move(dataset), host_storage, initialize);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<InnerTrainer>(std::move(*t));
+  };
 }
 
 Trainer::Trainer(const TrainOptions& options, Collective& collective, std::shared_ptr<const Dataset> dataset,
@@ -103,22 +143,8 @@ Status Trainer::resume_at(std::uint64_t step) {
 }
 
 Result<EvalResult> Trainer::evaluate() {
-  EvalResult total;
-  double loss_sum = 0.0;
-  const std::size_t n = dataset_->eval_items();
-  GEOLOCO_RETURN_IF(n == 0, Err::invalid_argument, "evaluate: the dataset has no evaluation items");
-  for (std::size_t first = 0; first < n; first += options_.eval_batch) {
-    items_.clear();
-    for (std::size_t i = first; i < std::min(n, first + options_.eval_batch); ++i) items_.push_back(i);
-    dataset_->eval_batch(items_, batch_);
-    auto r = model_->evaluate(params_, batch_);
-    if (!r.ok()) return r.status();
-    loss_sum += r->loss * static_cast<double>(r->predictions);
-    total.correct += r->correct;
-    total.predictions += r->predictions;
-  }
-  total.loss = loss_sum / static_cast<double>(total.predictions);
-  return total;
+  return evaluate_dataset(*dataset_, options_.eval_batch,
+                          [this](const Batch& batch) { return model_->evaluate(params_, batch); });
 }
 
 }  // namespace geoloco::inner

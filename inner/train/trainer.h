@@ -1,5 +1,6 @@
-// One worker's inner trainer: a model, its data streams, AdamW, and the
-// site's collective. step() is one data-parallel optimizer step:
+// One worker's inner trainer on the CPU (the reference InnerTrainer,
+// inner_trainer.h): a model, its data streams, AdamW, and the site's
+// collective. step() is one data-parallel optimizer step:
 //
 //   for each micro-batch k:  g_k = ∇ loss(batch from stream (site, rank, k))
 //   g = Σ_k g_k (in k order);  g = Σ_ranks g (rank order, the collective)
@@ -10,7 +11,9 @@
 // W micro-batches compute the same bits (tests/data_parallel_test.cpp).
 //
 // The parameters may live in memory the caller owns (the daemon's shared
-// memory segment, DESIGN §3): pass it as `param_storage`.
+// memory segment, DESIGN §3): pass it as `param_storage`. The trainer trains
+// in that memory, so it is also its host_params() and the copies the
+// interface asks for (params_to_host, params_from_host) are no-ops.
 //
 // A trainer (re)started in the middle of a run calls resume_at(s) before its
 // first step: the schedule and every data stream then stand where an
@@ -20,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -27,20 +31,27 @@
 #include "inner/collective/collective.h"
 #include "inner/cpu/adamw.h"
 #include "inner/data/sampler.h"
+#include "inner/train/inner_trainer.h"
 #include "inner/train/train_options.h"
 
 namespace geoloco::inner {
 
-/// What one optimizer step did (the same on every rank).
-struct StepStats {
-  std::uint64_t step = 0;       ///< 0-based index of the step just taken
-  double loss = 0.0;            ///< mean training loss over all micro-batches and ranks
-  double grad_norm = 0.0;       ///< global norm before clipping
-  double lr = 0.0;              ///< learning rate used
-  std::uint64_t work_units = 0; ///< samples or tokens of the step, over all ranks
-};
+/// The data streams of one worker, one per micro-batch: stream (site, rank,
+/// k) reads shard ((site · ranks) + rank) · K + k of sites · ranks · K
+/// contiguous shards of the training items. Every backend's trainer takes
+/// its streams from here, so all read the same items in the same order.
+/// Errors: the sampler's (invalid_argument).
+Result<std::vector<Sampler>> make_worker_samplers(const TrainOptions& options, const Dataset& dataset,
+                                                  const Collective& collective);
 
-class Trainer {
+/// The evaluation of every backend: the evaluation items in eval_batch
+/// chunks, in order, `evaluate_batch` on each, the mean loss weighted by
+/// each chunk's predictions. Errors: invalid_argument (no evaluation
+/// items), evaluate_batch's.
+Result<EvalResult> evaluate_dataset(const Dataset& dataset, std::size_t eval_batch,
+                                    const std::function<Result<EvalResult>(const Batch&)>& evaluate_batch);
+
+class Trainer final : public InnerTrainer {
  public:
   /// Builds the model and one sampler per micro-batch, and the optimizer.
   /// When `param_storage` is empty the trainer allocates the parameters;
@@ -54,28 +65,37 @@ class Trainer {
                                                  std::shared_ptr<const Dataset> dataset,
                                                  std::span<float> param_storage = {}, bool initialize = true);
 
-  const ParamLayout& layout() const { return model_->layout(); }
+  /// A TrainerFactory (inner_trainer.h) making this CPU trainer.
+  static TrainerFactory factory();
+
+  std::string backend() const override { return "cpu"; }
+  const ParamLayout& layout() const override { return model_->layout(); }
   Model& model() { return *model_; }
-  const TrainOptions& options() const { return options_; }
-  Collective& collective() { return collective_; }
+  const Model& model() const override { return *model_; }
+  const TrainOptions& options() const override { return options_; }
+  Collective& collective() override { return collective_; }
   std::span<float> params() { return params_; }
   std::span<const float> grads() const { return grads_; }
-  std::uint64_t steps_done() const { return step_; }
-  const Dataset& dataset() const { return *dataset_; }
+  std::uint64_t steps_done() const override { return step_; }
+  const Dataset& dataset() const override { return *dataset_; }
   cpu::AdamW& optimizer() { return *adamw_; }
   const cpu::AdamW& optimizer() const { return *adamw_; }
 
-  /// Moves the schedule and the data streams forward to `step` (the number
-  /// of steps an uninterrupted run would have taken), without training.
-  /// Errors: invalid_argument when `step` is behind steps_done().
-  Status resume_at(std::uint64_t step);
+  Status resume_at(std::uint64_t step) override;
+  Result<StepStats> step() override;
+  Result<EvalResult> evaluate() override;
 
-  /// One optimizer step. Errors: the model's, the collective's, non_finite
-  /// (the gradient norm is NaN/Inf: nothing is applied).
-  Result<StepStats> step();
-
-  /// Loss (and accuracy) over the evaluation items, in eval_batch chunks.
-  Result<EvalResult> evaluate();
+  /// The parameters themselves: this trainer trains in host memory.
+  std::span<float> host_params() override { return params_; }
+  Status params_to_host() override { return {}; }
+  Status params_from_host() override { return {}; }
+  Status broadcast_params(int root) override { return collective_.broadcast(params_, root); }
+  Result<OptimizerState> optimizer_state() override {
+    return OptimizerState{adamw_->steps(), adamw_->first_moment(), adamw_->second_moment()};
+  }
+  Status restore_optimizer(std::span<const float> m, std::span<const float> v, std::uint64_t steps) override {
+    return adamw_->restore(m, v, steps);
+  }
 
  private:
   Trainer(const TrainOptions& options, Collective& collective, std::shared_ptr<const Dataset> dataset,

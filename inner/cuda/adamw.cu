@@ -78,4 +78,20 @@ Status AdamW::download_moments(Context& ctx, std::span<float> m, std::span<float
   return v_.copy_to(v, ctx.stream());
 }
 
+Status AdamW::restore(Context& ctx, std::span<const float> m, std::span<const float> v, std::uint64_t steps) {
+  GEOLOCO_RETURN_IF(m.size() != m_.size() || v.size() != v_.size(), Err::invalid_argument, "adamw: state has ",
+                    m_.size(), " values, restore got ", m.size(), " and ", v.size());
+  GEOLOCO_TRY(m_.assign(m, ctx.stream()));
+  GEOLOCO_TRY(v_.assign(v, ctx.stream()));
+  // The reference's loop (inner/cpu/adamw.cpp), so β^t has the same bits.
+  t_ = steps;
+  beta1_t_ = 1.0;
+  beta2_t_ = 1.0;
+  for (std::uint64_t i = 0; i < steps; ++i) {
+    beta1_t_ *= options_.beta1;
+    beta2_t_ *= options_.beta2;
+  }
+  return {};
+}
+
 }  // namespace geoloco::inner::cuda

@@ -36,8 +36,16 @@ class AdamW {
 
   std::size_t parameters() const { return m_.size(); }
   std::uint64_t steps() const { return t_; }
-  /// Copies the moments to the host (tests compare them with the reference).
+  /// Copies the moments to the host (tests compare them with the reference;
+  /// the device trainer saves them with the inner state).
   Status download_moments(Context& ctx, std::span<float> m, std::span<float> v) const;
+
+  /// Takes over the state of an AdamW of the same size that took `steps`
+  /// updates and held moments `m` and `v` (host memory), as
+  /// cpu::AdamW::restore: β^t is rebuilt by the same repeated multiplication,
+  /// so the next step() computes the bits it would have. Returns once the
+  /// moments are on the device. Errors: invalid_argument (sizes), io.
+  Status restore(Context& ctx, std::span<const float> m, std::span<const float> v, std::uint64_t steps);
 
  private:
   explicit AdamW(cpu::AdamWOptions options) : options_(options) {}

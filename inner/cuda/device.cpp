@@ -6,11 +6,12 @@ int device_count(std::string* why_none) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    if (why_none != nullptr) *why_none = cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    if (why_none != nullptr)
+      *why_none = cat("cudaGetDeviceCount returned ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return 0;
   }
-  if (n == 0 && why_none != nullptr) *why_none = "the driver reports 0 devices";
+  if (n == 0 && why_none != nullptr) *why_none = "cudaGetDeviceCount returned cudaSuccess with a count of 0";
   return n;
 }
 

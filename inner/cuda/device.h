@@ -22,7 +22,9 @@ namespace geoloco::inner::cuda {
 
 /// How many CUDA devices this process can use. A machine without a GPU or
 /// without a driver is not an error here: it answers 0 and says why in
-/// `why_none` (for the visible skip message of the tests).
+/// `why_none`, naming cudaGetDeviceCount's result, e.g. "cudaGetDeviceCount
+/// returned cudaErrorNoDevice (no CUDA-capable device is detected)" (the
+/// tests' visible skip message, geoloco-train --backend cuda's refusal).
 int device_count(std::string* why_none = nullptr);
 
 struct ContextOptions {

@@ -188,10 +188,27 @@ Status launched(ncclResult_t r, const char* call) {
 }
 }  // namespace
 
-Status NcclCollective::allreduce(std::span<float> data, ncclRedOp_t op) {
+Status NcclCollective::run(std::span<float> data, const char* call,
+                          const std::function<ncclResult_t(float*)>& enqueue) {
   if (!failed_.ok()) return GEOLOCO_ERROR(failed_.code(), "nccl: the group failed earlier: ", failed_.message());
-  return finish(launched(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, op, comm_, ctx_.stream()),
-                         "ncclAllReduce"));
+  if (data.empty()) return {};  // every rank holds the same (zero) size: nothing to exchange
+  cudaPointerAttributes where{};
+  GEOLOCO_CUDA_CHECK(cudaPointerGetAttributes(&where, data.data()));  // host memory answers Unregistered or Host
+  if (where.type == cudaMemoryTypeDevice) return finish(launched(enqueue(data.data()), call));
+  if (stage_.size() < data.size()) GEOLOCO_TRY(stage_.allocate(data.size()));
+  GEOLOCO_CUDA_CHECK(
+      cudaMemcpyAsync(stage_.data(), data.data(), data.size_bytes(), cudaMemcpyHostToDevice, ctx_.stream()));
+  GEOLOCO_TRY(finish(launched(enqueue(stage_.data()), call)));
+  GEOLOCO_CUDA_CHECK(
+      cudaMemcpyAsync(data.data(), stage_.data(), data.size_bytes(), cudaMemcpyDeviceToHost, ctx_.stream()));
+  GEOLOCO_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  return {};
+}
+
+Status NcclCollective::allreduce(std::span<float> data, ncclRedOp_t op) {
+  return run(data, "ncclAllReduce", [&](float* d) {
+    return ncclAllReduce(d, d, data.size(), ncclFloat, op, comm_, ctx_.stream());
+  });
 }
 
 Status NcclCollective::allreduce_sum(std::span<float> data) { return allreduce(data, ncclSum); }
@@ -201,9 +218,9 @@ Status NcclCollective::allreduce_average(std::span<float> data) { return allredu
 Status NcclCollective::broadcast(std::span<float> data, int root) {
   GEOLOCO_RETURN_IF(root < 0 || root >= size_, Err::invalid_argument, "broadcast: root ", root,
                     " is not a rank of a group of ", size_);
-  if (!failed_.ok()) return GEOLOCO_ERROR(failed_.code(), "nccl: the group failed earlier: ", failed_.message());
-  return finish(launched(
-      ncclBroadcast(data.data(), data.data(), data.size(), ncclFloat, root, comm_, ctx_.stream()), "ncclBroadcast"));
+  return run(data, "ncclBroadcast", [&](float* d) {
+    return ncclBroadcast(d, d, data.size(), ncclFloat, root, comm_, ctx_.stream());
+  });
 }
 
 Status NcclCollective::barrier() { return allreduce(std::span<float>(token_.data(), 1), ncclSum); }

@@ -3,6 +3,13 @@
 // DEVICE memory; work is queued on the Context's stream and each call
 // returns when it has completed, so its semantics match the CPU collectives.
 //
+// Host spans are accepted too and staged: copied into a device buffer,
+// reduced or broadcast there, copied back. The training loop and
+// SyncedTraining exchange small host values through the collective (a
+// phase-end flag, a sync outcome, round counters, AdamW moments at a
+// restart), and this keeps them backend-blind. cudaPointerGetAttributes
+// tells the two apart; only cudaMemoryTypeDevice memory goes to NCCL as is.
+//
 // Bootstrap, following the CPU collective's launch path (collective/launch.h):
 // the launcher (geoloco-train --workers, mpirun, srun) gives every process
 // its rank, size and run id. Rank 0 draws an ncclUniqueId and publishes it as
@@ -29,6 +36,7 @@
 
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,10 +76,16 @@ class NcclCollective final : public Collective {
   Status broadcast(std::span<float> data, int root) override;
   Status barrier() override;
 
+  /// The Context whose stream every collective runs on.
+  Context& context() { return ctx_; }
+
  private:
   NcclCollective(Context& ctx, int rank, int size, NcclOptions options)
       : ctx_(ctx), rank_(rank), size_(size), options_(std::move(options)) {}
   Status allreduce(std::span<float> data, ncclRedOp_t op);
+  /// Runs `enqueue` (an NCCL call on a device pointer) on `data`, staging
+  /// host memory through stage_, and waits for it (finish()).
+  Status run(std::span<float> data, const char* call, const std::function<ncclResult_t(float*)>& enqueue);
   /// Waits for the queued collective under the deadline; aborts on failure.
   Status finish(Status launched);
   Status wait_comm();
@@ -82,6 +96,7 @@ class NcclCollective final : public Collective {
   NcclOptions options_;
   ncclComm_t comm_ = nullptr;
   DeviceBuffer<float> token_;  // barrier()'s one float
+  DeviceBuffer<float> stage_;  // host spans pass through here (grows, never shrinks)
   Status failed_;             // set once the group is unusable
 };
 

@@ -9,8 +9,9 @@
 // are required to match bit for bit.
 //
 // Without a GPU (no device, or no driver) every test case WARNs
-// "SKIPPED: no CUDA device" and returns; ctest turns that line into a
-// skipped test (SKIP_REGULAR_EXPRESSION), so CI shows it rather than a pass.
+// "SKIPPED: no CUDA device" and returns (gpu_test.h); ctest turns that line
+// into a skipped test (SKIP_REGULAR_EXPRESSION), so CI shows it rather than
+// a pass.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -44,6 +45,7 @@
 #include "inner/cuda/matmul.h"
 #include "inner/cuda/nccl_collective.h"
 #include "inner/cuda/residual.cuh"
+#include "inner/cuda/tests/gpu_test.h"
 #include "inner/models/gpt.h"
 #include "inner/models/mlp.h"
 #include "inner/rng.h"
@@ -51,22 +53,11 @@
 using namespace geoloco;
 using namespace geoloco::inner;
 namespace gpu = geoloco::inner::cuda;
+using gpu::testing::gpu_or_skip;
+using gpu::testing::nmse;
+using gpu::testing::ok;
 
 namespace {
-
-/// The device, or nullptr after a visible skip message.
-std::unique_ptr<gpu::Context> gpu_or_skip() {
-  std::string why;
-  if (gpu::device_count(&why) == 0) {
-    WARN("SKIPPED: no CUDA device (" << why << "); the CUDA backend is checked against the CPU reference only "
-                                             "where a GPU is (scripts/gpu-check.sh)");
-    return nullptr;
-  }
-  auto ctx = gpu::Context::create();
-  INFO(ctx.status().to_string());
-  REQUIRE(ctx.ok());
-  return std::move(*ctx);
-}
 
 std::vector<float> randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
   Rng rng(seed);
@@ -100,11 +91,6 @@ std::vector<T> down(gpu::Context& ctx, const gpu::DeviceBuffer<T>& d) {
   return host;
 }
 
-void ok(const Status& s) {
-  INFO(s.to_string());
-  REQUIRE(s.ok());
-}
-
 /// Every element within atol + rtol·|ref|; reports the worst one.
 void require_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref, double atol,
                    double rtol) {
@@ -130,16 +116,6 @@ void require_equal(const std::string& what, const std::vector<float>& got, const
   INFO(what << ": " << bad << " of " << ref.size() << " elements differ in their bits; first at " << first << ": got "
             << got[first] << ", ref " << ref[first]);
   REQUIRE(bad == 0);
-}
-
-double nmse(const float* got, const float* ref, std::size_t n) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0.0 ? num / den : num;
 }
 
 }  // namespace
@@ -665,7 +641,7 @@ TEST_CASE("cuda runners refuse bad batches as the CPU models do", "[cuda]") {
   CHECK((*runner)->upload(b).code() == Err::invalid_argument);
 }
 
-TEST_CASE("nccl collective with one rank: identity all-reduce, average, broadcast, barrier", "[cuda][nccl]") {
+TEST_CASE("nccl collective with one rank: identity all-reduce, average, broadcast, barrier, host spans", "[cuda][nccl]") {
   auto ctx = gpu_or_skip();
   if (!ctx) return;
   LaunchInfo launch;  // a single worker, as launch_info_from_env() gives without a launcher
@@ -687,5 +663,15 @@ TEST_CASE("nccl collective with one rank: identity all-reduce, average, broadcas
   require_equal("broadcast from rank 0", down(*ctx, d), x);
   CHECK(c.broadcast(std::span<float>(d.data(), d.size()), 1).code() == Err::invalid_argument);
   ok(c.barrier());
+  // Host spans (the training loop's flags, counters and loss) are staged
+  // through a device buffer and come back unchanged from a group of one.
+  std::vector<float> host = {1.5f, -2.0f, 3.25f, 1e-30f};
+  const std::vector<float> host0 = host;
+  ok(c.allreduce_sum(host));
+  require_equal("allreduce_sum of a host span over one rank", host, host0);
+  ok(c.broadcast(host, 0));
+  require_equal("broadcast of a host span from rank 0", host, host0);
+  std::vector<float> none;
+  ok(c.allreduce_sum(none));  // nothing to exchange, no pointer to ask about
   CHECK(gpu::local_device(LaunchInfo{3, 4, 3, 4, "mpirun", "x"}, 2) == 1);
 }

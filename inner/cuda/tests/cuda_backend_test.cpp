@@ -11,7 +11,7 @@
 // Without a GPU (no device, or no driver) every test case WARNs
 // "SKIPPED: no CUDA device" and returns (gpu_test.h); ctest turns that line
 // into a skipped test (SKIP_REGULAR_EXPRESSION), so CI shows it rather than
-// a pass.
+// a pass. The device trainer's cases are in device_trainer_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -3,8 +3,10 @@
 // over the worker processes its launcher started (mpirun, srun, or its own
 // --workers), and prints evaluation loss (and accuracy). With a daemon
 // (--sync-socket, as geolocod starts it) it trains the job's rounds
-// (synced_training.h). --bench measures throughput against a plain sgemm.
-// Only this file decides to exit.
+// (synced_training.h). --backend cuda trains on GPUs, one process per GPU
+// (backend.h). --bench measures the CPU backend against a plain sgemm.
+// Only this file decides to exit: 0 done, 1 failed, 2 the backend cannot
+// run here (built without CUDA, or no CUDA device).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,8 +22,8 @@
 
 #include "common/digest.h"
 #include "inner/collective/launch.h"
-#include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
+#include "inner/train/backend.h"
 #include "inner/train/bench.h"
 #include "inner/train/fault_injection.h"
 #include "inner/train/run_training.h"
@@ -83,6 +85,12 @@ int fail(const Status& s) {
   return 1;
 }
 
+// check_backend's refusal: exit 2 when this binary or machine cannot run it.
+int fail_backend(const std::string& backend, const Status& s) {
+  std::cerr << "geoloco-train: --backend " << backend << ": " << s.message() << "\n";
+  return s.code() == Err::unsupported ? 2 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,7 +102,14 @@ int main(int argc, char** argv) {
   int threads = 1, workers = 1, timeout_ms = 600'000;
   std::uint64_t decay_steps = 0;
   std::string save_params;
+  std::string backend = "cpu";
   app.add_option("--model", o.model, "mlp or gpt")->check(CLI::IsMember({"mlp", "gpt"}));
+  app.add_option("--backend", backend,
+                 "cpu (the reference, OpenBLAS) or cuda (parameters, gradients and AdamW on the GPU; one worker "
+                 "process per GPU, rank r on device r mod the visible devices, NCCL between them; exit 2 when "
+                 "this binary was built without CUDA or the machine has no device)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--steps", o.steps,
                  "optimizer steps of the whole run (a trainer the daemon welcomes at step s of the job takes the "
                  "rest; also the end of the cosine unless --decay-steps)")
@@ -170,6 +185,11 @@ int main(int argc, char** argv) {
   app.add_option("--bench-seconds", bench_seconds, "timed training per model in --bench")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // Before anything starts (workers, data): can this binary, here, run it?
+  if (Status s = check_backend(backend); !s.ok()) return fail_backend(backend, s);
+  if (bench && backend != "cpu")
+    return fail(GEOLOCO_ERROR(Err::invalid_argument,
+                              "--bench measures the CPU backend; geoloco-gpu-bench measures the CUDA one"));
   if (bench) {
     BenchOptions b;
     b.seconds_per_model = bench_seconds;
@@ -218,11 +238,14 @@ int main(int argc, char** argv) {
   if (o.schedule.warmup_steps > o.schedule.total_steps) o.schedule.warmup_steps = o.schedule.total_steps;
   if (Status s = o.validate(); !s.ok()) return fail(s);
   cpu::set_blas_threads(threads);
-  ShmCollectiveOptions copts;
-  copts.timeout_ms = timeout_ms;
-  auto collective = make_cpu_collective(*launch, copts);
-  if (!collective.ok()) return fail(collective.status());
-  const bool talk = (*collective)->rank() == 0;
+  BackendOptions bopts;
+  bopts.name = backend;
+  bopts.timeout_ms = timeout_ms;
+  auto made_backend = make_backend(bopts, *launch);
+  if (!made_backend.ok()) return fail(made_backend.status());
+  Backend& site = **made_backend;  // outlives the trainers below (declared first)
+  Collective& collective = site.collective();
+  const bool talk = collective.rank() == 0;
   if (talk && delay_env != nullptr)
     std::cout << "fault injection: " << kStepDelayEnv << "=" << *step_delay_ms << " (every inner step sleeps "
               << *step_delay_ms << " ms)" << std::endl;
@@ -230,22 +253,23 @@ int main(int argc, char** argv) {
   if (!data.ok()) return fail(data.status());
   // With a daemon, every rank starts where the job stands (synced_training.h).
   std::unique_ptr<SyncedTraining> synced_run;
-  std::unique_ptr<Trainer> plain;
+  std::unique_ptr<InnerTrainer> plain;
   if (synced) {
-    auto started = SyncedTraining::start(o, sync, **collective, *data, talk ? std::cout : null_stream());
+    auto started =
+        SyncedTraining::start(o, sync, collective, *data, talk ? std::cout : null_stream(), site.trainer_factory());
     if (!started.ok()) return fail(started.status());
     synced_run = std::move(*started);
   } else {
-    auto created = Trainer::create(o, **collective, *data);
+    auto created = site.trainer_factory()(o, collective, *data, {}, /*initialize=*/true);
     if (!created.ok()) return fail(created.status());
     plain = std::move(*created);
   }
   InnerTrainer& trainer = synced_run ? synced_run->trainer() : *plain;
   if (talk)
     std::cout << "geoloco-train: " << o.model << ", " << trainer.layout().total() << " parameters, "
-              << (*data)->describe() << ", " << (*collective)->size() << " worker(s) [" << (*collective)->backend()
-              << ", launcher " << launch->launcher << "], batch " << o.batch << " x " << o.micro_batches
-              << " micro-batch(es) per worker" << std::endl;
+              << (*data)->describe() << ", " << collective.size() << " worker(s) [" << collective.backend()
+              << ", launcher " << launch->launcher << "], " << site.describe() << ", batch " << o.batch << " x "
+              << o.micro_batches << " micro-batch(es) per worker" << std::endl;
 
   TrainHooks hooks;
   const bool mlp = o.model == "mlp";
@@ -269,7 +293,8 @@ int main(int argc, char** argv) {
   auto report = synced_run ? synced_run->run(hooks) : run_training(trainer, hooks);
   if (!report.ok()) return fail(report.status());
   if (talk) {
-    const auto params = trainer.host_params();  // the CPU trainer trains in it
+    if (Status s = trainer.params_to_host(); !s.ok()) return fail(s);  // a copy from the GPU; nothing on the CPU
+    const auto params = trainer.host_params();
     if (synced_run)
       std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(synced_run->syncs()));
     std::printf("done: %llu steps, %.1f s, %.0f %s/s, params digest %s\n",

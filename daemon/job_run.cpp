@@ -297,6 +297,7 @@ Status JobRun::start() {
     TrainerPaths paths;
     paths.program = env_.trainer_program;
     paths.job_dir = dir_;
+    paths.gpus = env_.site.gpus;
     auto options = builtin_trainer_options(spec_, self(), paths);
     if (!options.ok()) return options.status();
     std::weak_ptr<JobRun> weak = weak_from_this();

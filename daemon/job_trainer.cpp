@@ -52,6 +52,11 @@ Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const 
   o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
   o.site_shards = static_cast<std::uint32_t>(job.sites.size());
   o.workers = static_cast<std::uint32_t>(job.trainer.workers);
+  if (!paths.gpus.empty()) {
+    o.backend = "cuda";
+    o.visible_gpus = paths.gpus;
+    o.workers = static_cast<std::uint32_t>(paths.gpus.size());
+  }
   GEOLOCO_TRY(o.validate());
   return o;
 }

@@ -15,6 +15,10 @@ namespace geoloco::daemon {
 struct TrainerPaths {
   std::string program = "geoloco-train";  ///< the trainer binary
   std::string job_dir;                     ///< <data_dir>/jobs/<job>
+  /// The site file's `gpus`: with any, the trainer runs on them (--backend
+  /// cuda, one worker per GPU, CUDA_VISIBLE_DEVICES); without, on the CPU
+  /// with the job's `workers`.
+  std::vector<int> gpus;
 };
 
 /// The sync socket of a job: <job_dir>/sync.sock.

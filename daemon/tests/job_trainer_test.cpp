@@ -22,7 +22,7 @@ JobSpec job(const std::string& trainer,
 
 TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each site") {
   auto o = builtin_trainer_options(job("{model: mlp, layers: 3, width: 128, workers: 2}"), "site-b",
-                                   {"/usr/bin/geoloco-train", "/var/lib/geoloco/jobs/demo"});
+                                   {"/usr/bin/geoloco-train", "/var/lib/geoloco/jobs/demo", {}});
   REQUIRE(o.ok());
   CHECK(o->program == "/usr/bin/geoloco-train");
   CHECK(o->socket_path == "/var/lib/geoloco/jobs/demo/sync.sock");
@@ -56,7 +56,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
 
   auto g = builtin_trainer_options(job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
-                                   {"geoloco-train", "/tmp/j"});
+                                   {"geoloco-train", "/tmp/j", {}});
   REQUIRE(g.ok());
   CHECK(g->layers == 4);
   CHECK(g->width == 64);
@@ -67,8 +67,23 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(std::find(args.begin(), args.end(), "--sync-every") != args.end());
 }
 
+TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {
+  auto o = builtin_trainer_options(job("{model: gpt, workers: 1}"), "site-a", {"x", "/j", {2, 3}});
+  REQUIRE(o.ok());
+  CHECK(o->backend == "cuda");
+  CHECK(o->workers == 2);
+  CHECK(o->visible_gpus == std::vector<int>{2, 3});
+  const auto a = trainer_arguments(*o);
+  CHECK(*(std::find(a.begin(), a.end(), "--backend") + 1) == "cuda");
+  CHECK(*(std::find(a.begin(), a.end(), "--workers") + 1) == "2");
+  auto cpu = builtin_trainer_options(job("{model: gpt, workers: 2}"), "site-a", {"x", "/j", {}});
+  REQUIRE(cpu.ok());
+  CHECK(cpu->backend.empty());
+  CHECK(cpu->workers == 2);
+}
+
 TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
-  auto o = builtin_trainer_options(job("{model: mlp}", "{duration: 90s, min_steps: 5}"), "site-a", {"x", "/j"});
+  auto o = builtin_trainer_options(job("{model: mlp}", "{duration: 90s, min_steps: 5}"), "site-a", {"x", "/j", {}});
   REQUIRE(o.ok());
   CHECK(o->sync_seconds == 90.0);
   CHECK(o->min_steps == 5);
@@ -82,7 +97,7 @@ TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
 }
 
 TEST_CASE("no trainer options for an external trainer or a stranger site") {
-  CHECK(builtin_trainer_options(job("{kind: external}"), "site-a", {"x", "/j"}).status().message() ==
+  CHECK(builtin_trainer_options(job("{kind: external}"), "site-a", {"x", "/j", {}}).status().message() ==
         "job 'demo' has an external trainer: the daemon starts none, it waits for one to attach");
-  CHECK(builtin_trainer_options(job("{model: mlp}"), "mars", {"x", "/j"}).status().code() == Err::invalid_argument);
+  CHECK(builtin_trainer_options(job("{model: mlp}"), "mars", {"x", "/j", {}}).status().code() == Err::invalid_argument);
 }

@@ -74,6 +74,15 @@ std::vector<std::string> trainer_environment(const TrainerProcessOptions& o) {
     if (std::strncmp(*e, "GEOLOCO_", 8) == 0 && std::strncmp(*e, "GEOLOCO_TRAIN_", 14) != 0) continue;
     env.emplace_back(*e);
   }
+  if (!o.visible_gpus.empty()) {
+    std::string list;
+    for (int g : o.visible_gpus) {
+      if (!list.empty()) list.push_back(',');
+      list.append(std::to_string(g));
+    }
+    std::erase_if(env, [](const std::string& e) { return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0; });
+    env.push_back("CUDA_VISIBLE_DEVICES=" + list);
+  }
   env.push_back("GEOLOCO_SOCKET=" + o.socket_path);
   env.push_back("GEOLOCO_JOB=" + o.job);
   return env;
@@ -158,6 +167,7 @@ std::vector<std::string> trainer_arguments(const TrainerProcessOptions& o) {
   if (o.clip) add("--clip", number(*o.clip));
   if (!o.eval_log.empty()) add("--eval-log", o.eval_log);
   if (!o.state_dir.empty()) add("--state-dir", o.state_dir);
+  if (!o.backend.empty()) add("--backend", o.backend);
   add("--site-shard", std::to_string(o.site_shard));
   add("--site-shards", std::to_string(o.site_shards));
   if (o.workers > 1) add("--workers", std::to_string(o.workers));

@@ -61,6 +61,10 @@ struct TrainerProcessOptions {
   std::optional<double> clip;             ///< --clip: global gradient-norm bound, 0 = off
   std::string eval_log;                   ///< --eval-log: the trainer evaluates every anchor into this file
   std::string state_dir;                  ///< --state-dir: AdamW state kept across trainer restarts
+  std::string backend;                    ///< --backend: cpu | cuda (empty: the trainer's default, cpu)
+  /// GPUs the trainer may use (the site file's `gpus`): CUDA_VISIBLE_DEVICES
+  /// in its environment; empty leaves the variable as the daemon has it.
+  std::vector<int> visible_gpus;
   std::uint32_t site_shard = 0;           ///< --site-shard: this site's data shard, < site_shards
   std::uint32_t site_shards = 1;          ///< --site-shards: sites sharing the data
   std::uint32_t workers = 1;              ///< --workers: data-parallel worker processes

@@ -118,9 +118,13 @@ int main(int argc, char** argv) {
       [&]() -> asio::awaitable<void> {
         const auto interval = notifier.watchdog_interval().value_or(std::chrono::seconds(5));
         asio::steady_timer t(io);
+        std::string said;
         for (;;) {
           (void)notifier.watchdog();
-          (void)notifier.status(daemon.summary());
+          if (std::string now = daemon.summary(); now != said) {  // STATUS only when it changes
+            (void)notifier.status(now);
+            said = std::move(now);
+          }
           t.expires_after(interval);
           co_await t.async_wait(asio::use_awaitable);
         }

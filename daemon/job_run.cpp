@@ -349,7 +349,7 @@ asio::awaitable<void> JobRun::run() {
     request_state();
     while (need_state_ && !done()) {
       co_await sleep_for(std::chrono::milliseconds(500));
-      if (need_state_ && Clock::now() - state_requested_at_ > std::chrono::seconds(3)) request_state();
+      if (need_state_ && Clock::now() - state_requested_at_ > std::chrono::seconds(1)) request_state();
     }
     if (done()) co_return;
   } else {

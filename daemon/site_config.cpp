@@ -146,10 +146,11 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);
         else if (k == "keepalive_interval") millis(t.second, what, o.keepalive_interval_ms);
         else if (k == "connect_timeout") millis(t.second, what, o.connect_timeout_ms);
+        else if (k == "reconnect_max") millis(t.second, what, o.reconnect_max_ms);
         else
           p.add(t.first, cat("transport: unknown key '", k,
                              "' (allowed: connections_per_peer, rate_limit_mbit, read_timeout, write_timeout, "
-                             "keepalive_interval, connect_timeout)"));
+                             "keepalive_interval, connect_timeout, reconnect_max)"));
       }
     } else {
       p.add(kv.first, cat("unknown key '", key,

@@ -55,7 +55,8 @@ metrics: 127.0.0.1:{self.metrics_port}
 control_socket: {self.socket}
 log_format: {self.fed.log_format}
 heartbeat: {{interval: {self.fed.heartbeat_interval}, timeout: {self.fed.heartbeat_timeout}}}
-transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, keepalive_interval: 0.5s, connect_timeout: 3s}}
+transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, keepalive_interval: 0.5s, connect_timeout: 3s,
+            reconnect_max: 0.5s}}
 """)
 
     def start(self, extra_env=None):

@@ -1,7 +1,8 @@
 """Bad input, each refused with its message, and nothing starts or changes:
 a malformed job file (syntax, and a bad value), a job naming a site the
 federation does not have, a submission from a user without permission, and
-an external trainer whose layout differs from the job's."""
+an external trainer whose layout differs from the job's. Then `geoloco
+cancel` ends the job on every site."""
 
 import os
 import subprocess
@@ -77,4 +78,13 @@ stop: {{rounds: 3}}
     assert any("layout" in r["message"] and r["level"] == "warning" for r in records), \
         [r["message"] for r in records][-10:]
     print(f"{len(records)} log lines, each a JSON object")
+
+    # geoloco cancel on a non-coordinator ends the job on every site.
+    out = fed["site-b"].cli("cancel", "ext").stdout
+    assert "cancelled" in out, out
+    fed.wait_for(lambda: all((s.status("ext") or {}).get("state") == "cancelled" for s in fed.sites), 60,
+                 "the job to be cancelled on both sites")
+    again = fed["site-a"].cli("cancel", "nope", check=False)
+    assert again.returncode == 1 and "no job named 'nope'" in again.stderr, (again.returncode, again.stderr)
+    print("cancelled on both sites; cancelling an unknown job says so")
 print("ok")

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import threading
 
 from federation import Federation, mlp_job
 
@@ -19,7 +20,19 @@ with Federation() as fed:
     notify_path = os.path.join(fed.root, "notify.sock")
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(notify_path)
-    notify.settimeout(0.05)
+    notify.settimeout(0.2)
+    said = []
+
+    def listen():  # as systemd does: read every datagram as it comes
+        while not stop_listening.is_set():
+            try:
+                said.append(notify.recv(4096).decode())
+            except socket.timeout:
+                pass
+
+    stop_listening = threading.Event()
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
     fed["site-c"].env.update({"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "400000"})
     fed.start()
     job = fed.write_job(mlp_job(rounds=ROUNDS, steps=40, every=100))  # only the stop itself checkpoints
@@ -43,12 +56,8 @@ with Federation() as fed:
     fed.wait_for(lambda: all((s.status("e2e") or {}).get("state") == "finished" for s in fed.sites), 240,
                  "the job to finish")
     assert len({s.status("e2e")["anchor_digest"] for s in fed.sites}) == 1
-    said = []
-    try:
-        while True:
-            said.append(notify.recv(4096).decode())
-    except socket.timeout:
-        pass
+    stop_listening.set()
+    listener.join()
     assert any("READY=1" in m for m in said), said
     watchdogs = sum("WATCHDOG=1" in m for m in said)
     assert watchdogs >= 5, f"only {watchdogs} watchdog pings in the job's lifetime: {said[:5]}"

@@ -156,6 +156,16 @@ Result<std::shared_ptr<JobRun>> SiteDaemon::start_job(const std::string& yaml, c
     return GEOLOCO_ERROR(Err::invalid_argument, "job '", active_->spec().name, "' is running on ", site_.name,
                          "; a site runs one job at a time (geoloco cancel ", active_->spec().name, " first)");
   }
+  // A job name is used once: a finished, failed or cancelled job keeps its
+  // folder (checkpoint, journal, logs), and reusing it would mix two runs.
+  const fs::path status_path = fs::path(site_.data_dir) / "jobs" / spec->name / "status.json";
+  if (fs::exists(status_path)) {
+    auto previous = nlohmann::json::parse(read_file(status_path), nullptr, false);
+    const std::string state = previous.is_object() ? previous.value("state", std::string()) : std::string();
+    GEOLOCO_RETURN_IF(state == "finished" || state == "failed" || state == "cancelled", Err::invalid_argument,
+                      "job '", spec->name, "' already ran on ", site_.name, " (", state, "); its folder ",
+                      status_path.parent_path().string(), " keeps its checkpoint and logs: give the job another name");
+  }
   JobEnvironment env;
   env.executor = io_.get_executor();
   env.mesh = mesh_.get();
@@ -268,14 +278,14 @@ Result<nlohmann::json> SiteDaemon::submit(const std::string& yaml, const std::st
     if (!job.ok()) return job.status();
     distribute(*spec, yaml, file);
     reply["message"] = cat("job ", spec->name, " started on ", site_.name, " (coordinator) and sent to ",
-                           spec->sites.size() - 1, " other site(s); follow it with: geoloco watch ", spec->name);
+                           spec->sites.size() - 1, " other site(s)");
   } else {
     if (active_ && !active_->done() && active_->spec().name != spec->name)
       return GEOLOCO_ERROR(Err::invalid_argument, "job '", active_->spec().name, "' is running on ", site_.name,
                            "; a site runs one job at a time (geoloco cancel ", active_->spec().name, " first)");
     send_federation(spec->coordinator, JobStartMessage{spec->name, file, yaml});
     reply["message"] = cat("job ", spec->name, " validated and handed to its coordinator ", spec->coordinator,
-                           ", which starts it on every site; follow it with: geoloco watch ", spec->name);
+                           ", which starts it on every site");
   }
   return reply;
 }

@@ -46,6 +46,9 @@ with Federation() as fed:
     assert f'geoloco_rounds_total{{job="e2e"}} {ROUNDS}' in metrics, metrics
     assert 'geoloco_peer_sent_bytes_total{peer="site-b"}' in metrics, metrics
 
+    again = fed["site-a"].cli("submit", job, check=False)
+    assert again.returncode == 1 and "already ran on site-a (finished)" in again.stderr, (again.returncode, again.stderr)
+
     watch = fed["site-c"].cli("watch", "e2e").stdout
     lines = [l for l in watch.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert len(lines) == ROUNDS, watch

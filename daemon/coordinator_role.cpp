@@ -101,6 +101,11 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
   Status s = std::visit(
       Overload{[&](const JoinMessage& m) {
                  note_(cat(site, " joined (last committed round ", m.last_committed_round, ")"));
+                 // A participant that (re)joins mid-exchange lost that exchange: it will never COMMIT.
+                 const auto& parts = coordinator_.participants();
+                 if (coordinator_.phase() == Coordinator::Phase::planned &&
+                     std::find(parts.begin(), parts.end(), site) != parts.end())
+                   (void)coordinator_.on_failed(site, AbortMessage{coordinator_.round(), "it restarted during the exchange"});
                  return coordinator_.on_heartbeat(site, now);
                },
                [&](const HeartbeatMessage&) { return coordinator_.on_heartbeat(site, now); },
@@ -152,8 +157,17 @@ void CoordinatorRole::stop() {
 
 asio::awaitable<void> CoordinatorRole::run() {
   using asio::experimental::as_tuple;
+  // An exchange that outlasts the participants' own all-reduce limit (4 x
+  // the heartbeat timeout) plus a margin cannot finish any more: abort it.
+  const auto exchange_limit = 5 * heartbeat_timeout_;
+  std::optional<Clock::time_point> planned_at;
   while (!stopped_ && !finished()) {
     poked_ = false;
+    if (coordinator_.phase() == Coordinator::Phase::planned && planned_at &&
+        Clock::now() - *planned_at > exchange_limit && !coordinator_.participants().empty())
+      (void)coordinator_.on_failed(coordinator_.participants().front(),
+                                   AbortMessage{coordinator_.round(), cat("no COMMIT from every participant within ",
+                                                                          exchange_limit.count() / 1000, " s")});
     auto actions = coordinator_.step(Clock::now());
     for (const auto& n : actions.notes) note_(n);
     if (actions.plan) {
@@ -168,6 +182,7 @@ asio::awaitable<void> CoordinatorRole::run() {
         break;
       }
       lagging_ = actions.plan->late;
+      planned_at = Clock::now();
       for (const auto& site : job_.sites) send_(site, *actions.plan);
     }
     if (actions.committed) {

@@ -276,6 +276,7 @@ Status JobRun::start() {
   h.job = spec_.name;
   h.fragments = 1;
   h.first_round = state_.round + 1;
+  h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
   // Only the coordinator's trainer may supply the job's initialization, and
   // only when nothing was ever committed; every other site waits for the
   // anchor (STATE_SYNC from the coordinator).
@@ -434,6 +435,8 @@ void JobRun::release_phase(bool stop) {
   // end, for a site that just caught up) still needs a later next round.
   Status s = host_->finish_round(state_.anchor, stop, std::max(state_.round + 1, phase_->round + 1));
   if (s.ok() && stop) trainer_told_stop_ = true;
+  late_anchor_.clear();  // the trainer continues from state_.anchor
+  late_anchor_.shrink_to_fit();
   if (!s.ok()) spdlog::warn("[{}] finish_round: {}", spec_.name, s.message());
   phase_.reset();
   phase_started_ = Clock::now();
@@ -594,6 +597,9 @@ void JobRun::on_committed(const CommittedMessage& c) {
 
 void JobRun::apply(const CommittedMessage& c) {
   const float scale = clip_scale_of_delta();
+  // A site whose work is not in this round keeps training from the anchor it
+  // has: keep that anchor (the base of its late Δ) before the step moves it.
+  if (!plan_participant_ && late_anchor_.empty()) late_anchor_ = state_.anchor;
   Status stepped = outer::outer_step(state_.anchor, state_.momentum, delta_, spec_.outer.outer, scale);
   const std::string digest = digest_hex(state_.anchor_digest());
   const auto now = Clock::now();
@@ -781,6 +787,8 @@ void JobRun::install_state(StateReceiver& received) {
     state_.layout = outer_layout(host_->snapshot().layout, offer.values);
     if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
   }
+  // A trainer training from our old anchor keeps it as its base.
+  if (have_state_ && late_anchor_.empty()) late_anchor_ = std::move(state_.anchor);
   state_.anchor = std::move(received.anchor());
   state_.momentum = std::move(received.momentum());
   state_.round = offer.round;
@@ -798,7 +806,8 @@ void JobRun::install_state(StateReceiver& received) {
   // one that trains already finishes its phase from the old one (late work).
   if (!phase_) {
     Status s = host_->set_anchor(state_.anchor, state_.round + 1);
-    if (!s.ok() && first) spdlog::warn("[{}] set_anchor: {}", spec_.name, s.message());
+    if (s.ok()) late_anchor_.clear();  // no trainer trains yet: it starts from the new anchor
+    else if (first) spdlog::warn("[{}] set_anchor: {}", spec_.name, s.message());
   }
   if (final_seen_ && state_.round >= known_committed_)
     asio::co_spawn(env_.executor, finish_job(), asio::detached);

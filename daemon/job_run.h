@@ -17,10 +17,11 @@
 // what checkpoints save and what STATE_SYNC hands to a (re)joining site.
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
-// parameter) plus, during a round, Δ (4) and, with a lossy pipeline, the
-// residual's backup (4) so that an ABORT can undo the encode; the trainer
-// host keeps the anchor the trainer started from (4), which is the base of
-// a straggler's Δ.
+// parameter, DESIGN §10) between rounds; during a round also Δ (4) and,
+// with a lossy pipeline, the residual's backup (4) so that an ABORT can undo
+// the encode. A straggler also keeps the anchor its trainer started from (4),
+// the base of its late Δ, until that work is in; the trainer host keeps no
+// copy of its own (it reads trainer_anchor()).
 #pragma once
 
 #include <asio/any_io_executor.hpp>
@@ -173,6 +174,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::unique_ptr<TrainerProcess> process_;
 
   outer::OuterState state_;  ///< the last committed round (round = rounds committed)
+  /// The anchor the trainer trains from when it is older than state_'s (a
+  /// straggler, or a site that caught up while its trainer trained); empty
+  /// when the trainer trains from state_.anchor.
+  std::vector<float> late_anchor_;
+  std::span<const float> trainer_anchor() const {
+    return late_anchor_.empty() ? std::span<const float>(state_.anchor) : std::span<const float>(late_anchor_);
+  }
   bool have_state_ = false;
   std::unique_ptr<compression::ErrorFeedback> feedback_;
   std::vector<float> residual_backup_;

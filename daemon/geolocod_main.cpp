@@ -3,6 +3,7 @@
 //
 // Exit codes: 0 stopped cleanly (jobs stopped, state saved); 2 bad
 // configuration or flags; 1 could not start (ports, sockets, TLS files).
+#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -88,6 +89,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "geolocod: %s\n", l.message().c_str());
     return 2;
   }
+
+  // Model-sized buffers (Δ, a state transfer) come and go every round: give
+  // each its own mapping, returned to the system when freed, instead of
+  // letting glibc's adaptive threshold keep them in the heap for good. So
+  // the daemon's resident memory is what it holds (DESIGN §10), not its peak.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   asio::io_context io;
   SiteDaemon daemon(io, *site, DaemonOptions{trainer, group});

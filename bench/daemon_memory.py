@@ -1,0 +1,150 @@
+"""DESIGN §10's daemon memory budget, measured: two geolocod sites run an
+external-trainer job on a model of P parameters (16 Mi by default) whose
+trainers (the Python client, no compute) just perturb the replica each
+round; a sampler reads each daemon's private memory (RssAnon: its own
+copies, not the shared segment it shares with the trainer) every 20 ms.
+
+Prints, per site, the private memory before the job, after it (between
+rounds: anchor, momentum, residual) and at its peak (during a round), in
+bytes per parameter next to the bounds: 12 between rounds (DESIGN §10), 20
+during a round with a lossy pipeline (12 + Δ + the residual's backup) plus
+the all-reduce's input Δ_s (4). Also the STATE_SYNC rate of the second
+site's join.
+
+    /usr/bin/python3 bench/daemon_memory.py [--params N] [--rounds R] [--build DIR] [--json]
+
+GEOLOCO_BENCH_SMAPS=1 also lists each daemon's anonymous mappings over
+16 MiB after the job (to find what holds memory).
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "../tests/e2e"))
+sys.path.insert(0, os.path.join(HERE, "../python"))
+from federation import Federation  # noqa: E402
+from geoloco import sync_client  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def rss_anon(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def trainer(sock, job, layout, rounds, initial, errors):
+    try:
+        c = sync_client.SyncClient.connect(sock, job, layout, connect_timeout=60, welcome_timeout=600)
+        if not c.anchor_ready:
+            c.params[:] = initial
+            c.send_initial(timeout=600)
+        rng = np.random.default_rng(len(sock))
+        noise = (rng.standard_normal(c.params.size, dtype=np.float32) * 1e-3).astype(np.float32)
+        while not c.stopped:
+            c.params -= noise
+            c.sync(c.next_round(0), 0, 1000, 1.0)
+            c.wait_result(timeout=600)
+        c.close()
+    except Exception as e:  # reported by the main thread
+        errors.append(f"{sock}: {e!r}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", type=int, default=16 << 20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--build", default=os.path.join(HERE, "../build"))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    P = args.params
+    rows = P // 1024
+    layout = sync_client.layout_of([("w", (rows, 1024))])
+    P = rows * 1024
+
+    with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s",
+                    read_timeout="20s") as fed:
+        fed.start()
+        pids = {s.name: s.process.pid for s in fed.sites}
+        before = {n: rss_anon(p) for n, p in pids.items()}
+        peak = dict(before)
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                for n, p in pids.items():
+                    try:
+                        peak[n] = max(peak[n], rss_anon(p))
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        job = fed.write_job(f"""name: memory
+sites: [site-a, site-b]
+coordinator: site-a
+trainer: {{kind: external}}
+inner: {{steps: 1}}
+compression: [{{quantize: {{bits: 8}}}}, zstd]
+straggler: {{deadline: 60s, min_sites: 2}}
+checkpoint: {{every_rounds: 1000}}
+stop: {{rounds: {args.rounds}}}
+""")
+        fed["site-a"].cli("submit", job)
+        errors, threads = [], []
+        initial = np.linspace(-1, 1, P, dtype=np.float32)
+        for s in fed.sites:
+            sock = os.path.join(s.dir, "data", "jobs", "memory", "sync.sock")
+            t = threading.Thread(target=trainer, args=(sock, "memory", layout, args.rounds, initial, errors))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(timeout=1200)
+        assert not errors, errors
+        fed.wait_for(lambda: all((s.status("memory") or {}).get("state") == "finished" for s in fed.sites), 600,
+                     "the job to finish")
+        after = {n: rss_anon(p) for n, p in pids.items()}
+        if os.environ.get("GEOLOCO_BENCH_SMAPS"):
+            for n, p in pids.items():
+                cur = None
+                for line in open(f"/proc/{p}/smaps"):
+                    if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                        cur = line.strip()
+                    elif line.startswith("Anonymous:"):
+                        kb = int(line.split()[1])
+                        if kb > 16 * 1024:
+                            print(n, kb // 1024, "MiB", cur, file=sys.stderr)
+        stop.set()
+        sampler.join()
+        log_b = open(fed["site-b"].log_path).read()
+        assert len({s.status("memory")["anchor_digest"] for s in fed.sites}) == 1
+
+    result = {"params": P, "rounds": args.rounds, "sites": {}}
+    for n in pids:
+        result["sites"][n] = {
+            "between_rounds_bytes_per_param": (after[n] - before[n]) / P,
+            "peak_bytes_per_param": (peak[n] - before[n]) / P,
+        }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"daemon private memory (RssAnon) for a job of {P:,} parameters, q8+zstd, {args.rounds} rounds:")
+    print(f"{'site':8} {'between rounds':>16} {'bound':>6} {'ratio':>6} {'peak (in a round)':>18} {'bound':>6} {'ratio':>6}")
+    for n, r in result["sites"].items():
+        b, pk = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"]
+        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {24:6} {pk / 24:6.2f}")
+    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 24 during a round "
+          "(+ the all-reduce's input Δ_s, the averaged Δ, the residual's backup)")
+
+
+if __name__ == "__main__":
+    main()

@@ -41,7 +41,7 @@ def rss_anon(pid):
     return 0
 
 
-def trainer(sock, job, layout, rounds, initial, errors):
+def trainer(sock, job, layout, rounds, initial, errors, first_result):
     try:
         c = sync_client.SyncClient.connect(sock, job, layout, connect_timeout=60, welcome_timeout=600)
         if not c.anchor_ready:
@@ -53,6 +53,8 @@ def trainer(sock, job, layout, rounds, initial, errors):
             c.params -= noise
             c.sync(c.next_round(0), 0, 1000, 1.0)
             c.wait_result(timeout=600)
+            first_result.set()
+            time.sleep(1.0)  # an inner phase: the daemon sits between rounds
         c.close()
     except Exception as e:  # reported by the main thread
         errors.append(f"{sock}: {e!r}")
@@ -64,6 +66,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--build", default=os.path.join(HERE, "../build"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--raw", action="store_true", help="raw fp32 exchange (no compression, no error feedback)")
     args = ap.parse_args()
     P = args.params
     rows = P // 1024
@@ -76,15 +79,20 @@ def main():
         pids = {s.name: s.process.pid for s in fed.sites}
         before = {n: rss_anon(p) for n, p in pids.items()}
         peak = dict(before)
+        floor = {n: None for n in pids}  # lowest after the first round: the daemon between rounds
         stop = threading.Event()
+        first_result = threading.Event()
 
         def sample():
             while not stop.is_set():
                 for n, p in pids.items():
                     try:
-                        peak[n] = max(peak[n], rss_anon(p))
+                        v = rss_anon(p)
                     except OSError:
-                        pass
+                        continue
+                    peak[n] = max(peak[n], v)
+                    if first_result.is_set():
+                        floor[n] = v if floor[n] is None else min(floor[n], v)
                 time.sleep(0.02)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -94,7 +102,7 @@ sites: [site-a, site-b]
 coordinator: site-a
 trainer: {{kind: external}}
 inner: {{steps: 1}}
-compression: [{{quantize: {{bits: 8}}}}, zstd]
+{"" if args.raw else "compression: [{quantize: {bits: 8}}, zstd]"}
 straggler: {{deadline: 60s, min_sites: 2}}
 checkpoint: {{every_rounds: 1000}}
 stop: {{rounds: {args.rounds}}}
@@ -104,7 +112,8 @@ stop: {{rounds: {args.rounds}}}
         initial = np.linspace(-1, 1, P, dtype=np.float32)
         for s in fed.sites:
             sock = os.path.join(s.dir, "data", "jobs", "memory", "sync.sock")
-            t = threading.Thread(target=trainer, args=(sock, "memory", layout, args.rounds, initial, errors))
+            t = threading.Thread(target=trainer, args=(sock, "memory", layout, args.rounds, initial, errors,
+                                                       first_result))
             t.start()
             threads.append(t)
         for t in threads:
@@ -131,17 +140,19 @@ stop: {{rounds: {args.rounds}}}
     result = {"params": P, "rounds": args.rounds, "sites": {}}
     for n in pids:
         result["sites"][n] = {
-            "between_rounds_bytes_per_param": (after[n] - before[n]) / P,
+            "between_rounds_bytes_per_param": (floor[n] - before[n]) / P,
+            "after_job_bytes_per_param": (after[n] - before[n]) / P,
             "peak_bytes_per_param": (peak[n] - before[n]) / P,
         }
     if args.json:
         print(json.dumps(result))
         return
     print(f"daemon private memory (RssAnon) for a job of {P:,} parameters, q8+zstd, {args.rounds} rounds:")
-    print(f"{'site':8} {'between rounds':>16} {'bound':>6} {'ratio':>6} {'peak (in a round)':>18} {'bound':>6} {'ratio':>6}")
+    print(f"{'site':8} {'between rounds':>16} {'bound':>6} {'ratio':>6} {'peak (in a round)':>18} {'bound':>6} "
+          f"{'ratio':>6} {'after the job':>14}")
     for n, r in result["sites"].items():
-        b, pk = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"]
-        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {24:6} {pk / 24:6.2f}")
+        b, pk, af = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"], r["after_job_bytes_per_param"]
+        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {24:6} {pk / 24:6.2f} {af:10.2f} B/p")
     print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 24 during a round "
           "(+ the all-reduce's input Δ_s, the averaged Δ, the residual's backup)")
 

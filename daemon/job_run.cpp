@@ -513,7 +513,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
       auto r = feedback_->mutable_residual();
       std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
     }
-    residual_backup_ = {};  // frees it: a model-sized buffer only during a round
+    residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
   };
   if (done()) co_return;
   if (aborted_ || !result.ok()) {
@@ -621,7 +621,7 @@ void JobRun::apply(const CommittedMessage& c) {
   r.contributed = plan_participant_;
   delta_.clear();
   delta_.shrink_to_fit();
-  residual_backup_ = {};  // frees it: a model-sized buffer only during a round
+  residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
   step_ = Step::idle;
   if (!stepped.ok() || digest != c.anchor_digest) {
     spdlog::error("[{}] after round {} this site's anchor is {}, the committed one {}: fetching the state", spec_.name,
@@ -676,7 +676,7 @@ void JobRun::on_abort(const AbortMessage& a) {
       auto r = feedback_->mutable_residual();
       std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
     }
-    residual_backup_ = {};  // frees it: a model-sized buffer only during a round
+    residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
     delta_.clear();
     delta_.shrink_to_fit();
     step_ = Step::idle;

@@ -156,7 +156,7 @@ Status TrainerHost::set_anchor(std::span<const float> anchor, std::uint64_t roun
   if (phase == protocol::Phase::init_pending) {
     // The trainer's initialization is not needed: answer its INIT with this anchor.
     GEOLOCO_TRY(server_->publish_initial(anchor));
-    initial_ = {};
+    initial_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
     initial_ready_ = false;
   }
   spdlog::info("[{}] trainer: anchor of round {} set ({} values)", options_.job, round, anchor.size());
@@ -197,7 +197,7 @@ Status TrainerHost::publish_initial(std::span<const float> anchor) {
   if (server_->snapshot().phase == protocol::Phase::init_pending) GEOLOCO_TRY(server_->publish_initial(anchor));
   keep_anchor(anchor);  // after the Server: `anchor` may be the vector initial_parameters() returned
   has_anchor_ = true;
-  initial_ = {};
+  initial_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
   initial_ready_ = false;
   spdlog::info("[{}] trainer: initial anchor published ({} values), first round {}", options_.job, anchor.size(),
                next_round_);

@@ -290,6 +290,14 @@ void Mesh::begin(OpKey key, FrameSink* sink) {
   op_changed_.notify_all();
 }
 
+void Mesh::set_job(std::uint64_t job) {
+  options_.job = job;
+  current_ = {};
+  have_current_ = false;
+  sink_ = nullptr;
+  op_changed_.notify_all();
+}
+
 void Mesh::end(OpKey key) {
   if (have_current_ && current_ == key) sink_ = nullptr;
   op_changed_.notify_all();

@@ -110,7 +110,9 @@ class Mesh {
 
   /// Makes `job` the job whose data and control frames are accepted; frames
   /// of any other job (but the federation's, 0) are refused from now on.
-  void set_job(std::uint64_t job) { options_.job = job; }
+  /// Operations start over: the new job's first round may be numbered below
+  /// the last one of the previous job.
+  void set_job(std::uint64_t job);
   std::uint64_t job() const { return options_.job; }
 
   /// Control-plane frames (FrameType::control and FrameType::state) of the

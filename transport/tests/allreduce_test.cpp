@@ -284,3 +284,41 @@ TEST_CASE("observers receive the same average without contributing, and losing o
     CHECK(res.ok());
   }
 }
+
+TEST_CASE("after set_job, a new job's first round works although an old job reached a later round") {
+  // Regression: the mesh kept the old job's operation (round 7) as current,
+  // so the new job's round-1 frames from a peer that began first were
+  // refused as stale, and every retry with them.
+  auto federated = federate(names_for(2), loopback::test_options());
+  auto& sites = federated.sites;
+  auto old_job = run_all(sites, 7, 5000, {});
+  for (auto& r : old_job.results) REQUIRE(r.ok());
+  for (auto& s : sites) s->call([&s] {
+      s->mesh().set_job(2);
+      return 0;
+    });
+  const std::size_t n = 5000;
+  std::vector<std::vector<float>> inputs(2, std::vector<float>(n, 1.0f)), outputs(2, std::vector<float>(n, 0.0f));
+  auto request = [&](std::size_t s) {
+    AllReduceRequest r;
+    r.key = {1, 0};
+    r.participants = {"a", "b"};
+    r.weights = {1, 1};
+    r.input = inputs[s];
+    r.output = outputs[s];
+    r.timeout = 20s;
+    return r;
+  };
+  Mesh& mb = sites[1]->mesh();
+  auto fb = sites[1]->spawn([&mb, r = request(1)]() { return all_reduce(mb, r); });
+  std::this_thread::sleep_for(300ms);  // b's frames reach a before a begins round 1
+  Mesh& ma = sites[0]->mesh();
+  auto fa = sites[0]->spawn([&ma, r = request(0)]() { return all_reduce(ma, r); });
+  auto ra = fa.get();
+  auto rb = fb.get();
+  INFO((ra.ok() ? std::string() : ra.status().message()) << " / " << (rb.ok() ? std::string() : rb.status().message()));
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  CHECK(outputs[0] == inputs[0]);
+  CHECK(outputs[1] == inputs[1]);
+}

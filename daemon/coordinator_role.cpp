@@ -168,8 +168,17 @@ asio::awaitable<void> CoordinatorRole::run() {
       (void)coordinator_.on_failed(coordinator_.participants().front(),
                                    AbortMessage{coordinator_.round(), cat("no COMMIT from every participant within ",
                                                                           exchange_limit.count() / 1000, " s")});
+    const bool collecting = coordinator_.phase() == Coordinator::Phase::collecting;
     auto actions = coordinator_.step(Clock::now());
-    for (const auto& n : actions.notes) note_(n);
+    // Standing conditions (a silent site, a paused job) are decided again at
+    // every step: log them when they start, not every second.
+    std::set<std::string> still;
+    for (const auto& n : actions.notes) {
+      const bool standing = n.rfind("paused:", 0) == 0 || n.find("is silent (no heartbeat)") != std::string::npos;
+      if (standing) still.insert(n);
+      if (!standing || !standing_.count(n)) note_(n);
+    }
+    if (collecting) standing_ = std::move(still);  // what holds now (a planned step decides no liveness)
     if (actions.plan) {
       nlohmann::json record{{"type", "plan"},
                             {"round", actions.plan->round},

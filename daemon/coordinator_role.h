@@ -81,6 +81,7 @@ class CoordinatorRole {
   asio::steady_timer wake_;
   bool stopped_ = false;
   bool poked_ = false;  // a message arrived since the last step
+  std::set<std::string> standing_;  // standing conditions logged already
 };
 
 }  // namespace geoloco::daemon

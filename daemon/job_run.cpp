@@ -284,7 +284,14 @@ Status JobRun::start() {
     auto role = CoordinatorRole::open(
         env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), (fs::path(dir_) / "journal").string(),
         [this](const std::string& site, const ControlMessage& m) { send(site, m); },
-        [this](const std::string& line) { note(line); });
+        [this](const std::string& line) {
+          note(line);
+          // A paused job says so in `geoloco status` too.
+          if (line.rfind("paused:", 0) == 0 && job_state_ == JobState::running) {
+            message_ = line;
+            changed_.notify_all();
+          }
+        });
     if (!role.ok()) return role.status();
     role_ = std::move(*role);
     known_committed_ = role_->committed_round();

@@ -178,14 +178,7 @@ Result<Pipeline> Pipeline::create(const PipelineSpec& spec, Simd simd) {
   return Pipeline(spec, std::move(stages), std::move(descriptor));
 }
 
-bool Pipeline::error_feedback() const {
-  switch (spec_.error_feedback) {
-    case ErrorFeedbackMode::on: return true;
-    case ErrorFeedbackMode::off: return false;
-    case ErrorFeedbackMode::automatic: return lossy();
-  }
-  return lossy();
-}
+bool Pipeline::error_feedback() const { return uses_error_feedback(spec_); }
 
 std::size_t Pipeline::max_encoded_size(std::size_t n) const {
   const std::size_t raw = max_raw_body_size(stages_, n);

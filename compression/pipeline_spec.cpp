@@ -1,14 +1,12 @@
 #include "compression/pipeline_spec.h"
 
+#include "common/overload.h"
+
 #include <cmath>
 
 namespace geoloco::compression {
 
 namespace {
-template <class... Fs>
-struct Overload : Fs... { using Fs::operator()...; };
-template <class... Fs>
-Overload(Fs...) -> Overload<Fs...>;
 
 // 0 = sparsifier, 1 = value codec, 2 = byte codec.
 int stage_rank(const StageSpec& s) {
@@ -93,6 +91,15 @@ bool is_lossy(const PipelineSpec& spec) {
     if (!std::holds_alternative<ZstdSpec>(stage)) return true;
   }
   return false;
+}
+
+bool uses_error_feedback(const PipelineSpec& spec) {
+  switch (spec.error_feedback) {
+    case ErrorFeedbackMode::on: return true;
+    case ErrorFeedbackMode::off: return false;
+    case ErrorFeedbackMode::automatic: return is_lossy(spec);
+  }
+  return is_lossy(spec);
 }
 
 }  // namespace geoloco::compression

@@ -58,4 +58,7 @@ std::string describe(const StageSpec& stage);
 /// Whether any stage loses information.
 bool is_lossy(const PipelineSpec& spec);
 
+/// Whether the pipeline runs with error feedback: `on`, or `automatic` and lossy.
+bool uses_error_feedback(const PipelineSpec& spec);
+
 }  // namespace geoloco::compression

@@ -1,5 +1,7 @@
 #include "daemon/control_messages.h"
 
+#include "common/overload.h"
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -9,10 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-template <class... Fs>
-struct Overload : Fs... { using Fs::operator()...; };
-template <class... Fs>
-Overload(Fs...) -> Overload<Fs...>;
 
 bool is_digest(const std::string& s) {
   if (s.size() != 16) return false;

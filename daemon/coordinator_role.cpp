@@ -1,5 +1,7 @@
 #include "daemon/coordinator_role.h"
 
+#include "common/overload.h"
+
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -8,10 +10,6 @@ namespace geoloco::daemon {
 
 namespace {
 
-template <class... Fs>
-struct Overload : Fs... { using Fs::operator()...; };
-template <class... Fs>
-Overload(Fs...) -> Overload<Fs...>;
 
 struct JournalSummary {
   std::uint64_t round = 0;  // last committed

@@ -1,0 +1,248 @@
+// What one job on this site holds and shows (job_run.h): STATE_SYNC (asking
+// for, offering and installing the committed state), checkpoints, and the
+// status and round records that `geoloco status` and `watch` print. The
+// round engine itself is job_run.cpp.
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <filesystem>
+#include <fstream>
+#include <spdlog/spdlog.h>
+
+#include "common/digest.h"
+#include "daemon/job_run.h"
+#include "outer/checkpoint.h"
+
+namespace geoloco::daemon {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// -------------------------------------------------------------- STATE_SYNC
+
+void JobRun::request_state() {
+  // Ask the coordinator; a coordinator catching up asks the other sites in turn.
+  std::vector<std::string> sources;
+  if (!is_coordinator()) sources.push_back(spec_.coordinator);
+  for (const auto& s : spec_.sites)
+    if (s != self() && s != spec_.coordinator) sources.push_back(s);
+  if (sources.empty()) return;
+  auto it = std::find(sources.begin(), sources.end(), state_source_);
+  state_source_ = (it == sources.end() || std::next(it) == sources.end()) ? sources.front() : *std::next(it);
+  if (!is_coordinator()) state_source_ = spec_.coordinator;
+  state_requested_at_ = Clock::now();
+  send(state_source_, StateRequestMessage{spec_.name});
+}
+
+void JobRun::on_state_request(const std::string& from) {
+  StateOfferMessage offer;
+  offer.job = spec_.name;
+  if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_ && !done())) {
+    offer.reason = have_state_ ? "this site is catching up itself" : "no committed state yet";
+    send(from, offer);
+    return;
+  }
+  offer.round = state_.round;
+  offer.anchor_digest = digest_hex(state_.anchor_digest());
+  note(cat("sending the state of round ", state_.round, " to ", from));
+  // Copies, so the transfer is consistent even if a round commits meanwhile.
+  auto anchor = std::make_shared<std::vector<float>>(state_.anchor);
+  auto momentum = std::make_shared<std::vector<float>>(state_.momentum);
+  asio::co_spawn(
+      env_.executor,
+      [keep = shared_from_this(), from, offer, anchor, momentum]() -> asio::awaitable<void> {
+        Status s = co_await send_state(*keep->env_.mesh, from, keep->id_, offer, *anchor, *momentum);
+        if (!s.ok()) spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, s.message());
+      },
+      asio::detached);
+}
+
+void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& offer) {
+  if (!need_state_) return;
+  if (!offer.reason.empty()) {
+    spdlog::info("[{}] {} has no state to give yet: {}", spec_.name, from, offer.reason);
+    return;
+  }
+  if (offer.round < known_committed_) {
+    spdlog::info("[{}] {} offers round {}, but round {} is committed; asking again", spec_.name, from, offer.round,
+                 known_committed_);
+    return;
+  }
+  auto receiver = StateReceiver::start(from, offer);
+  if (!receiver.ok()) {
+    spdlog::warn("[{}] {}", spec_.name, receiver.status().message());
+    return;
+  }
+  receiving_ = std::move(*receiver);
+}
+
+void JobRun::install_state(StateReceiver& received) {
+  const auto& offer = received.offer();
+  if (have_state_ && state_.anchor.size() != offer.values) {
+    spdlog::error("[{}] the state from {} has {} values, this site's model {}: refused", spec_.name, received.peer(),
+                  offer.values, state_.anchor.size());
+    return;
+  }
+  if (!have_state_) {
+    state_.job = spec_.name;
+    state_.layout = outer_layout(host_->snapshot().layout, offer.values);
+    if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
+  }
+  // A trainer training from our old anchor keeps it as its base.
+  if (have_state_ && late_anchor_.empty()) late_anchor_ = std::move(state_.anchor);
+  state_.anchor = std::move(received.anchor());
+  state_.momentum = std::move(received.momentum());
+  state_.round = offer.round;
+  known_committed_ = std::max(known_committed_, offer.round);
+  const bool first = !have_state_;
+  have_state_ = true;
+  need_state_ = false;
+  step_ = Step::idle;
+  delta_.clear();
+  note(cat("state of round ", offer.round, " received from ", received.peer(), " (", offer.values,
+           " parameters, anchor ", offer.anchor_digest, ")"));
+  if (!feedback_ && compression::uses_error_feedback(spec_.compression))
+    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  // A trainer that has not started training yet starts from this anchor;
+  // one that trains already finishes its phase from the old one (late work).
+  if (!phase_) {
+    Status s = host_->set_anchor(state_.anchor, state_.round + 1);
+    if (s.ok()) late_anchor_.clear();  // no trainer trains yet: it starts from the new anchor
+    else if (first) spdlog::warn("[{}] set_anchor: {}", spec_.name, s.message());
+  }
+  if (final_seen_ && state_.round >= known_committed_)
+    asio::co_spawn(env_.executor, finish_job(), asio::detached);
+  changed_.notify_all();
+}
+
+// ------------------------------------------------------------- checkpoints
+
+Status JobRun::save_checkpoint() {
+  if (!have_state_) return {};
+  outer::OuterState copy;
+  copy.job = state_.job.empty() ? spec_.name : state_.job;
+  copy.round = state_.round;
+  copy.layout = state_.layout;
+  // The checkpoint needs the vectors; move them in and back (no copy of the model).
+  copy.anchor = std::move(state_.anchor);
+  copy.momentum = std::move(state_.momentum);
+  if (feedback_) {
+    const auto r = feedback_->residual();
+    copy.residuals.push_back({self(), std::vector<float>(r.begin(), r.end())});
+  }
+  Status saved = outer::save_checkpoint(fs::path(dir_) / "checkpoint.safetensors", copy, config_hash_);
+  state_.anchor = std::move(copy.anchor);
+  state_.momentum = std::move(copy.momentum);
+  if (saved.ok()) {
+    note(cat("checkpoint of round ", state_.round, " saved"));
+    if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
+  }
+  return saved;
+}
+
+Status JobRun::load_checkpoint() {
+  const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
+  if (!fs::exists(path)) return {};
+  auto loaded = outer::load_checkpoint(path);
+  if (!loaded.ok()) return loaded.status();
+  GEOLOCO_RETURN_IF(loaded->config_hash != config_hash_, Err::invalid_argument, "a checkpoint of another "
+                    "configuration of job '", spec_.name, "' is at ", path.string(),
+                    ": remove that folder, or give the changed job another name");
+  state_ = std::move(loaded->state);
+  have_state_ = true;
+  for (auto& r : state_.residuals) {
+    if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
+    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+    std::copy(r.values.begin(), r.values.end(), feedback_->mutable_residual().begin());
+  }
+  state_.residuals.clear();
+  note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
+  return {};
+}
+
+// ------------------------------------------------------------------ status
+
+std::map<std::uint64_t, double> JobRun::eval_losses() const {
+  std::map<std::uint64_t, double> out;
+  std::ifstream in(fs::path(dir_) / "eval.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("round") || !j.contains("eval_loss")) continue;
+    if (!j["round"].is_number_unsigned() || !j["eval_loss"].is_number()) continue;
+    out[j["round"].get<std::uint64_t>()] = j["eval_loss"].get<double>();
+  }
+  return out;
+}
+
+nlohmann::json JobRun::record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
+  nlohmann::json j{{"round", r.round},
+                   {"participants", r.participants},
+                   {"late", r.late},
+                   {"loss", r.loss},
+                   {"tokens", r.tokens},
+                   {"bytes_sent", r.bytes_sent},
+                   {"bytes_received", r.bytes_received},
+                   {"compression_ratio", r.compression_ratio},
+                   {"compute_seconds", r.compute_seconds},
+                   {"waiting_seconds", r.waiting_seconds},
+                   {"exchange_seconds", r.exchange_seconds},
+                   {"digest", r.digest},
+                   {"contributed", r.contributed}};
+  // The eval loss of the anchor this round started from.
+  if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
+  else j["eval_loss"] = nullptr;
+  return j;
+}
+
+nlohmann::json JobRun::status() const {
+  const auto eval = eval_losses();
+  nlohmann::json rounds = nlohmann::json::array();
+  for (const auto& r : records_) rounds.push_back(record_json(r, eval));
+  nlohmann::json j{{"name", spec_.name},
+                   {"state", job_state_name(job_state_)},
+                   {"coordinator", spec_.coordinator},
+                   {"sites", spec_.sites},
+                   {"round", state_.round},
+                   {"tokens", 0},
+                   {"bytes_sent", bytes_sent_},
+                   {"bytes_received", bytes_received_},
+                   {"message", message_},
+                   {"rounds", rounds}};
+  j["stop_rounds"] = spec_.stop_rounds ? nlohmann::json(*spec_.stop_rounds) : nlohmann::json(nullptr);
+  std::uint64_t tokens = 0;
+  for (const auto& r : records_) tokens += r.tokens;
+  j["tokens"] = tokens;
+  j["loss"] = records_.empty() ? nlohmann::json(nullptr) : nlohmann::json(records_.back().loss);
+  j["eval_loss"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->second);
+  j["eval_round"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->first);
+  j["eval_accuracy"] = nullptr;
+  {
+    std::ifstream in(fs::path(dir_) / "eval.jsonl");
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    auto e = nlohmann::json::parse(last, nullptr, false);
+    if (!e.is_discarded() && e.is_object() && e.contains("accuracy") && e["accuracy"].is_number())
+      j["eval_accuracy"] = e["accuracy"];
+  }
+  const fs::path checkpoint = fs::path(dir_) / "checkpoint.safetensors";
+  j["checkpoint"] = fs::exists(checkpoint) ? nlohmann::json(checkpoint.string()) : nlohmann::json(nullptr);
+  if (role_) {
+    j["live_sites"] = role_->live_sites();
+    j["lagging"] = role_->lagging();
+  } else {
+    std::vector<std::string> live;
+    if (!records_.empty()) {
+      live = records_.back().participants;
+      live.insert(live.end(), records_.back().late.begin(), records_.back().late.end());
+      std::sort(live.begin(), live.end());
+    }
+    j["live_sites"] = live;
+    j["lagging"] = records_.empty() ? std::vector<std::string>{} : records_.back().late;
+  }
+  j["anchor_digest"] = have_state_ ? nlohmann::json(digest_hex(state_.anchor_digest())) : nlohmann::json(nullptr);
+  j["job_dir"] = dir_;
+  return j;
+}
+
+}  // namespace geoloco::daemon

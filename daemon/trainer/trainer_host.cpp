@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "inner/protocol/layout.h"
+#include "inner/protocol/streaming_schedule.h"
 
 namespace geoloco::daemon {
 
@@ -216,11 +217,18 @@ asio::awaitable<Result<InnerPhase>> TrainerHost::next_phase() {
     }
     if (phase_ready_) {
       InnerPhase phase;
-      phase.round = next_round_;
+      phase.round = options_.streaming ? phase_round_ : next_round_;
       phase.tokens = phase_tokens_;
       phase.loss = phase_loss_sum_ / static_cast<double>(phase_count_);
-      // Every fragment is in flight, and together they cover the segment.
       phase.replica = server_->segment_values();
+      if (options_.streaming) {
+        // One fragment is in flight: the replica is its range of the segment.
+        const protocol::FragmentDesc d = server_->snapshot().fragments.at(phase_fragment_).desc;
+        phase.fragment = phase_fragment_;
+        phase.offset = d.offset;
+        phase.replica = phase.replica.subspan(d.offset, d.length);
+      }
+      // Otherwise every fragment is in flight, and together they cover the segment.
       co_return phase;
     }
     co_await changed_.wait();
@@ -232,7 +240,7 @@ Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop, s
   settle();
   GEOLOCO_RETURN_IF(!phase_ready_, Err::invalid_argument, "job '", options_.job,
                     "': no inner phase is open; co_await next_phase() first");
-  const std::uint64_t round = next_round_;
+  const std::uint64_t round = options_.streaming ? phase_round_ : next_round_;
   const std::uint64_t after = next_round.value_or(round + 1);
   GEOLOCO_RETURN_IF(after <= round, Err::invalid_argument, "job '", options_.job, "': the round after ", round,
                     " cannot be ", after);
@@ -244,11 +252,13 @@ Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop, s
   // fragment is in flight (phase_ready_), so none of these can fail halfway.
   // After the trainer left, on_trainer_left() released them already.
   for (std::uint32_t f = 0; f < snap.fragments.size() && !phase_released_; ++f) {
+    if (options_.streaming && f != phase_fragment_) continue;  // not in flight: the trainer owns it
     const protocol::FragmentDesc& d = snap.fragments[f].desc;
-    GEOLOCO_TRY(server_->complete_sync(f, new_anchor.subspan(d.offset, d.length), after, stop));
+    GEOLOCO_TRY(server_->complete_sync(f, new_anchor.subspan(d.offset, d.length), fragment_next_round(f, after), stop));
   }
   keep_anchor(new_anchor);
-  next_round_ = after;
+  // Streaming: a dropped late fragment never moves the host back.
+  next_round_ = options_.streaming ? std::max(next_round_, after) : after;
   stopped_ = stop;
   phase_ready_ = false;
   phase_released_ = false;
@@ -332,6 +342,9 @@ void TrainerHost::answer_hello() {
     return;
   }
   auto fragments = protocol::split_fragments(hello_layout_, options_.fragments, next_round_);
+  if (fragments.ok() && options_.streaming)
+    for (std::uint32_t f = 0; f < fragments->size(); ++f)
+      (*fragments)[f].next_round = protocol::next_round_of_fragment(f, next_round_, options_.fragments);
   Status s = fragments.ok() ? Status() : fragments.status();
   if (s.ok() && has_anchor_) s = server_->welcome(*fragments, current_anchor());
   if (s.ok() && !has_anchor_) s = server_->welcome_for_initial(*fragments);
@@ -361,9 +374,39 @@ void TrainerHost::on_init(const protocol::InitEvent& init) {
   changed_.notify_all();
 }
 
+std::uint64_t TrainerHost::fragment_next_round(std::uint32_t fragment, std::uint64_t after) const {
+  return options_.streaming ? protocol::next_round_of_fragment(fragment, after, options_.fragments) : after;
+}
+
+void TrainerHost::on_streaming_sync(const protocol::SyncEvent& sync) {
+  const protocol::SyncMsg& m = sync.sync;
+  if (phase_ready_) {
+    // A trainer waits for its RESULT before its next SYNC (one fragment in
+    // flight); one that does not gets this fragment back unchanged, dropped.
+    spdlog::warn("[{}] trainer: SYNC of round {} fragment {} while round {} fragment {} is open; dropped",
+                 options_.job, m.round, m.fragment, phase_round_, phase_fragment_);
+    const protocol::FragmentDesc d = server_->snapshot().fragments.at(m.fragment).desc;
+    if (Status s = server_->complete_sync(m.fragment, current_anchor().subspan(d.offset, d.length),
+                                          fragment_next_round(m.fragment, std::max(m.round + 1, next_round_)), false);
+        !s.ok())
+      spdlog::error("[{}] trainer: cannot drop fragment {}: {}", options_.job, m.fragment, s.message());
+    return;
+  }
+  phase_round_ = m.round;
+  phase_fragment_ = m.fragment;
+  phase_tokens_ = m.tokens;
+  phase_loss_sum_ = m.loss;
+  phase_count_ = 1;
+  phase_ready_ = true;
+  spdlog::debug("[{}] trainer: SYNC round {} fragment {} tokens {} loss {:.4f}", options_.job, m.round, m.fragment,
+                m.tokens, m.loss);
+  changed_.notify_all();
+}
+
 void TrainerHost::on_sync(const protocol::SyncEvent& sync) {
   const protocol::SyncMsg& m = sync.sync;
   ++stats_.syncs;
+  if (options_.streaming) return on_streaming_sync(sync);
   // The Server checked the round against the table we welcomed with, which
   // holds next_round_ for every fragment.
   if (m.round != next_round_ || m.fragment >= synced_.size() || synced_[m.fragment]) {
@@ -411,7 +454,9 @@ void TrainerHost::on_trainer_left(const protocol::TrainerLeftEvent& left) {
   for (std::uint32_t f = 0; f < snap.fragments.size(); ++f) {
     if (!snap.fragments[f].in_flight) continue;
     const protocol::FragmentDesc& d = snap.fragments[f].desc;
-    if (Status s = server_->complete_sync(f, values.subspan(d.offset, d.length), next_round_ + 1, false); !s.ok())
+    const std::uint64_t after = (options_.streaming ? phase_round_ : next_round_) + 1;
+    if (Status s = server_->complete_sync(f, values.subspan(d.offset, d.length), fragment_next_round(f, after), false);
+        !s.ok())
       spdlog::error("[{}] trainer: cannot release fragment {}: {}", options_.job, f, s.message());
   }
   if (phase_ready_) {

@@ -50,8 +50,14 @@ struct TrainerHostOptions {
   /// trainer's HELLO, and every later trainer must present the same.
   inner::protocol::Layout expected_layout;
   /// Fragments of the segment (Streaming DiLoCo's F), cut at tensor
-  /// boundaries; a round completes when the trainer has synced all of them.
+  /// boundaries; a round completes when the trainer has synced all of them,
+  /// or, with `streaming`, the one fragment the round syncs.
   std::uint32_t fragments = 1;
+  /// Streaming DiLoCo: round r (rounds count from 1) syncs only fragment
+  /// fragment_of_round(r, fragments) (inner/protocol/streaming_schedule.h).
+  /// A SYNC of an older round (a fragment the engine moved past) is a phase
+  /// too, which the engine drops with finish_round().
+  bool streaming = false;
   /// The round the trainer's first SYNC carries (set_anchor() may move it).
   std::uint64_t first_round = 0;
   /// Without an anchor: ask the first trainer for its initialization (true),
@@ -71,9 +77,12 @@ struct TrainerHostOptions {
 /// One inner phase as the trainer reported it.
 struct InnerPhase {
   std::uint64_t round = 0;
+  std::uint32_t fragment = 0;  ///< streaming: the fragment synced; else 0 and the replica is the whole model
+  std::uint64_t offset = 0;    ///< where `replica` starts in the model's flat buffer
   std::uint64_t tokens = 0;  ///< work units of the phase (the largest a fragment's SYNC reported)
   double loss = 0;           ///< mean training loss of the phase (mean over the fragments' SYNCs)
-  /// The whole replica θ_s in the shared segment; valid and unchanged until finish_round().
+  /// The replica θ_s in the shared segment (streaming: of the fragment only);
+  /// valid and unchanged until finish_round().
   std::span<const float> replica;
 };
 
@@ -125,9 +134,11 @@ class TrainerHost {
   asio::awaitable<Result<InnerPhase>> next_phase();
 
   /// Ends the phase next_phase() returned: writes `new_anchor` (the whole
-  /// model) into the segment and answers RESULT with the round after it
-  /// (`next_round`, default round + 1: a straggler may be moved ahead) and
-  /// `stop`; the trainer continues from new_anchor, or exits after a stop.
+  /// model; streaming: its fragment of it) into the segment and answers
+  /// RESULT with the round after it (`next_round`, default round + 1: a
+  /// straggler may be moved ahead; streaming: the fragment's next round at or
+  /// after it) and `stop`; the trainer continues from new_anchor, or exits
+  /// after a stop.
   /// Works after the trainer left too (the next one is welcomed with
   /// new_anchor). Errors: invalid_argument (no phase is open, wrong size,
   /// next_round not after the round).
@@ -172,6 +183,9 @@ class TrainerHost {
   void on_sync(const inner::protocol::SyncEvent& sync);
   void on_trainer_left(const inner::protocol::TrainerLeftEvent& left);
   void answer_hello();
+  void on_streaming_sync(const inner::protocol::SyncEvent& sync);
+  /// Streaming: the round after which the fragment's next SYNC comes.
+  std::uint64_t fragment_next_round(std::uint32_t fragment, std::uint64_t after) const;
   void follow_trainer_fd();
   void arm_write();
   asio::awaitable<void> listen_loop(std::shared_ptr<Descriptor> listen, std::shared_ptr<bool> alive);
@@ -212,8 +226,11 @@ class TrainerHost {
   bool initial_ready_ = false;
   bool initial_published_ = false;
 
-  // The phase being collected: which fragments of next_round_ have synced.
+  // The phase being collected: which fragments of next_round_ have synced
+  // (streaming: the one fragment of phase_round_).
   std::vector<bool> synced_;
+  std::uint64_t phase_round_ = 0;
+  std::uint32_t phase_fragment_ = 0;
   std::uint64_t phase_tokens_ = 0;
   double phase_loss_sum_ = 0;
   std::uint32_t phase_count_ = 0;

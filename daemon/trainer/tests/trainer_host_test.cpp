@@ -442,3 +442,115 @@ TEST_CASE("with anchor_view the host welcomes trainers from the engine's own anc
   CHECK(b.next_rounds == std::vector<std::uint64_t>{8});
   CHECK(b.stopped);
 }
+
+// --- Streaming DiLoCo: one fragment per round ----------------------------------
+
+namespace {
+
+struct StreamingSync {
+  std::uint64_t round = 0;
+  std::uint32_t fragment = 0;
+  std::vector<float> result;  // the fragment's values after its RESULT
+};
+
+// A streaming trainer: keeps its own copy of the parameters, syncs the fragment
+// whose next round is the smallest (adding 1 to it first), `syncs` times.
+Status train_streaming(protocol::Client& c, int syncs, std::vector<StreamingSync>& log) {
+  std::vector<float> own(c.parameters().begin(), c.parameters().end());
+  for (int i = 0; i < syncs && !c.stopped(); ++i) {
+    std::uint32_t f = 0;
+    for (std::uint32_t g = 1; g < c.fragments().size(); ++g)
+      if (c.next_round(g) < c.next_round(f)) f = g;
+    const auto& d = c.fragments()[f];
+    for (std::uint64_t k = d.offset; k < d.offset + d.length; ++k) own[k] += 1.0f;
+    auto values = c.fragment_values(f);
+    std::copy_n(own.begin() + static_cast<long>(d.offset), d.length, values.begin());
+    const std::uint64_t round = c.next_round(f);
+    GEOLOCO_TRY(c.sync(round, f, 10 + round, 1.0));
+    auto result = c.wait_result(20'000);
+    if (!result.ok()) return result.status();
+    values = c.fragment_values(f);
+    std::copy(values.begin(), values.end(), own.begin() + static_cast<long>(d.offset));
+    log.push_back({round, f, std::vector<float>(values.begin(), values.end())});
+  }
+  return {};
+}
+
+// The engine's side of one phase: drops round 2 (late), moves the others.
+void finish_streaming_phase(TrainerHost& host, const InnerPhase& phase, std::vector<float>& anchor) {
+  if (phase.round == 2) {  // the late fragment: dropped, the anchor stays
+    REQUIRE(host.finish_round(anchor, false, 3).ok());
+    return;
+  }
+  // The outer step of this test: the fragment moves halfway to the replica.
+  for (std::size_t k = 0; k < phase.replica.size(); ++k)
+    anchor[phase.offset + k] = 0.5f * (anchor[phase.offset + k] + phase.replica[k]);
+  if (phase.round == 1) REQUIRE(host.finish_round(anchor, false, 3).ok());
+  else REQUIRE(host.finish_round(anchor, phase.round == 4).ok());
+}
+
+// Rounds 1..4 of F = 2 (w [6] is fragment 0, b [3] fragment 1): fragment 1,
+// 0, 1, 0. Round 1 is finished with next round 3, as for a late site the
+// engine moved ahead: the trainer's SYNC of fragment 0 for round 2 then
+// comes back as a phase of round 2, which the engine drops.
+asio::awaitable<void> engine_streaming(TrainerHost& host, std::vector<InnerPhase>& phases) {
+  std::vector<float> anchor(9, 0.0f);
+  REQUIRE(host.set_anchor(anchor, 1).ok());
+  for (int i = 0; i < 4; ++i) {
+    auto phase = co_await host.next_phase();
+    REQUIRE(phase.ok());
+    phases.push_back(*phase);
+    finish_streaming_phase(host, *phase, anchor);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("streaming: each round syncs one fragment, and a late fragment comes back as a phase of its round",
+          "[daemon][trainer]") {
+  std::vector<std::jthread> threads;
+  asio::io_context io;
+  TrainerHostOptions o;
+  o.fragments = 2;
+  o.streaming = true;
+  o.first_round = 1;
+  auto host = open_host(io, o);
+  REQUIRE(host.ok());
+  const std::string path = (*host)->options().socket_path;
+  Status status;
+  std::vector<std::uint64_t> welcomed_rounds;
+  std::vector<StreamingSync> log;
+  threads.emplace_back([&] {
+    auto c = protocol::Client::connect(path, "job-a", layout(), client_options());
+    if (!c.ok()) return void(status = c.status());
+    for (std::uint32_t f = 0; f < (*c)->fragments().size(); ++f) welcomed_rounds.push_back((*c)->next_round(f));
+    status = train_streaming(**c, 4, log);
+  });
+  std::vector<InnerPhase> phases;
+  test::run_on(io, engine_streaming(**host, phases), 20s);
+  host->reset();
+  threads.clear();
+  INFO(status.to_string());
+  REQUIRE(status.ok());
+  // Round 1 syncs fragment 1 (b), round 2 fragment 0 (w).
+  CHECK(welcomed_rounds == std::vector<std::uint64_t>{2, 1});
+  REQUIRE(phases.size() == 4);
+  REQUIRE(log.size() == 4);
+  const std::vector<std::pair<std::uint64_t, std::uint32_t>> want{{1, 1}, {2, 0}, {3, 1}, {4, 0}};
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("phase " << i);
+    CHECK(phases[i].round == want[i].first);
+    CHECK(phases[i].fragment == want[i].second);
+    CHECK(phases[i].offset == (want[i].second == 0 ? 0u : 6u));
+    CHECK(phases[i].replica.size() == (want[i].second == 0 ? 6u : 3u));
+    CHECK(phases[i].tokens == 10 + want[i].first);
+    CHECK(log[i].round == want[i].first);
+    CHECK(log[i].fragment == want[i].second);
+  }
+  // b: 0 -> replica 1 -> anchor 0.5; then replica 1.5 -> anchor 1.
+  CHECK(log[0].result == std::vector<float>(3, 0.5f));
+  CHECK(log[2].result == std::vector<float>(3, 1.0f));
+  // w: round 2 was dropped (anchor 0 again, the trainer's +1 is gone), then replica 1 -> 0.5 in round 4.
+  CHECK(log[1].result == std::vector<float>(6, 0.0f));
+  CHECK(log[3].result == std::vector<float>(6, 0.5f));
+}

@@ -51,9 +51,10 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
   GEOLOCO_RETURN_IF(!(observer && r.input.empty()) && r.input.size() != r.output.size(), Err::invalid_argument,
                     "all-reduce: input has ", r.input.size(), " values, output ", r.output.size());
   if (r.feedback != nullptr)
-    GEOLOCO_RETURN_IF(r.feedback->residual().size() != r.input.size(), Err::invalid_argument,
-                      "all-reduce: error feedback holds ", r.feedback->residual().size(), " values, input ",
-                      r.input.size());
+    GEOLOCO_RETURN_IF(r.feedback_offset > r.feedback->residual().size() ||
+                          r.feedback->residual().size() - r.feedback_offset < r.input.size(),
+                      Err::invalid_argument, "all-reduce: error feedback holds ", r.feedback->residual().size(),
+                      " values, too few for input ", r.input.size(), " at offset ", r.feedback_offset);
   return compression::validate(r.pipeline);
 }
 
@@ -183,7 +184,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
     Buffer out = mesh_.pool().acquire(pipeline_.max_encoded_size(range.size));
     auto values = r_.input.subspan(range.begin, range.size);
-    auto size = r_.feedback ? r_.feedback->encode(pipeline_, range.begin, values, out, seed(me_, j, c, 1))
+    auto size = r_.feedback ? r_.feedback->encode(pipeline_, r_.feedback_offset + range.begin, values, out, seed(me_, j, c, 1))
                             : pipeline_.encode(values, out, seed(me_, j, c, 1));
     if (!size.ok()) {
       mesh_.pool().release(std::move(out));

@@ -44,6 +44,9 @@ struct AllReduceRequest {
   std::span<const float> input;           ///< this site's contribution (empty for an observer)
   std::span<float> output;                ///< receives the weighted average
   compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
+  /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo
+  /// fragment of the model); the residual covers at least offset + input.size().
+  std::uint64_t feedback_offset = 0;
   std::uint64_t seed = 0;                 ///< job seed, for stochastic rounding
   std::chrono::milliseconds timeout{0};   ///< whole-operation limit; 0: only the connections' timeouts
 };

@@ -1,6 +1,7 @@
 // N sites as threads over real loopback TLS (N = 2, 3, 5): the all-reduce of
 // inputs with a closed-form answer is exact with lossless codecs, within the
 // codec's bound with lossy ones, and bit-identical on every site.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -45,7 +46,8 @@ struct Outcome {
 };
 
 Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64_t round, std::size_t n,
-                const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr) {
+                const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr,
+                std::uint64_t feedback_offset = 0) {
   const std::size_t parts = sites.size();
   std::vector<std::string> names;
   std::vector<double> weights;
@@ -68,6 +70,7 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
     r.input = inputs[s];
     r.output = out.outputs[s];
     r.feedback = feedback ? &(*feedback)[s] : nullptr;
+    r.feedback_offset = feedback_offset;
     r.seed = 99;
     r.timeout = 60s;
     Mesh& mesh = sites[s]->mesh();
@@ -145,6 +148,27 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
     for (std::size_t i = 0; i < n; ++i) REQUIRE(std::fabs(out.outputs[0][i] - ref[i]) <= 2 * step * 1.001f);
     // Error feedback kept what the first quantization dropped.
     CHECK(feedback[0].residual_norm() > 0);
+
+    // A Streaming DiLoCo fragment: the input is values [1000, 1000 + n) of a
+    // larger model. Only that range of the residual changes, and the result
+    // is as good and as identical as before.
+    std::vector<compression::ErrorFeedback> wide;
+    for (int s = 0; s < n_sites; ++s) wide.emplace_back(n + 1500);
+    auto at_offset = run_all(sites, 9, n, q8, &wide, 1000);
+    for (std::size_t s = 0; s < sites.size(); ++s) {
+      REQUIRE(at_offset.results[s].ok());
+      CHECK(digest_f32(at_offset.outputs[s]) == digest_f32(at_offset.outputs[0]));
+      const auto r = wide[s].residual();
+      CHECK(std::all_of(r.begin(), r.begin() + 1000, [](float v) { return v == 0.0f; }));
+      CHECK(std::all_of(r.end() - 500, r.end(), [](float v) { return v == 0.0f; }));
+      CHECK(std::count(r.begin() + 1000, r.end() - 500, 0.0f) < static_cast<long>(n / 2));
+    }
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(std::fabs(at_offset.outputs[0][i] - ref[i]) <= 2 * step * 1.001f);
+    std::vector<compression::ErrorFeedback> narrow;
+    for (int s = 0; s < n_sites; ++s) narrow.emplace_back(n + 10);
+    auto refused = run_all(sites, 10, n, q8, &narrow, 11);
+    CHECK(refused.results[0].status().code() == Err::invalid_argument);
+    CHECK_THAT(refused.results[0].status().message(), Catch::Contains("at offset 11"));
   }
 }
 

@@ -1,13 +1,23 @@
 // geoloco-train's side of the local sync protocol (DESIGN §3): rank 0
-// connects to its daemon, trains directly in the shared-memory segment the
-// daemon hands over, and at every sync point (each H steps) hands every
-// fragment's replica over and waits for the new anchor. Built on
+// connects to its daemon and either (plain DiLoCo) trains directly in the
+// shared-memory segment the daemon hands over and at every sync point (each
+// H steps) hands every fragment's replica over and waits for the new
+// anchor, or (Streaming DiLoCo, streaming.h) trains in its own memory,
+// copies the fragments due into the segment and syncs them (hand_out), and
+// merges their new global values in later (merge). Built on
 // inner/protocol/client.h; nothing here knows about other sites.
+//
+// The round table: each fragment's next round, from WELCOME, then from each
+// RESULT. DaemonSync keeps its own copy because Client's answer to INIT
+// sets every fragment to fragment 0's round (right when all fragments sync
+// together, wrong for a streaming table such as 1 → 1, 2 → 2, 0 → 3, where
+// the daemon still expects the welcome's rounds).
 #pragma once
 
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "inner/layout.h"
@@ -33,22 +43,43 @@ class DaemonSync {
   /// After initializing parameters(): hands them over and waits for the
   /// anchor the daemon settles on (it may be another site's).
   Status hand_over_initial();
-  /// The on_sync hook: SYNC every fragment (round, tokens, mean loss), then
-  /// wait for each RESULT; sets point.stop when the daemon ends the job.
-  /// Errors: the daemon's refusal, timeout, io.
+  /// Plain DiLoCo's on_sync hook: SYNC every fragment (round, tokens, mean
+  /// loss), then wait for each RESULT; sets point.stop when the daemon ends
+  /// the job. Errors: the daemon's refusal, timeout, io.
   Status sync(SyncPoint& point);
 
+  /// Streaming, at a phase's end: copies each fragment due at next_round()
+  /// from `replica` (the trainer's own parameters, laid out as the segment)
+  /// into the segment and sends its SYNC with the phase's tokens and mean
+  /// loss. Returns the fragments now in flight. Errors: io.
+  Result<std::vector<std::uint32_t>> hand_out(std::span<const float> replica, std::uint64_t tokens, double loss);
+  /// Streaming, τ steps later: waits for the RESULT of every fragment in
+  /// flight and merges its new global values into `replica`
+  /// (merge_fragment with `alpha`); true when a RESULT said stop. Errors:
+  /// the daemon's refusal, timeout, io, malformed.
+  Result<bool> merge(std::span<float> replica, double alpha);
+  /// Fragments handed out and not merged yet.
+  const std::vector<std::uint32_t>& in_flight() const { return in_flight_; }
+
   std::uint64_t syncs() const { return syncs_; }
-  /// The round the trainer trains next: WELCOME's (or INIT's answer's), then
-  /// the last RESULT's next round (fragment 0's: all fragments sync together).
-  std::uint64_t next_round() const { return client_->next_round(0); }
+  /// The round the trainer syncs next: the smallest next round of the
+  /// table (plain: every fragment's, they are equal).
+  std::uint64_t next_round() const;
+  /// Each fragment's next round.
+  const std::vector<std::uint64_t>& next_rounds() const { return next_rounds_; }
+  /// The WELCOME's fragment table (offsets, lengths, next rounds).
+  const std::vector<protocol::FragmentDesc>& fragments() const { return client_->fragments(); }
 
  private:
-  DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms)
-      : client_(std::move(client)), timeout_ms_(timeout_ms) {}
+  DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms);
+  /// Waits for one RESULT and records its fragment's next round.
+  Result<protocol::ResultMsg> wait_result();
+
   std::unique_ptr<protocol::Client> client_;
   int timeout_ms_;
   std::uint64_t syncs_ = 0;
+  std::vector<std::uint64_t> next_rounds_;
+  std::vector<std::uint32_t> in_flight_;
 };
 
 }  // namespace geoloco::inner

@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
   sync.job = env_job ? env_job : "";
   app.add_option("--sync-socket", sync.socket_path,
                  "the daemon's sync socket for this job (default: $GEOLOCO_SOCKET); rank 0 then trains in the "
-                 "daemon's shared memory and hands the replica over at the end of every round's inner phase");
+                 "daemon's shared memory and hands the replica over at the end of every round's inner phase "
+                 "(streaming: rank 0 trains in its own memory and copies the fragments due into the daemon's)");
   app.add_option("--job", sync.job, "the job's name, said in HELLO (default: $GEOLOCO_JOB)");
   auto* sync_every_opt =
       app.add_option("--sync-every", sync.sync_every, "inner steps per round, between syncs with the daemon (H)");
@@ -168,11 +169,22 @@ int main(int argc, char** argv) {
                  "the number of a job's first round (geolocod counts from 1): a trainer welcomed at round r "
                  "without a saved state resumes its schedule and data at step (r - first round) x H")
       ->capture_default_str();
+  auto* overlap_opt = app.add_option(
+      "--overlap", sync.overlap_steps,
+      "with a daemon, Streaming DiLoCo: inner steps (tau) a fragment's exchange overlaps; its new global values "
+      "are merged this many steps after its sync (0: at once). At most the shortest phase, H / fragments");
+  auto* alpha_opt = app.add_option(
+      "--alpha", sync.alpha,
+      "with a daemon, Streaming DiLoCo: weight in [0, 1] of the local replica when a fragment is merged, "
+      "theta = alpha * local + (1 - alpha) * global (0: the global values exactly)");
+  overlap_opt->capture_default_str();
+  alpha_opt->capture_default_str();
   app.add_option("--eval-log", sync.eval_log,
                  "with a daemon: rank 0 evaluates every anchor the daemon hands over (the first one and each "
                  "RESULT's, the final one included) and appends a JSON line {\"round\", \"eval_loss\", "
                  "\"accuracy\" (null for gpt), \"items\", \"unix_time\"} to this file; round = the round that "
-                 "starts from that anchor");
+                 "starts from that anchor. Streaming: the merged parameters at the end of each period (when "
+                 "fragment 0 is merged) and at the stop, round = the merged round + 1");
   app.add_option("--state-dir", sync.state_dir,
                  "with a daemon: rank 0 saves the AdamW state (moments, step counts) after every sync, atomically, "
                  "to DIR/inner_state.bin tagged with the next round; a trainer welcomed at round r resumes from it "
@@ -213,7 +225,7 @@ int main(int argc, char** argv) {
   const bool synced = !sync.socket_path.empty();
   if (!synced) {
     // These only mean something with a daemon; silently ignoring them would hide a typo in a job's setup.
-    for (const auto* opt : {sync_seconds_opt, min_steps_opt})
+    for (const auto* opt : {sync_seconds_opt, min_steps_opt, overlap_opt, alpha_opt})
       if (opt->count() > 0)
         return fail(GEOLOCO_ERROR(Err::invalid_argument, opt->get_name(), " needs --sync-socket (or GEOLOCO_SOCKET)"));
     if (!sync.eval_log.empty() || !sync.state_dir.empty())

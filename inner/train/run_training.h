@@ -16,6 +16,15 @@
 // decision, so every worker takes the same number of steps (a worker that
 // took one more would wait in an all-reduce nobody else joins).
 //
+// Streaming DiLoCo (DESIGN §1, last paragraph; streaming.h) splits the sync
+// in two: on_sync only hands the replica out (it must not change params) and
+// every rank trains on; `merge_after` steps later (0: at once, before the
+// next step) rank 0's on_merge takes the new global values in (it writes
+// params), and the outcome, then rank 0's parameters, are broadcast as after
+// a plain sync. Phases then end when rank 0's phase_end says so (its
+// decision is broadcast after every step), since only rank 0 knows the
+// daemon's rounds.
+//
 // inner/protocol/ implements on_sync with HELLO/SYNC/RESULT (synced_training.h);
 // the loop knows nothing about sites or sockets.
 #pragma once
@@ -48,10 +57,23 @@ struct TrainHooks {
   std::uint64_t sync_every = 0;  ///< inner steps between syncs (H), 0 = not step-based
   double sync_seconds = 0.0;     ///< time-based phases: seconds each (rank 0's clock), 0 = off; not with sync_every
   std::uint64_t min_steps = 1;   ///< time-based phases: at least this many steps each, >= 1
+  /// Rank 0 only: whether the phase ends after `phase_steps` steps. When
+  /// set it replaces sync_every and sync_seconds, and its decision is
+  /// broadcast after every step (streaming: the phase lengths follow the
+  /// daemon's rounds, which only rank 0 hears).
+  std::function<bool(std::uint64_t phase_steps)> phase_end;
   /// Rank 0 only. An error stops every rank (it is broadcast first).
   std::function<Status(SyncPoint&)> on_sync;
-  /// Rank 0 only, after on_sync, once its anchor is the trainer's parameters
-  /// (on the device too) and before the broadcast: e.g. evaluate the anchor.
+  /// Streaming: when set, on_sync only reads params (hands the replica out)
+  /// and this, on rank 0, `merge_after` steps after the sync, writes the
+  /// merged parameters into params (SyncPoint of the sync, with params the
+  /// replica now; stop as on_sync's). A run that reaches its last step with
+  /// a merge pending merges then. An error stops every rank.
+  std::function<Status(SyncPoint&)> on_merge;
+  std::uint64_t merge_after = 0;  ///< τ: steps between a sync and its merge
+  /// Rank 0 only, after on_sync (streaming: on_merge), once its anchor is
+  /// the trainer's parameters (on the device too) and before the broadcast:
+  /// e.g. evaluate the anchor.
   /// An error stops every rank, as on_sync's.
   std::function<Status(const SyncPoint&)> after_sync;
   /// Rank 0's clock (phase lengths; the end of time-based phases), in
@@ -80,8 +102,9 @@ struct TrainReport {
 /// function: rank 0 calls it with its clock, tests with chosen numbers.
 bool phase_over(const TrainHooks& hooks, std::uint64_t phase_steps, double phase_seconds);
 
-/// Errors: invalid_argument when sync_every and sync_seconds are both set,
-/// sync_seconds is negative or not finite, or min_steps is 0.
+/// Errors: invalid_argument when two of sync_every, sync_seconds and
+/// phase_end are set, sync_seconds is negative or not finite, or min_steps
+/// is 0.
 Status validate_hooks(const TrainHooks& hooks);
 
 /// Runs steps until trainer.steps_done() reaches trainer.options().steps

@@ -1,10 +1,12 @@
 #include "inner/train/synced_training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <vector>
 
+#include "inner/protocol/streaming_schedule.h"
 #include "inner/train/inner_state.h"
 #include "inner/train/trainer.h"
 
@@ -43,11 +45,20 @@ Status SyncedOptions::validate() const {
   GEOLOCO_RETURN_IF(!std::isfinite(sync_seconds), Err::invalid_argument, "--sync-seconds must be finite");
   GEOLOCO_RETURN_IF(min_steps == 0, Err::invalid_argument, "--min-steps must be >= 1");
   GEOLOCO_RETURN_IF(timeout_ms <= 0, Err::invalid_argument, "the daemon timeout must be > 0 ms");
+  GEOLOCO_RETURN_IF(!(alpha >= 0.0 && alpha <= 1.0), Err::invalid_argument,
+                    "--alpha must be in [0, 1] (the local replica's weight in the merge), got ", alpha);
+  GEOLOCO_RETURN_IF((overlap_steps > 0 || alpha > 0.0) && sync_seconds > 0.0, Err::invalid_argument,
+                    "--overlap and --alpha need step-based phases: use --sync-every H instead of --sync-seconds "
+                    "(streaming with time-based phases is not supported)");
+  GEOLOCO_RETURN_IF(overlap_steps > sync_every && sync_every > 0, Err::invalid_argument, "--overlap ", overlap_steps,
+                    " is longer than a round's inner phase (--sync-every ", sync_every,
+                    "): a fragment must be merged before it syncs again");
   return {};
 }
 
-std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round, std::uint64_t sync_every) {
-  return round > first_round ? (round - first_round) * sync_every : 0;
+std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round, std::uint64_t sync_every,
+                                 std::uint32_t fragments) {
+  return round > first_round ? protocol::steps_through_round(round - first_round, fragments, sync_every) : 0;
 }
 
 Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions& options, const SyncedOptions& sync,
@@ -59,38 +70,40 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
   std::unique_ptr<SyncedTraining> s(new SyncedTraining(sync, out));
   const bool talk = collective.rank() == 0;
 
-  // Rank 0 trains in the segment the daemon shares; it starts from the
-  // daemon's anchor, or hands over its own initialization when the daemon
-  // has none yet. Every rank then starts from the same bits.
-  std::span<float> storage;
-  float anchor_ready = 0.0f;
+  // Rank 0 connects and decides the mode (plain or streaming) from the
+  // WELCOME table; every rank learns the outcome, so a refusal (or a daemon
+  // that is not there) stops them all at once instead of at a timeout.
+  // setup: ok, anchor ready, streaming, schedule fragments.
+  float setup[4] = {0.0f, 0.0f, 0.0f, 1.0f};
+  Status connected;
   if (talk) {
-    if (!sync.eval_log.empty()) {  // a bad path fails before the daemon hears of this trainer
-      auto log = EvalLog::open(sync.eval_log);
-      if (!log.ok()) return log.status();
-      s->eval_log_ = std::move(*log);
+    connected = s->connect(options);
+    setup[0] = connected.ok() ? 1.0f : 0.0f;
+    if (connected.ok()) {
+      setup[1] = s->daemon_->anchor_ready() ? 1.0f : 0.0f;
+      setup[2] = s->plan_.streaming ? 1.0f : 0.0f;
+      setup[3] = static_cast<float>(s->plan_.schedule_fragments);  // exact: a fragment count fits 24 bits
     }
-    auto model = make_model(options);
-    if (!model.ok()) return model.status();
-    auto connected = DaemonSync::connect(sync.socket_path, sync.job, (*model)->layout(), sync.timeout_ms);
-    if (!connected.ok()) return connected.status();
-    s->daemon_ = std::move(*connected);
-    storage = s->daemon_->parameters();
-    anchor_ready = s->daemon_->anchor_ready() ? 1.0f : 0.0f;
   }
-  GEOLOCO_TRY(collective.broadcast(std::span<float>(&anchor_ready, 1), 0));
+  GEOLOCO_TRY(collective.broadcast(std::span<float>(setup, 4), 0));
+  if (!connected.ok()) return connected;
+  GEOLOCO_RETURN_IF(setup[0] != 1.0f, Err::io, "rank ", collective.rank(),
+                    ": rank 0 could not start with the daemon (its output says why)");
+  const bool anchor_ready = setup[1] == 1.0f;
+  s->plan_.streaming = setup[2] == 1.0f;
+  s->plan_.schedule_fragments = static_cast<std::uint32_t>(setup[3]);
+
+  // Plain DiLoCo: rank 0 trains in the segment the daemon shares. Streaming:
+  // the daemon writes a fragment's RESULT into the segment while the
+  // trainer still trains, so the trainer keeps its own parameters.
+  std::span<float> storage;
+  if (talk && !s->plan_.streaming) storage = s->daemon_->parameters();
   if (!make_trainer) make_trainer = Trainer::factory();
-  auto trainer = make_trainer(options, collective, std::move(dataset), storage, /*initialize=*/anchor_ready == 0.0f);
+  auto trainer = make_trainer(options, collective, std::move(dataset), storage, /*initialize=*/!anchor_ready);
   if (!trainer.ok()) return trainer.status();
   s->trainer_ = std::move(*trainer);
   InnerTrainer& t = *s->trainer_;
-  if (talk && anchor_ready == 0.0f) {
-    GEOLOCO_TRY(t.params_to_host());  // the daemon reads the initialization from the segment
-    GEOLOCO_TRY(s->daemon_->hand_over_initial());
-  }
-  // The segment holds the anchor (the welcome's, or the one the daemon
-  // settled on, maybe another site's): it becomes every rank's parameters.
-  if (talk) GEOLOCO_TRY(t.params_from_host());
+  if (talk) GEOLOCO_TRY(s->take_anchor(anchor_ready));
   GEOLOCO_TRY(t.broadcast_params(0));
   s->layout_digest_ = layout_digest(t.layout());
 
@@ -101,7 +114,7 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
   if (talk) {
     const std::uint64_t round = s->daemon_->next_round();
     header[0] = round;
-    header[1] = steps_before_round(round, sync.first_round, sync.sync_every);
+    header[1] = steps_before_round(round, sync.first_round, sync.sync_every, s->plan_.schedule_fragments);
     if (!sync.state_dir.empty()) {
       auto loaded = load_inner_state(sync.state_dir);
       const StateChoice choice =
@@ -132,6 +145,11 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
     out << "welcomed at round " << s->welcome_round_ << " (first round " << sync.first_round
         << "): schedule and data from step " << s->resume_step_ << (s->state_loaded_ ? " (saved state)" : "")
         << ", AdamW " << (s->state_loaded_ ? "moments restored" : "moments zero") << std::endl;
+    if (s->plan_.streaming)
+      out << "streaming: " << s->daemon_->fragments().size() << " fragment(s), "
+          << (s->plan_.schedule_fragments > 1 ? "one per round" : "all in every round") << ", overlap "
+          << sync.overlap_steps << " step(s), alpha " << sync.alpha << "; the trainer keeps its own parameters"
+          << std::endl;
     if (s->resume_step_ >= options.steps)
       out << "warning: step " << s->resume_step_ << " is at or past --steps " << options.steps
           << ": nothing left to train" << std::endl;
@@ -153,6 +171,51 @@ Status SyncedTraining::log_anchor(std::uint64_t round) {
   return eval_log_->append(e);
 }
 
+Status SyncedTraining::connect(const TrainOptions& options) {
+  if (!sync_.eval_log.empty()) {  // a bad path fails before the daemon hears of this trainer
+    auto log = EvalLog::open(sync_.eval_log);
+    if (!log.ok()) return log.status();
+    eval_log_ = std::move(*log);
+  }
+  auto model = make_model(options);
+  if (!model.ok()) return model.status();
+  auto connected = DaemonSync::connect(sync_.socket_path, sync_.job, (*model)->layout(), sync_.timeout_ms);
+  if (!connected.ok()) return connected.status();
+  daemon_ = std::move(*connected);
+  auto plan = plan_sync(daemon_->fragments(), sync_.sync_every, sync_.sync_seconds, sync_.overlap_steps, sync_.alpha);
+  if (!plan.ok()) return plan.status();
+  plan_ = *plan;
+  return {};
+}
+
+Status SyncedTraining::take_anchor(bool anchor_ready) {
+  InnerTrainer& t = *trainer_;
+  const std::span<float> segment = daemon_->parameters();
+  if (!anchor_ready) {
+    GEOLOCO_TRY(t.params_to_host());  // the daemon reads the initialization from the segment
+    if (plan_.streaming) std::copy(t.host_params().begin(), t.host_params().end(), segment.begin());
+    GEOLOCO_TRY(daemon_->hand_over_initial());
+  }
+  // The segment holds the anchor (the welcome's, or the one the daemon
+  // settled on, maybe another site's): it becomes the trainer's parameters.
+  if (plan_.streaming) std::copy(segment.begin(), segment.end(), t.host_params().begin());
+  return t.params_from_host();
+}
+
+void SyncedTraining::save_state(std::uint64_t next_round) {
+  if (sync_.state_dir.empty()) return;
+  // A failed save costs a restarted trainer its moments, not this one its
+  // round: say so and go on.
+  auto adamw = trainer_->optimizer_state();
+  Status s = adamw.status();
+  if (s.ok())
+    s = save_inner_state(sync_.state_dir, next_round, trainer_->steps_done(), adamw->steps, layout_digest_, adamw->m,
+                         adamw->v);
+  if (!s.ok())
+    out_ << "inner state: not saved (" << s.message() << "); a restart would begin round " << next_round
+         << " with zero AdamW moments" << std::endl;
+}
+
 Status SyncedTraining::on_sync(SyncPoint& point) {
   const std::uint64_t round = daemon_->next_round();
   GEOLOCO_TRY(daemon_->sync(point));
@@ -162,28 +225,65 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
   out_ << "round " << round << " synced: " << point.phase_steps << " steps in " << seconds << " s, " << point.work_units
        << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
        << (point.stop ? "; the daemon says stop" : "") << std::endl;
-  if (!sync_.state_dir.empty()) {
-    // A failed save costs a restarted trainer its moments, not this one its
-    // round: say so and go on.
-    auto adamw = trainer_->optimizer_state();
-    Status s = adamw.status();
-    if (s.ok())
-      s = save_inner_state(sync_.state_dir, next, trainer_->steps_done(), adamw->steps, layout_digest_, adamw->m,
-                           adamw->v);
-    if (!s.ok())
-      out_ << "inner state: not saved (" << s.message() << "); a restart would begin round " << next
-           << " with zero AdamW moments" << std::endl;
-  }
+  save_state(next);
   next_round_ = next;  // after_sync logs the anchor once the trainer holds it
   return {};
 }
 
+bool SyncedTraining::streaming_phase_end(std::uint64_t steps) const {
+  // Never while a fragment is out (plan_sync keeps τ within the shortest phase).
+  if (!daemon_->in_flight().empty()) return false;
+  return steps >= phase_steps(daemon_->next_round(), sync_.first_round, plan_.schedule_fragments, sync_.sync_every);
+}
+
+Status SyncedTraining::hand_out(SyncPoint& point) {
+  const std::uint64_t round = daemon_->next_round();
+  auto sent = daemon_->hand_out(point.params, point.work_units, point.mean_loss);
+  if (!sent.ok()) return sent.status();
+  synced_round_ = round;
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3f", point.phase_seconds);
+  out_ << "round " << round << " synced (fragment";
+  for (std::uint32_t f : *sent) out_ << " " << f;
+  out_ << ") at step " << point.step << ": " << point.phase_steps << " steps in " << seconds << " s, "
+       << point.work_units << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
+       << std::endl;
+  return {};
+}
+
+Status SyncedTraining::merge(SyncPoint& point) {
+  const std::vector<std::uint32_t> merged = daemon_->in_flight();
+  auto stop = daemon_->merge(point.params, sync_.alpha);
+  if (!stop.ok()) return stop.status();
+  point.stop = *stop;
+  const std::uint64_t next = daemon_->next_round();
+  out_ << "round " << synced_round_ << " merged at step " << trainer_->steps_done() << "; next sync: round " << next
+       << (point.stop ? "; the daemon says stop" : "") << std::endl;
+  save_state(next);
+  // The merged parameters are a whole anchor's worth of new global values
+  // only once every fragment came back in this period: when fragment 0
+  // (the period's last) did, and at the end.
+  log_after_sync_ = point.stop || std::find(merged.begin(), merged.end(), 0u) != merged.end();
+  next_round_ = synced_round_ + 1;
+  return {};
+}
+
 Result<TrainReport> SyncedTraining::run(TrainHooks hooks) {
-  hooks.sync_every = sync_.sync_every;
-  hooks.sync_seconds = sync_.sync_seconds;
   hooks.min_steps = sync_.min_steps;
-  hooks.on_sync = [this](SyncPoint& point) { return on_sync(point); };  // called on rank 0 only
-  hooks.after_sync = [this](const SyncPoint&) { return log_anchor(next_round_); };
+  // Called on rank 0 only.
+  hooks.after_sync = [this](const SyncPoint&) { return log_after_sync_ ? log_anchor(next_round_) : Status(); };
+  if (!plan_.streaming) {
+    hooks.sync_every = sync_.sync_every;
+    hooks.sync_seconds = sync_.sync_seconds;
+    hooks.on_sync = [this](SyncPoint& point) { return on_sync(point); };
+  } else {
+    hooks.sync_every = 0;  // rank 0's phase_end follows the daemon's rounds
+    hooks.sync_seconds = 0.0;
+    hooks.phase_end = [this](std::uint64_t steps) { return streaming_phase_end(steps); };
+    hooks.on_sync = [this](SyncPoint& point) { return hand_out(point); };
+    hooks.on_merge = [this](SyncPoint& point) { return merge(point); };
+    hooks.merge_after = sync_.overlap_steps;
+  }
   return run_training(*trainer_, hooks);
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "inner/protocol/layout.h"
+#include "inner/protocol/streaming_schedule.h"
 
 namespace geoloco::inner::protocol::testing {
 
@@ -52,6 +53,9 @@ void FakeDaemon::handle(Event& event) {
     ++hellos_;
     auto fragments = split_fragments(h->layout, config_.fragments, 0);
     if (!fragments.ok()) return failures_.push_back(fragments.status());
+    if (config_.streaming)
+      for (std::uint32_t f = 0; f < fragments->size(); ++f)
+        (*fragments)[f].next_round = next_round_of_fragment(f, config_.first_round, config_.fragments);
     // A restarted trainer continues at the rounds the daemon is at.
     for (std::size_t f = 0; f < snapshot_.fragments.size() && f < fragments->size(); ++f)
       (*fragments)[f].next_round = snapshot_.fragments[f].desc.next_round;
@@ -71,8 +75,9 @@ void FakeDaemon::handle(Event& event) {
     }
     rec.anchor_after.assign(anchor_.begin() + static_cast<std::ptrdiff_t>(desc.offset),
                             anchor_.begin() + static_cast<std::ptrdiff_t>(desc.offset + desc.length));
-    Status done = server_->complete_sync(s->sync.fragment, rec.anchor_after, s->sync.round + 1,
-                                         s->sync.round >= config_.stop_after_round);
+    const std::uint64_t next = s->sync.round + (config_.streaming ? config_.fragments : 1);
+    Status done =
+        server_->complete_sync(s->sync.fragment, rec.anchor_after, next, s->sync.round >= config_.stop_after_round);
     if (!done.ok()) failures_.push_back(done);
     syncs_.push_back(std::move(rec));
   } else if (auto* l = std::get_if<TrainerLeftEvent>(&event)) {

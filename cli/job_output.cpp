@@ -130,7 +130,10 @@ std::string watch_round_line(const json& round) {
   const auto participants = names(round, "participants");
   const auto late = names(round, "late");
   const std::string sites = format("%zu/%zu", participants.size(), participants.size() + late.size());
-  return format(kWatchColumns, count_text(count(round, "round")).c_str(), sites.c_str(),
+  // Streaming DiLoCo: "12:f2" is round 12, which synced fragment 2.
+  std::string number_text = count_text(count(round, "round"));
+  if (auto fragment = count(round, "fragment")) number_text.append(":f").append(std::to_string(*fragment));
+  return format(kWatchColumns, number_text.c_str(), sites.c_str(),
                 fixed(number(round, "loss"), 4).c_str(), fixed(number(round, "eval_loss"), 4).c_str(),
                 bytes_text(round, "bytes_sent").c_str(), fixed(number(round, "compression_ratio"), 1, "x").c_str(),
                 fixed(number(round, "compute_seconds"), 1).c_str(), fixed(number(round, "waiting_seconds"), 1).c_str(),

@@ -37,7 +37,7 @@ CoordinatorOptions options_of(const JobSpec& job, Millis heartbeat_timeout, cons
   o.quorum.heartbeat_timeout_ms = heartbeat_timeout;
   o.weighting = job.outer.weighting;
   o.straggler = job.outer.straggler;
-  o.stop_after_round = job.stop_rounds.value_or(0);
+  o.stop_after_round = job.last_round().value_or(0);
   o.stop_after_tokens = job.stop_tokens.value_or(0);
   o.tokens_so_far = s.tokens;
   return o;

@@ -15,6 +15,8 @@
 
 #include "common/digest.h"
 #include "daemon/job_trainer.h"
+#include "inner/protocol/layout.h"
+#include "inner/protocol/streaming_schedule.h"
 #include "outer/checkpoint.h"
 #include "outer/outer_optimizer.h"
 #include "transport/allreduce.h"
@@ -92,9 +94,6 @@ std::uint64_t job_id_of(const std::string& name) {
 Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file) {
   GEOLOCO_RETURN_IF(!contains(spec.sites, env.site.name), Err::invalid_argument, "job '", spec.name,
                     "' does not name this site (", env.site.name, ")");
-  GEOLOCO_RETURN_IF(spec.outer.streaming.fragments > 1, Err::invalid_argument, "job '", spec.name,
-                    "': streaming.fragments > 1 is not run by geolocod yet (the simulator runs it: geoloco simulate); "
-                    "use fragments: 1");
   const std::string dir = (fs::path(env.site.data_dir) / "jobs" / spec.name).string();
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -262,7 +261,8 @@ Status JobRun::start() {
   TrainerHostOptions h;
   h.socket_path = sync_socket_path(dir_);
   h.job = spec_.name;
-  h.fragments = 1;
+  h.fragments = spec_.fragments();
+  h.streaming = streaming();
   h.first_round = state_.round + 1;
   h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
   // Only the coordinator's trainer may supply the job's initialization, and
@@ -404,6 +404,14 @@ void JobRun::maybe_ready() {
   }
   const std::uint64_t late = round - phase_->round;
   const auto& straggler = spec_.outer.straggler;
+  if (late > 0 && streaming()) {
+    // Round `round` syncs another fragment: this one can join no round.
+    note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
+             phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
+    if (env_.metrics) (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(phase_->tokens));
+    release_phase(false);
+    return;
+  }
   if ((late > 0 && straggler.policy == outer::StragglerPolicy::drop) || late > straggler.max_rounds_late) {
     note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
              phase_->round, " (", late, " round(s) late, policy ",
@@ -471,21 +479,30 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   plan_participant_ = contains(plan.participants, self());
   aborted_ = false;
   early_commit_.reset();
-  const std::size_t n = state_.anchor.size();
+  auto range = round_range(plan.round);
+  if (!range.ok()) {
+    spdlog::error("[{}] round {}: {}", spec_.name, plan.round, range.status().message());
+    if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", range.status().message())});
+    step_ = Step::idle;
+    co_return;
+  }
+  const std::size_t n = range->length;
+  delta_offset_ = range->offset;
   std::vector<float> input;
   if (plan_participant_) {
     const auto base = host_->anchor();
     const auto replica = phase_->replica;
-    if (base.size() != n || replica.size() != n) {
-      spdlog::error("[{}] the trainer's replica holds {} values, the anchor {}", spec_.name, replica.size(), n);
-      send(spec_.coordinator, AbortMessage{plan.round, "failure: replica size differs from the anchor"});
+    if (base.size() != state_.anchor.size() || replica.size() != n || phase_->offset != delta_offset_) {
+      spdlog::error("[{}] the trainer's replica holds {} values at {}, round {} syncs {} at {} of the anchor's {}",
+                    spec_.name, replica.size(), phase_->offset, plan.round, n, delta_offset_, base.size());
+      send(spec_.coordinator, AbortMessage{plan.round, "failure: the replica does not match the round's values"});
       step_ = Step::idle;
       co_return;
     }
     input.resize(n);
-    for (std::size_t i = 0; i < n; ++i) input[i] = base[i] - replica[i];
+    for (std::size_t i = 0; i < n; ++i) input[i] = base[delta_offset_ + i] - replica[i];
     if (feedback_) {
-      const auto r = feedback_->residual();
+      const auto r = feedback_->residual().subspan(delta_offset_, n);
       residual_backup_.assign(r.begin(), r.end());
     }
   }
@@ -499,24 +516,18 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   request.input = input;
   request.output = delta_;
   request.feedback = plan_participant_ ? feedback_.get() : nullptr;
+  request.feedback_offset = delta_offset_;
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
   auto result = co_await transport::all_reduce(*env_.mesh, request);
 
-  auto undo_residual = [&] {
-    if (feedback_ && !residual_backup_.empty()) {
-      auto r = feedback_->mutable_residual();
-      std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
-    }
-    residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
-  };
   if (done()) co_return;
   if (aborted_ || !result.ok()) {
     if (!aborted_) {
       spdlog::warn("[{}] the exchange of round {} failed: {}", spec_.name, plan.round, result.status().message());
       if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", result.status().message())});
     }
-    undo_residual();
+    restore_residual();
     delta_.clear();
     delta_.shrink_to_fit();
     step_ = Step::idle;
@@ -535,7 +546,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   if (!digest.ok()) {
     spdlog::error("[{}] round {}: {}", spec_.name, plan.round, digest.status().message());
     if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", digest.status().message())});
-    undo_residual();
+    restore_residual();
     step_ = Step::idle;
     co_return;
   }
@@ -555,18 +566,54 @@ float JobRun::clip_scale_of_delta() const {
 }
 
 Result<std::string> JobRun::next_anchor_digest(float scale) const {
+  // The anchor as it will be: the values before and after the round's range
+  // as they are, the range stepped piece by piece on copies.
   StreamingDigest digest;
+  const std::span<const float> all(state_.anchor);
+  const std::size_t n = delta_.size(), at = delta_offset_;
+  GEOLOCO_RETURN_IF(at + n > all.size(), Err::internal, "the round's values [", at, ", ", at + n,
+                    ") lie outside the anchor's ", all.size());
+  digest.update(all.first(at));
   std::vector<float> anchor(kStepChunk), momentum(kStepChunk);
-  const std::size_t n = state_.anchor.size();
   for (std::size_t begin = 0; begin < n; begin += kStepChunk) {
     const std::size_t size = std::min<std::size_t>(kStepChunk, n - begin);
-    std::copy_n(state_.anchor.begin() + static_cast<long>(begin), size, anchor.begin());
-    std::copy_n(state_.momentum.begin() + static_cast<long>(begin), size, momentum.begin());
+    std::copy_n(state_.anchor.begin() + static_cast<long>(at + begin), size, anchor.begin());
+    std::copy_n(state_.momentum.begin() + static_cast<long>(at + begin), size, momentum.begin());
     std::span<float> a(anchor.data(), size), m(momentum.data(), size);
     GEOLOCO_TRY(outer::outer_step(a, m, std::span<const float>(delta_).subspan(begin, size), spec_.outer.outer, scale));
     digest.update(a);
   }
+  digest.update(all.subspan(at + n));
   return digest_hex(digest.value());
+}
+
+Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) const {
+  const std::uint64_t n = state_.anchor.size();
+  if (!streaming()) return inner::protocol::FragmentDesc{0, n, round};
+  // The same cut as the trainer's fragment table (TrainerHost: split_fragments of its layout).
+  inner::protocol::Layout layout;
+  std::uint64_t offset = 0;
+  for (const auto& t : state_.layout) {
+    inner::protocol::TensorDesc d;
+    d.name = t.name;
+    d.shape = t.shape;
+    d.offset = offset;
+    offset += d.size();
+    layout.push_back(std::move(d));
+  }
+  auto table = inner::protocol::split_fragments(layout, spec_.fragments(), round);
+  if (!table.ok())
+    return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
+  GEOLOCO_RETURN_IF(offset != n, Err::internal, "the layout holds ", offset, " values, the anchor ", n);
+  return (*table)[inner::protocol::fragment_of_round(round, spec_.fragments())];
+}
+
+void JobRun::restore_residual() {
+  if (feedback_ && !residual_backup_.empty()) {
+    auto r = feedback_->mutable_residual().subspan(delta_offset_, residual_backup_.size());
+    std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
+  }
+  residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
 }
 
 void JobRun::on_committed(const CommittedMessage& c) {
@@ -594,12 +641,17 @@ void JobRun::apply(const CommittedMessage& c) {
   const float scale = clip_scale_of_delta();
   // A site whose work is not in this round keeps training from the anchor it
   // has: keep that anchor (the base of its late Δ) before the step moves it.
-  if (!plan_participant_ && late_anchor_.empty()) late_anchor_ = state_.anchor;
-  Status stepped = outer::outer_step(state_.anchor, state_.momentum, delta_, spec_.outer.outer, scale);
+  // (With streaming late work is dropped, so no such anchor is needed.)
+  if (!plan_participant_ && late_anchor_.empty() && !streaming()) late_anchor_ = state_.anchor;
+  Status stepped = outer::outer_step(std::span<float>(state_.anchor).subspan(delta_offset_, delta_.size()),
+                                     std::span<float>(state_.momentum).subspan(delta_offset_, delta_.size()), delta_,
+                                     spec_.outer.outer, scale);
   const std::string digest = digest_hex(state_.anchor_digest());
   const auto now = Clock::now();
   RoundRecord r;
   r.round = c.round;
+  r.fragment = inner::protocol::fragment_of_round(c.round, spec_.fragments());
+  r.fragments = spec_.fragments();
   r.participants = plan_.participants;
   r.late = plan_.late;
   r.loss = plan_.loss;
@@ -607,7 +659,7 @@ void JobRun::apply(const CommittedMessage& c) {
   r.bytes_sent = round_bytes_sent_;
   r.bytes_received = round_bytes_received_;
   const double parts = static_cast<double>(plan_.participants.size());
-  const double raw = plan_participant_ ? 4.0 * static_cast<double>(state_.anchor.size()) * 2.0 * (parts - 1) / parts : 0;
+  const double raw = plan_participant_ ? 4.0 * static_cast<double>(delta_.size()) * 2.0 * (parts - 1) / parts : 0;
   r.compression_ratio = round_bytes_sent_ > 0 ? raw / static_cast<double>(round_bytes_sent_) : 0;
   r.compute_seconds = plan_participant_ ? seconds_between(phase_started_, phase_at_) : 0;
   r.waiting_seconds = plan_participant_ ? seconds_between(phase_at_, plan_at_) : 0;
@@ -629,7 +681,8 @@ void JobRun::apply(const CommittedMessage& c) {
   bytes_sent_ += round_bytes_sent_;
   bytes_received_ += round_bytes_received_;
   records_.push_back(r);
-  note(cat("round ", c.round, " committed: ", plan_.participants.size(), " site(s)",
+  note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
+           plan_.participants.size(), " site(s)",
            plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,
            ", sent ", round_bytes_sent_, " bytes, anchor ", digest));
   if (auto* m = env_.metrics) {
@@ -646,7 +699,7 @@ void JobRun::apply(const CommittedMessage& c) {
     (void)m->add("geoloco_tokens_total", job, double(plan_.tokens));
   }
   if (plan_participant_) release_phase(c.final);
-  if (spec_.checkpoint_every_rounds > 0 && c.round % spec_.checkpoint_every_rounds == 0 && !c.final) {
+  if (spec_.checkpoint_every() > 0 && c.round % spec_.checkpoint_every() == 0 && !c.final) {
     if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
   }
   set_state(JobState::running, cat("round ", c.round, " committed"));
@@ -667,11 +720,7 @@ void JobRun::on_abort(const AbortMessage& a) {
     return;
   }
   if (step_ == Step::committing) {
-    if (feedback_ && !residual_backup_.empty()) {
-      auto r = feedback_->mutable_residual();
-      std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
-    }
-    residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
+    restore_residual();
     delta_.clear();
     delta_.shrink_to_fit();
     step_ = Step::idle;

@@ -16,6 +16,14 @@
 // So the anchor and momentum always hold the last committed round: that is
 // what checkpoints save and what STATE_SYNC hands to a (re)joining site.
 //
+// Streaming DiLoCo (streaming.fragments F > 1): round r syncs only fragment
+// fragment_of_round(r, F) (inner/protocol/streaming_schedule.h): Δ, the
+// all-reduce, the outer step and the residual are that fragment's range, the
+// digest is still the whole anchor's. The trainer keeps training while the
+// round runs and merges the fragment τ steps later (geoloco-train). Late
+// work cannot join a later round (that round syncs another fragment), so a
+// late fragment is dropped, logged and counted, under either policy.
+//
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
 // parameter, DESIGN §10) between rounds; during a round also Δ (4) and,
 // with a lossy pipeline, the residual's backup (4) so that an ABORT can undo
@@ -58,6 +66,8 @@ Result<JobState> parse_job_state(std::string_view name);
 /// What one committed round looked like from this site (geoloco watch).
 struct RoundRecord {
   std::uint64_t round = 0;
+  std::uint32_t fragment = 0;      ///< the fragment synced (Streaming DiLoCo; 0: the whole model)
+  std::uint32_t fragments = 1;     ///< the job's F; status shows `fragment` only when > 1
   std::vector<std::string> participants;
   std::vector<std::string> late;
   double loss = 0;                 ///< participants' weighted mean training loss (from the PLAN)
@@ -91,9 +101,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
  public:
   /// Prepares the job's folder (<data_dir>/jobs/<name>: job.yaml, status,
   /// checkpoint, journal, trainer log, eval log). Errors: invalid_argument
-  /// (this site is not in the job; streaming fragments > 1, which geolocod
-  /// does not run yet; a checkpoint of another configuration under the same
-  /// name), io.
+  /// (this site is not in the job; a checkpoint of another configuration
+  /// under the same name), io.
   static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file);
   ~JobRun();
 
@@ -150,6 +159,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void maybe_ready();
   void release_phase(bool stop);
   Result<std::string> next_anchor_digest(float scale) const;
+  /// The values round `round` syncs: the whole model, or with streaming the
+  /// fragment fragment_of_round(round) cut from the layout as the trainer's
+  /// table is. Errors: invalid_argument (a layout that cannot be cut so).
+  Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
+  bool streaming() const { return spec_.fragments() > 1; }
   float clip_scale_of_delta() const;
 
   // STATE_SYNC.
@@ -187,7 +201,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   }
   bool have_state_ = false;
   std::unique_ptr<compression::ErrorFeedback> feedback_;
-  std::vector<float> residual_backup_;
+  std::vector<float> residual_backup_;  ///< the residual's range of plan_.round (at delta_offset_)
+  void restore_residual();
 
   std::optional<InnerPhase> phase_;  ///< the trainer's finished phase, until released
   std::chrono::steady_clock::time_point phase_started_, phase_at_, plan_at_;
@@ -200,7 +215,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool aborted_ = false;
   std::optional<PlanMessage> queued_plan_;
   std::optional<CommittedMessage> early_commit_;
-  std::vector<float> delta_;
+  std::vector<float> delta_;       ///< the averaged Δ of plan_.round's values (delta_offset_ onwards)
+  std::uint64_t delta_offset_ = 0;
   std::string pending_digest_;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
 

@@ -173,6 +173,23 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
   else if (!j.stop_rounds && !j.stop_tokens && doc["stop"].IsMap())
     p.add(doc["stop"], "stop: expected rounds or tokens");
 
+  // How geolocod runs Streaming DiLoCo (README "Streaming"): each round syncs
+  // one fragment after H/F steps, so the phases are counted in steps, and a
+  // fragment's exchange must be merged before the next fragment syncs.
+  if (const auto& st = j.outer.streaming; doc["streaming"] && outer_config.ok()) {
+    const std::uint64_t h = j.outer.inner.steps;
+    if (st.fragments > 1 && j.outer.inner.duration_s > 0)
+      p.add(doc["streaming"], cat("streaming: ", st.fragments, " fragments need inner.steps: a fragment syncs every ",
+                                  "H/F inner steps, and inner.duration does not say how many steps a round has"));
+    else if (st.fragments > 1 && h > 0 && st.overlap_steps > h / st.fragments)
+      p.add(doc["streaming"], cat("streaming: overlap ", st.overlap_steps, " is more than H/F = ", h, "/",
+                                  st.fragments, " = ", h / st.fragments,
+                                  " steps; a fragment's exchange must end before the next fragment syncs"));
+    if ((st.fragments > 1 || st.overlap_steps > 0 || st.alpha > 0) && j.trainer.kind == TrainerSpec::Kind::external)
+      p.add(doc["streaming"], "streaming: fragments > 1, overlap or alpha need the built-in trainer; an external "
+                              "trainer (the Python client) syncs whole rounds");
+  }
+
   if (p.empty() && extra.empty()) return j;
   std::string all = p.empty() ? "" : p.status().message();
   for (const auto& e : extra) all += (all.empty() ? "" : "\n") + e;

@@ -72,6 +72,18 @@ struct JobSpec {
   std::uint64_t checkpoint_every_rounds = 5;
   std::optional<std::uint64_t> stop_rounds;
   std::optional<std::uint64_t> stop_tokens;
+
+  // geolocod's rounds. With streaming.fragments F each round syncs one
+  // fragment (inner/protocol/streaming_schedule.h), so the job file's rounds
+  // (periods of H inner steps, in which every fragment syncs once, as in
+  // geoloco simulate) are F rounds each.
+  std::uint32_t fragments() const { return outer.streaming.fragments; }
+  /// stop.rounds × F; none without stop.rounds.
+  std::optional<std::uint64_t> last_round() const {
+    return stop_rounds ? std::optional<std::uint64_t>(*stop_rounds * fragments()) : std::nullopt;
+  }
+  /// checkpoint.every_rounds × F.
+  std::uint64_t checkpoint_every() const { return checkpoint_every_rounds * fragments(); }
 };
 
 /// Parses and validates a job document. `known_sites`, when not empty, is

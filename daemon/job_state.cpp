@@ -188,6 +188,7 @@ nlohmann::json JobRun::record_json(const RoundRecord& r, const std::map<std::uin
                    {"exchange_seconds", r.exchange_seconds},
                    {"digest", r.digest},
                    {"contributed", r.contributed}};
+  if (r.fragments > 1) j["fragment"] = r.fragment;  // Streaming DiLoCo: the fragment this round synced
   // The eval loss of the anchor this round started from.
   if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
   else j["eval_loss"] = nullptr;
@@ -208,7 +209,8 @@ nlohmann::json JobRun::status() const {
                    {"bytes_received", bytes_received_},
                    {"message", message_},
                    {"rounds", rounds}};
-  j["stop_rounds"] = spec_.stop_rounds ? nlohmann::json(*spec_.stop_rounds) : nlohmann::json(nullptr);
+  j["stop_rounds"] = spec_.last_round() ? nlohmann::json(*spec_.last_round()) : nlohmann::json(nullptr);
+  j["fragments"] = spec_.fragments();
   std::uint64_t tokens = 0;
   for (const auto& r : records_) tokens += r.tokens;
   j["tokens"] = tokens;

@@ -58,6 +58,9 @@ TEST_CASE("a round with nulls, missing or mistyped fields prints dashes") {
   CHECK(watch_round_line(json::parse(R"({"round": "8", "participants": "a", "late": [1, "b"], "loss": "2.5",
                                           "bytes_sent": -1})")) ==
         "    -    0/1         -         -           -        -         -         -         -  b");
+  // Streaming DiLoCo: the round says which fragment it synced.
+  CHECK(watch_round_line(json::parse(R"({"round": 12, "fragment": 2})")) ==
+        "12:f2    0/0         -         -           -        -         -         -         -  -");
   CHECK(watch_round_line(json::parse("[1, 2]")) ==
         "    -    0/0         -         -           -        -         -         -         -  -");
   CHECK(watch_event_line(json::parse(R"({"event": "site c left", "state": "running"})")) == "# site c left");

@@ -80,3 +80,51 @@ TEST_CASE("a malformed job file is refused with its line and column") {
   CHECK(j.status().message().find("tests/data/syntax-error.yaml:3:") == 0);
   CHECK(load_job_file("tests/data/missing.yaml").status().code() == Err::io);
 }
+
+TEST_CASE("a streaming job counts F rounds per period; geolocod's streaming rules are named") {
+  const std::string base = R"(name: s
+sites: [a, b]
+coordinator: a
+trainer: {model: gpt, layers: 2}
+inner: {steps: 12}
+checkpoint: {every_rounds: 2}
+stop: {rounds: 5}
+)";
+  auto j = parse(base + "streaming: {fragments: 3, overlap: 2, alpha: 0.5}\n", {"a", "b"});
+  INFO(j.status().message());
+  REQUIRE(j.ok());
+  CHECK(j->fragments() == 3);
+  CHECK(j->last_round() == 15u);  // every fragment syncs 5 times
+  CHECK(j->checkpoint_every() == 6u);
+
+  auto plain = parse(base, {"a", "b"});
+  REQUIRE(plain.ok());
+  CHECK(plain->last_round() == 5u);
+  CHECK(plain->checkpoint_every() == 2u);
+
+  auto overlap = parse(base + "streaming: {fragments: 3, overlap: 5}\n", {"a", "b"});
+  REQUIRE_FALSE(overlap.ok());
+  CHECK_THAT(overlap.status().message(),
+             Catch::Contains("job.yaml:8:12: streaming: overlap 5 is more than H/F = 12/3 = 4 steps"));
+
+  auto timed = parse(R"(name: s
+sites: [a, b]
+coordinator: a
+inner: {duration: 30s}
+streaming: {fragments: 2}
+stop: {rounds: 5}
+)", {"a", "b"});
+  REQUIRE_FALSE(timed.ok());
+  CHECK_THAT(timed.status().message(), Catch::Contains("2 fragments need inner.steps"));
+
+  auto external = parse(R"(name: s
+sites: [a, b]
+coordinator: a
+trainer: {kind: external}
+inner: {steps: 12}
+streaming: {fragments: 1, alpha: 0.3}
+stop: {rounds: 5}
+)", {"a", "b"});
+  REQUIRE_FALSE(external.ok());
+  CHECK_THAT(external.status().message(), Catch::Contains("need the built-in trainer"));
+}

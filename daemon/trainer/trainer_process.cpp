@@ -128,6 +128,8 @@ Status TrainerProcessOptions::validate() const {
                     site_shard, " must be below site_shards ", site_shards);
   GEOLOCO_RETURN_IF(workers == 0, Err::invalid_argument, "trainer: workers must be at least 1");
   GEOLOCO_RETURN_IF(!(lr >= 0), Err::invalid_argument, "trainer: lr must be >= 0 (0: the trainer's default)");
+  GEOLOCO_RETURN_IF(!(alpha >= 0 && alpha <= 1), Err::invalid_argument,
+                    "trainer: alpha (streaming's merge weight of the local replica) must be in [0, 1], got ", alpha);
   GEOLOCO_RETURN_IF(layers < 0 || width < 0 || heads < 0 || context < 0, Err::invalid_argument,
                     "trainer: model sizes must be >= 0 (0: the trainer's default)");
   GEOLOCO_RETURN_IF(max_restarts < 0 || stop_grace_ms < 0 || healthy_after_ms < 0, Err::invalid_argument,
@@ -163,6 +165,9 @@ std::vector<std::string> trainer_arguments(const TrainerProcessOptions& o) {
   } else {
     add("--sync-every", std::to_string(o.sync_every));
   }
+  // Only when set: a plain DiLoCo job's command line stays what it was.
+  if (o.overlap_steps > 0) add("--overlap", std::to_string(o.overlap_steps));
+  if (o.alpha > 0) add("--alpha", number(o.alpha));
   if (o.weight_decay) add("--weight-decay", number(*o.weight_decay));
   if (o.clip) add("--clip", number(*o.clip));
   if (!o.eval_log.empty()) add("--eval-log", o.eval_log);

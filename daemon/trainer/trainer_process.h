@@ -57,6 +57,8 @@ struct TrainerProcessOptions {
   std::uint64_t sync_every = 1;           ///< --sync-every: H, inner steps per round, >= 1 (unless sync_seconds)
   double sync_seconds = 0;                ///< --sync-seconds: time-based rounds instead (inner.duration); 0 = off
   std::uint64_t min_steps = 0;            ///< --min-steps with sync_seconds (0: the trainer's default)
+  std::uint64_t overlap_steps = 0;        ///< --overlap: Streaming DiLoCo's τ, inner steps a fragment's exchange overlaps
+  double alpha = 0;                       ///< --alpha: Streaming DiLoCo's α in [0, 1], the local replica's merge weight
   std::optional<double> weight_decay;     ///< --weight-decay: AdamW decoupled weight decay
   std::optional<double> clip;             ///< --clip: global gradient-norm bound, 0 = off
   std::string eval_log;                   ///< --eval-log: the trainer evaluates every anchor into this file
@@ -83,7 +85,8 @@ struct TrainerProcessOptions {
   std::function<void(const Status&)> on_give_up;
 
   /// Errors: invalid_argument naming the rule (empty program, socket or job,
-  /// sync_every 0, site_shard >= site_shards, workers 0, negative times).
+  /// sync_every 0, site_shard >= site_shards, workers 0, negative times,
+  /// alpha outside [0, 1]).
   Status validate() const;
 };
 

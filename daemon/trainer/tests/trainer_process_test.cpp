@@ -325,6 +325,22 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
       "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3"};
   CHECK(trainer_arguments(mlp) == want_mlp);
 
+  // Streaming DiLoCo's τ and α, after the round flags; absent while 0 (above).
+  TrainerProcessOptions streaming = mlp;
+  streaming.overlap_steps = 5;
+  streaming.alpha = 0.25;
+  const std::vector<std::string> want_streaming{
+      "/opt/geoloco/bin/geoloco-train", "--model", "mlp", "--hidden", "256", "128", "--steps", "1000", "--batch", "8",
+      "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--overlap", "5", "--alpha", "0.25", "--site-shard", "1",
+      "--site-shards", "3"};
+  REQUIRE(streaming.validate().ok());
+  CHECK(trainer_arguments(streaming) == want_streaming);
+  for (double alpha : {-0.5, 1.5, std::nan("")}) {
+    streaming.alpha = alpha;
+    CHECK_THAT(streaming.validate().message(), Catch::Contains("alpha (streaming's merge weight of the local replica) "
+                                                               "must be in [0, 1]"));
+  }
+
   TrainerProcessOptions bad = o;
   bad.sync_every = 0;
   CHECK_THAT(bad.validate().message(), Catch::Contains("sync_every"));

@@ -6,6 +6,8 @@
 //   --sync-seconds   time-based rounds; a slowed trainer (GEOLOCO_TRAIN_STEP_DELAY_MS)
 //                    takes fewer steps per round, never fewer than --min-steps;
 //                    with 2 workers every SYNC counts whole steps of both
+//   --overlap/--alpha Streaming DiLoCo against a daemon numbering rounds as
+//                    geolocod does (F = 3): SYNC order, tokens; refusals
 //   refusals         exclusive flags, a bad fault-injection value
 // Skipped, visibly, without the dataset-fashion-mnist package.
 #include <catch2/catch.hpp>
@@ -123,11 +125,12 @@ pt::FakeDaemonConfig daemon_config(std::uint64_t stop_after_round) {
   return c;
 }
 
-// A small mlp on Fashion-MNIST, synced with the fake daemon at `socket` (whose rounds start at 0).
-std::vector<std::string> base_args(const std::string& socket) {
-  return {"--model",      "mlp", "--hidden",      "32", "--batch",       std::to_string(kBatch),
-          "--eval-limit", "300", "--seed",        "3",  "--sync-socket", socket,
-          "--job",        kJob,  "--first-round", "0",  "--timeout-ms",  "30000"};
+// A small mlp on Fashion-MNIST, synced with the fake daemon at `socket` (whose rounds start at 0,
+// or at `first_round` in its streaming mode).
+std::vector<std::string> base_args(const std::string& socket, const std::string& first_round = "0") {
+  return {"--model",      "mlp", "--hidden",      "32",        "--batch",       std::to_string(kBatch),
+          "--eval-limit", "300", "--seed",        "3",         "--sync-socket", socket,
+          "--job",        kJob,  "--first-round", first_round, "--timeout-ms",  "30000"};
 }
 
 std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -293,4 +296,60 @@ TEST_CASE("geoloco-train refuses exclusive round flags and a bad step delay", "[
                              {"GEOLOCO_TRAIN_STEP_DELAY_MS=20ms"});
   CHECK(bad.code == 1);
   CHECK_THAT(bad.output, Catch::Contains("GEOLOCO_TRAIN_STEP_DELAY_MS='20ms' is not a whole number of milliseconds"));
+}
+
+// base_args with geolocod's round numbering (the first round is 1), as the streaming fake daemon counts.
+std::vector<std::string> streaming_args(const std::string& socket) { return base_args(socket, "1"); }
+
+TEST_CASE("geoloco-train --overlap --alpha: streaming rounds 1/1, 2/2, 3/0, ... with a daemon of 3 fragments",
+          "[train-cli][streaming]") {
+  if (!have_fashion_mnist()) return;
+  auto path = pt::temp_socket_path("cli-stream");
+  pt::FakeDaemonConfig config = daemon_config(6);
+  config.fragments = 3;
+  config.streaming = true;
+  config.first_round = 1;
+  pt::FakeDaemon daemon(open_server(path), config);
+  const Proc p = run_train(streaming_args(path) + std::vector<std::string>{"--steps", "100000", "--sync-every", "6",
+                                                                           "--overlap", "1", "--alpha", "0.5",
+                                                                           "--workers", "2"});
+  INFO(p.output);
+  REQUIRE(p.code == 0);
+  CHECK_THAT(p.output, Catch::Contains("streaming: 3 fragment(s), one per round, overlap 1 step(s), alpha 0.5"));
+  CHECK_THAT(p.output, Catch::Contains("round 6 merged at step 13; next sync: round 7; the daemon says stop"));
+  const auto syncs = daemon.syncs();
+  REQUIRE(syncs.size() == 6);
+  for (std::size_t i = 0; i < syncs.size(); ++i) {
+    CHECK(syncs[i].sync.round == i + 1);
+    CHECK(syncs[i].sync.fragment == (i + 1) % 3);
+    CHECK(syncs[i].sync.tokens == 2 * 2 * kBatch);  // 2 steps of 2 workers since the previous SYNC
+  }
+  CHECK(daemon.refusals().empty());
+}
+
+TEST_CASE("geoloco-train refuses --overlap beyond the shortest phase, a bad --alpha, and both without a daemon",
+          "[train-cli][streaming]") {
+  if (!have_fashion_mnist()) return;
+  auto path = pt::temp_socket_path("cli-stream-refuse");
+  pt::FakeDaemonConfig config = daemon_config(6);
+  config.fragments = 3;
+  config.streaming = true;
+  pt::FakeDaemon daemon(open_server(path), config);
+  const Proc long_overlap =
+      run_train(streaming_args(path) + std::vector<std::string>{"--sync-every", "6", "--overlap", "3"});
+  CHECK(long_overlap.code == 1);
+  CHECK_THAT(long_overlap.output, Catch::Contains("--overlap 3 is longer than the smallest phase (H/F = 6/3 = 2 "
+                                                  "steps): one fragment in flight at a time"));
+  CHECK(daemon.syncs().empty());
+
+  const std::string socket = "/tmp/geoloco-train-cli-nobody.sock";  // refused before connecting
+  const Proc bad_alpha = run_train(base_args(socket) + std::vector<std::string>{"--sync-every", "6", "--alpha", "2"});
+  CHECK(bad_alpha.code == 1);
+  CHECK_THAT(bad_alpha.output, Catch::Contains("--alpha must be in [0, 1]"));
+  const Proc timed = run_train(base_args(socket) + std::vector<std::string>{"--sync-seconds", "1", "--overlap", "1"});
+  CHECK(timed.code == 1);
+  CHECK_THAT(timed.output, Catch::Contains("--overlap and --alpha need step-based phases"));
+  const Proc no_daemon = run_train({"--model", "mlp", "--overlap", "1"});
+  CHECK(no_daemon.code == 1);
+  CHECK_THAT(no_daemon.output, Catch::Contains("--overlap needs --sync-socket"));
 }

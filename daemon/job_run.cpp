@@ -488,10 +488,10 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   }
   const std::size_t n = range->length;
   delta_offset_ = range->offset;
-  std::vector<float> input;
+  std::span<const float> base, replica;  // Δ = base − replica, made chunk by chunk by the all-reduce
   if (plan_participant_) {
-    const auto base = host_->anchor();
-    const auto replica = phase_->replica;
+    base = host_->anchor();
+    replica = phase_->replica;
     if (base.size() != state_.anchor.size() || replica.size() != n || phase_->offset != delta_offset_) {
       spdlog::error("[{}] the trainer's replica holds {} values at {}, round {} syncs {} at {} of the anchor's {}",
                     spec_.name, replica.size(), phase_->offset, plan.round, n, delta_offset_, base.size());
@@ -499,8 +499,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
       step_ = Step::idle;
       co_return;
     }
-    input.resize(n);
-    for (std::size_t i = 0; i < n; ++i) input[i] = base[delta_offset_ + i] - replica[i];
+    base = base.subspan(delta_offset_, n);
     if (feedback_) {
       const auto r = feedback_->residual().subspan(delta_offset_, n);
       residual_backup_.assign(r.begin(), r.end());
@@ -513,7 +512,8 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   request.weights = plan.weights;
   request.observers = plan.late;
   request.pipeline = spec_.compression;
-  request.input = input;
+  request.input = replica;
+  request.input_base = base;
   request.output = delta_;
   request.feedback = plan_participant_ ? feedback_.get() : nullptr;
   request.feedback_offset = delta_offset_;

@@ -25,11 +25,14 @@
 // late fragment is dropped, logged and counted, under either policy.
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
-// parameter, DESIGN §10) between rounds; during a round also Δ (4) and,
-// with a lossy pipeline, the residual's backup (4) so that an ABORT can undo
-// the encode. A straggler also keeps the anchor its trainer started from (4),
-// the base of its late Δ, until that work is in; the trainer host keeps no
-// copy of its own (it reads trainer_anchor()).
+// parameter, DESIGN §10) between rounds; during a round also the averaged Δ
+// (4) and, with a lossy pipeline, the residual's backup (4) so that an ABORT
+// can undo the encode (streaming: of the round's fragment only). This site's
+// own Δ = anchor − replica is never whole: the all-reduce makes it one chunk
+// at a time (AllReduceRequest::input_base). A straggler also keeps the
+// anchor its trainer started from (4), the base of its late Δ, until that
+// work is in; the trainer host keeps no copy of its own (it reads
+// trainer_anchor()).
 #pragma once
 
 #include <asio/any_io_executor.hpp>

@@ -50,6 +50,8 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
                     ") is not among the participants");
   GEOLOCO_RETURN_IF(!(observer && r.input.empty()) && r.input.size() != r.output.size(), Err::invalid_argument,
                     "all-reduce: input has ", r.input.size(), " values, output ", r.output.size());
+  GEOLOCO_RETURN_IF(!r.input_base.empty() && r.input_base.size() != r.input.size(), Err::invalid_argument,
+                    "all-reduce: input_base has ", r.input_base.size(), " values, input ", r.input.size());
   if (r.feedback != nullptr)
     GEOLOCO_RETURN_IF(r.feedback_offset > r.feedback->residual().size() ||
                           r.feedback->residual().size() - r.feedback_offset < r.input.size(),
@@ -184,6 +186,13 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
     Buffer out = mesh_.pool().acquire(pipeline_.max_encoded_size(range.size));
     auto values = r_.input.subspan(range.begin, range.size);
+    if (!r_.input_base.empty()) {
+      // The contribution is base − input: made here, one chunk at a time.
+      difference_.resize(range.size);
+      const auto base = r_.input_base.subspan(range.begin, range.size);
+      for (std::size_t i = 0; i < range.size; ++i) difference_[i] = base[i] - values[i];
+      values = difference_;
+    }
     auto size = r_.feedback ? r_.feedback->encode(pipeline_, r_.feedback_offset + range.begin, values, out, seed(me_, j, c, 1))
                             : pipeline_.encode(values, out, seed(me_, j, c, 1));
     if (!size.ok()) {
@@ -333,6 +342,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::size_t n_parts_ = 0;
   std::size_t me_ = 0;
   std::uint64_t chunk_ = 0;
+  std::vector<float> difference_;  // one chunk of input_base − input
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
   bool observer_ = false;

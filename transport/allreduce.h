@@ -42,6 +42,10 @@ struct AllReduceRequest {
   std::vector<std::string> observers;
   compression::PipelineSpec pipeline;     ///< the job's codec chain ({} = raw fp32)
   std::span<const float> input;           ///< this site's contribution (empty for an observer)
+  /// When set (as long as `input`): the contribution is input_base − input,
+  /// computed one chunk at a time as it is encoded, so the caller never
+  /// holds it whole (geolocod: Δ = anchor − replica, DESIGN §3's memory bound).
+  std::span<const float> input_base;
   std::span<float> output;                ///< receives the weighted average
   compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
   /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo

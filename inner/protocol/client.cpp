@@ -96,7 +96,8 @@ Result<ResultMsg> Client::accept_result(const ResultMsg& r) {
     GEOLOCO_RETURN_IF(!init_pending_, Err::malformed, "the daemon sent a RESULT for all fragments without an INIT");
     init_pending_ = false;
     anchor_ready_ = true;
-    for (auto& f : fragments_) f.next_round = r.next_round;
+    // The fragment table stays as WELCOME said: with Streaming DiLoCo each
+    // fragment has its own next round, which an INIT does not change.
   } else {
     GEOLOCO_RETURN_IF(r.fragment >= fragments_.size() || !in_flight_[r.fragment], Err::malformed,
                       "the daemon sent a RESULT for fragment ", r.fragment, ", which is not being synchronized");

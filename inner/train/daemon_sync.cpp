@@ -30,25 +30,25 @@ Result<std::unique_ptr<DaemonSync>> DaemonSync::connect(const std::string& socke
 }
 
 DaemonSync::DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms)
-    : client_(std::move(client)), timeout_ms_(timeout_ms) {
-  for (const auto& f : client_->fragments()) next_rounds_.push_back(f.next_round);
+    : client_(std::move(client)), timeout_ms_(timeout_ms) {}
+
+std::vector<std::uint64_t> DaemonSync::next_rounds() const {
+  std::vector<std::uint64_t> rounds;
+  for (const auto& f : client_->fragments()) rounds.push_back(f.next_round);
+  return rounds;
 }
 
-std::uint64_t DaemonSync::next_round() const { return sync_round(next_rounds_); }
+std::uint64_t DaemonSync::next_round() const { return sync_round(next_rounds()); }
 
 Status DaemonSync::hand_over_initial() { return client_->send_initial(timeout_ms_); }
 
-Result<protocol::ResultMsg> DaemonSync::wait_result() {
-  auto result = client_->wait_result(timeout_ms_);
-  if (result.ok() && result->fragment < next_rounds_.size()) next_rounds_[result->fragment] = result->next_round;
-  return result;
-}
+Result<protocol::ResultMsg> DaemonSync::wait_result() { return client_->wait_result(timeout_ms_); }
 
 Status DaemonSync::sync(SyncPoint& point) {
   // The replica already lives in the segment (training runs in place).
   const auto fragments = static_cast<std::uint32_t>(client_->fragments().size());
   for (std::uint32_t f = 0; f < fragments; ++f)
-    GEOLOCO_TRY(client_->sync(next_rounds_[f], f, point.work_units, point.mean_loss));
+    GEOLOCO_TRY(client_->sync(client_->next_round(f), f, point.work_units, point.mean_loss));
   for (std::uint32_t f = 0; f < fragments; ++f) {
     auto result = wait_result();
     if (!result.ok()) return result.status();
@@ -63,7 +63,7 @@ Result<std::vector<std::uint32_t>> DaemonSync::hand_out(std::span<const float> r
   GEOLOCO_RETURN_IF(!in_flight_.empty(), Err::internal, "fragment ", in_flight_.front(),
                     " is still in flight; it must be merged before the next sync");
   const std::uint64_t round = next_round();
-  for (std::uint32_t f : fragments_due(next_rounds_)) {
+  for (std::uint32_t f : fragments_due(next_rounds())) {
     // The daemon reads the segment; the trainer's own copy keeps training.
     const auto& desc = client_->fragments()[f];
     auto values = replica.subspan(desc.offset, desc.length);

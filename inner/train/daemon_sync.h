@@ -65,20 +65,18 @@ class DaemonSync {
   /// The round the trainer syncs next: the smallest next round of the
   /// table (plain: every fragment's, they are equal).
   std::uint64_t next_round() const;
-  /// Each fragment's next round.
-  const std::vector<std::uint64_t>& next_rounds() const { return next_rounds_; }
+  /// Each fragment's next round (the client's table: WELCOME's, then each RESULT's).
+  std::vector<std::uint64_t> next_rounds() const;
   /// The WELCOME's fragment table (offsets, lengths, next rounds).
   const std::vector<protocol::FragmentDesc>& fragments() const { return client_->fragments(); }
 
  private:
   DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms);
-  /// Waits for one RESULT and records its fragment's next round.
   Result<protocol::ResultMsg> wait_result();
 
   std::unique_ptr<protocol::Client> client_;
   int timeout_ms_;
   std::uint64_t syncs_ = 0;
-  std::vector<std::uint64_t> next_rounds_;
   std::vector<std::uint32_t> in_flight_;
 };
 

@@ -328,7 +328,8 @@ class SyncClient:
                 raise SyncError("malformed", "a RESULT for all fragments without an INIT")
             self._init_pending = False
             self.anchor_ready = True
-            self.fragments = [f._replace(next_round=r.next_round) for f in self.fragments]
+            # The fragment table stays as WELCOME said (with streaming each
+            # fragment has its own next round, which INIT does not change).
         else:
             if not (0 <= r.fragment < len(self.fragments)) or not self._in_flight[r.fragment]:
                 raise SyncError("malformed", "a RESULT for fragment %d, which is not being synchronized" % r.fragment)

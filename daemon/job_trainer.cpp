@@ -45,6 +45,10 @@ Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const 
     o.sync_seconds = job.outer.inner.duration_s;
     o.min_steps = job.outer.inner.min_steps;
   }
+  // Streaming DiLoCo: the trainer overlaps each fragment's exchange with τ
+  // steps and merges with α (the fragments come with its WELCOME).
+  o.overlap_steps = job.outer.streaming.overlap_steps;
+  o.alpha = job.outer.streaming.alpha;
   o.weight_decay = job.inner.weight_decay;
   o.clip = job.inner.clip;
   o.eval_log = (std::filesystem::path(paths.job_dir) / "eval.jsonl").string();

@@ -96,6 +96,23 @@ TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
   CHECK(std::find(a.begin(), a.end(), "--sync-every") == a.end());
 }
 
+TEST_CASE("a streaming job's overlap and alpha go to the trainer") {
+  auto j = parse_job_yaml(YAML::Load("name: s\nsites: [site-a, site-b]\ncoordinator: site-a\ntrainer: {model: mlp}\n"
+                                     "inner: {steps: 12}\nstreaming: {fragments: 3, overlap: 2, alpha: 0.25}\n"
+                                     "stop: {rounds: 5}\n"),
+                          "job.yaml");
+  REQUIRE(j.ok());
+  auto o = builtin_trainer_options(*j, "site-b", {"x", "/j", {}});
+  REQUIRE(o.ok());
+  CHECK(o->overlap_steps == 2);
+  CHECK(o->alpha == 0.25);
+  CHECK(o->sync_every == 12);
+  CHECK(o->steps == 5 * 12 + 12);  // stop.rounds counts periods of H steps
+  const auto a = trainer_arguments(*o);
+  CHECK(*(std::find(a.begin(), a.end(), "--overlap") + 1) == "2");
+  CHECK(*(std::find(a.begin(), a.end(), "--alpha") + 1) == "0.25");
+}
+
 TEST_CASE("no trainer options for an external trainer or a stranger site") {
   CHECK(builtin_trainer_options(job("{kind: external}"), "site-a", {"x", "/j", {}}).status().message() ==
         "job 'demo' has an external trainer: the daemon starts none, it waits for one to attach");

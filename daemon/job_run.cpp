@@ -479,6 +479,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   plan_participant_ = contains(plan.participants, self());
   aborted_ = false;
   early_commit_.reset();
+  adopt_trainer_layout();
   auto range = round_range(plan.round);
   if (!range.ok()) {
     spdlog::error("[{}] round {}: {}", spec_.name, plan.round, range.status().message());
@@ -606,6 +607,16 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
     return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
   GEOLOCO_RETURN_IF(offset != n, Err::internal, "the layout holds ", offset, " values, the anchor ", n);
   return (*table)[inner::protocol::fragment_of_round(round, spec_.fragments())];
+}
+
+void JobRun::adopt_trainer_layout() {
+  // A site that got its state before its trainer said HELLO knows only the
+  // number of values; the trainer's layout names the tensors (checkpoints,
+  // and the fragments of a streaming round, need them).
+  const inner::protocol::Layout pinned = host_ ? host_->snapshot().layout : inner::protocol::Layout();
+  if (state_.layout.size() >= pinned.size() || pinned.empty()) return;
+  auto layout = outer_layout(pinned, state_.anchor.size());
+  if (outer::total_size(layout) == state_.anchor.size()) state_.layout = std::move(layout);
 }
 
 void JobRun::restore_residual() {

@@ -7,9 +7,9 @@ copies, not the shared segment it shares with the trainer) every 20 ms.
 Prints, per site, the private memory before the job, after it (between
 rounds: anchor, momentum, residual) and at its peak (during a round), in
 bytes per parameter next to the bounds: 12 between rounds (DESIGN §10), 20
-during a round with a lossy pipeline (12 + Δ + the residual's backup) plus
-the all-reduce's input Δ_s (4). Also the STATE_SYNC rate of the second
-site's join.
+during a round with a lossy pipeline (12 + the averaged Δ + the residual's
+backup; the all-reduce makes the site's own Δ_s one chunk at a time).
+Also the STATE_SYNC rate of the second site's join.
 
     /usr/bin/python3 bench/daemon_memory.py [--params N] [--rounds R] [--build DIR] [--json]
 
@@ -152,9 +152,9 @@ stop: {{rounds: {args.rounds}}}
           f"{'ratio':>6} {'after the job':>14}")
     for n, r in result["sites"].items():
         b, pk, af = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"], r["after_job_bytes_per_param"]
-        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {24:6} {pk / 24:6.2f} {af:10.2f} B/p")
-    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 24 during a round "
-          "(+ the all-reduce's input Δ_s, the averaged Δ, the residual's backup)")
+        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {20:6} {pk / 20:6.2f} {af:10.2f} B/p")
+    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 20 during a round "
+          "(+ the averaged Δ and the residual's backup; Δ_s is made one chunk at a time)")
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ stop: {{rounds: {args.rounds}}}
     if args.json:
         print(json.dumps(result))
         return
-    print(f"daemon private memory (RssAnon) for a job of {P:,} parameters, q8+zstd, {args.rounds} rounds:")
+    print(f"daemon private memory (RssAnon) for a job of {P:,} parameters, {'raw fp32' if args.raw else 'q8+zstd'}, {args.rounds} rounds:")
     print(f"{'site':8} {'between rounds':>16} {'bound':>6} {'ratio':>6} {'peak (in a round)':>18} {'bound':>6} "
           f"{'ratio':>6} {'after the job':>14}")
     for n, r in result["sites"].items():

@@ -87,4 +87,11 @@ if(NOT GEOLOCO_SANITIZE)
                    ${CMAKE_BINARY_DIR} ${CPACK_PACKAGE_NAME} ${CPACK_PACKAGE_VERSION} ${_geoloco_pkg_geolocod}
                    ${_geoloco_pkg_program_files})
   set_tests_properties(packaging_deb PROPERTIES TIMEOUT 120 LABELS packaging)
+
+  # Opt-in (label "install": scripts/test.sh --install): apt-get installs the
+  # package on this machine, runs the installed daemon, then purges it.
+  add_test(NAME packaging_install_deb
+           COMMAND sh ${PROJECT_SOURCE_DIR}/packaging/tests/install_deb.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(packaging_install_deb PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS install
+                       RESOURCE_LOCK system_packages)
 endif()

@@ -5,15 +5,19 @@
 #
 #   scripts/test.sh            the suite (what CI runs)
 #   scripts/test.sh --long     also the opt-in long suites (label "long")
+#   scripts/test.sh --install  also installs the .deb on this machine with apt,
+#                              runs it and purges it (label "install"; root)
 # Environment: JOBS (parallel build jobs, default: number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 long=0
+install=0
 for arg in "$@"; do
   case "$arg" in
     --long) long=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --install) install=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +41,12 @@ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DGEOLOCO_SANITIZE=ON -DGE
 cmake --build build-sanitize -j "$jobs" --target geoloco_sanitize_tests
 
 echo "== tests"
-exclude=(-LE long)
-[ "$long" = 1 ] && exclude=()
+# ctest -LE takes a regular expression of the labels to leave out.
+left_out=()
+[ "$long" = 1 ] || left_out+=(long)
+[ "$install" = 1 ] || left_out+=(install)
+exclude=()
+[ ${#left_out[@]} -gt 0 ] && exclude=(-LE "^($(IFS='|'; echo "${left_out[*]}"))\$")
 status=0
 ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}" || status=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

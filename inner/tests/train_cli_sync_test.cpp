@@ -27,12 +27,14 @@
 #include <thread>
 
 #include "inner/data/fashion_mnist.h"
+#include "inner/tests/temp_files.h"
 #include "inner/protocol/tests/test_daemon.h"
 
 extern char** environ;
 
 using namespace geoloco;
 namespace pt = geoloco::inner::protocol::testing;
+using geoloco::inner::testing::TempDir;
 
 namespace {
 
@@ -138,19 +140,6 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
   return a;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    static int n = 0;
-    path = (std::filesystem::temp_directory_path() /
-            ("geoloco-train-cli-dir-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
-               .string();
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 // Steps per SYNC, from its tokens (samples over all workers).
 std::vector<std::uint64_t> phase_steps(const pt::FakeDaemon& d, std::uint64_t workers) {
   std::vector<std::uint64_t> steps;
@@ -167,7 +156,7 @@ TEST_CASE("geoloco-train --eval-log: a JSON line per anchor, rounds 0..R, finite
   if (!have_fashion_mnist()) return;
   auto path = pt::temp_socket_path("cli-log");
   pt::FakeDaemon daemon(open_server(path), daemon_config(2));  // rounds 0, 1, 2; the last RESULT says stop
-  TempDir dir;
+  TempDir dir("geoloco-train-cli-dir");
   const std::string log = dir.path + "/eval.jsonl";
   const Proc p = run_train(base_args(path) +
                            std::vector<std::string>{"--steps", "100000", "--sync-every", "10", "--eval-log", log});
@@ -212,7 +201,7 @@ TEST_CASE("geoloco-train --state-dir: a binary restarted between rounds continue
 
     auto path_b = pt::temp_socket_path("cli-b");
     pt::FakeDaemon restarted(open_server(path_b), daemon_config(3));
-    TempDir state;
+    TempDir state("geoloco-train-cli-dir");
     const auto with_state = base_args(path_b) + schedule + std::vector<std::string>{"--state-dir", state.path};
     const Proc b1 = run_train(with_state + std::vector<std::string>{"--steps", "20"});  // rounds 0, 1, then it ends
     INFO(b1.output);

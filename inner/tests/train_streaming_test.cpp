@@ -33,12 +33,14 @@
 #include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/tests/temp_files.h"
 #include "inner/train/inner_state.h"
 #include "inner/train/streaming.h"
 #include "inner/train/synced_training.h"
 
 using namespace geoloco;
 using namespace geoloco::inner;
+using namespace geoloco::inner::testing;
 namespace pt = geoloco::inner::protocol::testing;
 
 namespace {
@@ -184,35 +186,6 @@ std::span<const float> part(const std::vector<float>& v, const protocol::Fragmen
   return std::span<const float>(v).subspan(f.offset, f.length);
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    static int n = 0;
-    path = (std::filesystem::temp_directory_path() /
-            ("geoloco-train-streaming-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
-               .string();
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line);
-  return lines;
-}
-
-// The number after "key": in one eval log line (the format is fixed by eval_log_line).
-std::string field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  const auto at = line.find(k);
-  if (at == std::string::npos) return "";
-  const auto begin = at + k.size();
-  return line.substr(begin, line.find_first_of(",}", begin) - begin);
-}
-
 // Checks one whole streaming run of rounds 1..6 (two periods) with overlap τ
 // and weight α against what the fake daemon saw.
 void check_streaming_run(std::uint64_t overlap, double alpha) {
@@ -222,7 +195,7 @@ void check_streaming_run(std::uint64_t overlap, double alpha) {
   const auto table = fragment_table(o);
   auto path = pt::temp_socket_path("stream");
   pt::FakeDaemon daemon(open_server(path), streaming_daemon(6));  // the RESULT of round 6 says stop
-  TempDir dir;
+  TempDir dir("geoloco-train-streaming");
   SyncedOptions s = streaming_options(path, overlap, alpha);
   s.eval_log = dir.path + "/eval.jsonl";
   s.state_dir = dir.path + "/inner";

@@ -27,6 +27,7 @@
 #include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/tests/temp_files.h"
 #include "inner/train/eval_log.h"
 #include "inner/train/fault_injection.h"
 #include "inner/train/inner_state.h"
@@ -34,6 +35,7 @@
 
 using namespace geoloco;
 using namespace geoloco::inner;
+using namespace geoloco::inner::testing;
 namespace pt = geoloco::inner::protocol::testing;
 
 namespace {
@@ -116,34 +118,6 @@ Finished train_once(const TrainOptions& o, const SyncedOptions& s, std::shared_p
   return {*report, (*run)->welcome_round(), (*run)->resume_step(), (*run)->state_loaded(), out.str()};
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    static int n = 0;
-    path = (std::filesystem::temp_directory_path() /
-            ("geoloco-train-sync-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
-               .string();
-    std::filesystem::remove_all(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line);
-  return lines;
-}
-
-// The number after "key": in one eval log line (the format is fixed by eval_log_line).
-std::string field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  const auto at = line.find(k);
-  if (at == std::string::npos) return "";
-  const auto begin = at + k.size();
-  return line.substr(begin, line.find_first_of(",}", begin) - begin);
-}
-
 }  // namespace
 
 TEST_CASE("a trainer resumed at step 2H takes the step an uninterrupted one takes at 2H+1", "[train][resume]") {
@@ -210,7 +184,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
   // Rounds 0..3 without interruption.
   auto path_a = pt::temp_socket_path("train-a");
   pt::FakeDaemon uninterrupted(open_server(path_a), daemon_config(3));
-  TempDir state_a;
+  TempDir state_a("geoloco-train-sync", /*create=*/false);
   SyncedOptions sa = synced_options(path_a);
   sa.state_dir = state_a.path;
   const Finished a = train_once(o, sa, data);
@@ -220,7 +194,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
   // Rounds 0..1, the trainer ends (its --steps run out: what a kill right after the save leaves), a new one does 2..3.
   auto path_b = pt::temp_socket_path("train-b");
   pt::FakeDaemon restarted(open_server(path_b), daemon_config(3));
-  TempDir state_b;
+  TempDir state_b("geoloco-train-sync", /*create=*/false);
   SyncedOptions sb = synced_options(path_b);
   sb.state_dir = state_b.path;
   TrainOptions first = o;
@@ -274,7 +248,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
 }
 
 TEST_CASE("the inner state file: round trip, damage and another round refused", "[train][state]") {
-  TempDir dir;
+  TempDir dir("geoloco-train-sync", /*create=*/false);
   auto none = load_inner_state(dir.path);
   REQUIRE(none.ok());
   CHECK_FALSE(none->has_value());
@@ -355,7 +329,7 @@ TEST_CASE("the eval log: one line per anchor, the losses the trainer computes", 
   const TrainOptions o = mlp_options();
   auto path = pt::temp_socket_path("train-log");
   pt::FakeDaemon daemon(open_server(path), daemon_config(2));
-  TempDir dir;
+  TempDir dir("geoloco-train-sync", /*create=*/false);
   std::filesystem::create_directories(dir.path);
   SyncedOptions s = synced_options(path);
   s.eval_log = dir.path + "/eval.jsonl";

@@ -33,6 +33,7 @@
 #include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/tests/sync_helpers.h"
 #include "inner/tests/temp_files.h"
 #include "inner/train/inner_state.h"
 #include "inner/train/streaming.h"
@@ -60,19 +61,6 @@ TrainOptions mlp_options() {
   o.seed = 7;
   o.eval_batch = 64;
   return o;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-std::unique_ptr<protocol::Server> open_server(const std::string& path) {
-  protocol::ServerOptions o;
-  o.socket_path = path;
-  o.job = kJob;
-  auto s = protocol::Server::open(o);
-  REQUIRE(s.ok());
-  return std::move(*s);
 }
 
 pt::FakeDaemonConfig streaming_daemon(std::uint64_t stop_after_round) {
@@ -194,7 +182,7 @@ void check_streaming_run(std::uint64_t overlap, double alpha) {
   const TrainOptions o = mlp_options();
   const auto table = fragment_table(o);
   auto path = pt::temp_socket_path("stream");
-  pt::FakeDaemon daemon(open_server(path), streaming_daemon(6));  // the RESULT of round 6 says stop
+  pt::FakeDaemon daemon(open_server(path, kJob), streaming_daemon(6));  // the RESULT of round 6 says stop
   TempDir dir("geoloco-train-streaming");
   SyncedOptions s = streaming_options(path, overlap, alpha);
   s.eval_log = dir.path + "/eval.jsonl";
@@ -287,7 +275,7 @@ TEST_CASE("streaming: a trainer restarted at round 4 resumes at step 6 and syncs
           "[train][streaming][resume]") {
   cpu::set_blas_threads(1);
   auto path = pt::temp_socket_path("stream-restart");
-  pt::FakeDaemon daemon(open_server(path), streaming_daemon(6));
+  pt::FakeDaemon daemon(open_server(path, kJob), streaming_daemon(6));
   const SyncedOptions s = streaming_options(path, 0, 0.0);
   TrainOptions first = mlp_options();
   first.steps = 6;  // rounds 1..3, then its --steps run out
@@ -316,7 +304,7 @@ TEST_CASE("streaming with 2 workers: both take the same steps and end with the s
   TrainOptions o = mlp_options();
   o.batch = 8;
   auto path = pt::temp_socket_path("stream-workers");
-  pt::FakeDaemon daemon(open_server(path), streaming_daemon(6));
+  pt::FakeDaemon daemon(open_server(path, kJob), streaming_daemon(6));
   const SyncedOptions s = streaming_options(path, 1, 0.5);
   const std::string prefix = "/tmp/geoloco_train_streaming_" + std::to_string(::getpid()) + "_";
   auto codes = testing::fork_ranks(2, [&](int rank) {
@@ -352,7 +340,7 @@ TEST_CASE("streaming with 2 workers: both take the same steps and end with the s
 TEST_CASE("streaming refuses an overlap longer than the shortest phase, before training", "[train][streaming]") {
   cpu::set_blas_threads(1);
   auto path = pt::temp_socket_path("stream-refuse");
-  pt::FakeDaemon daemon(open_server(path), streaming_daemon(6));
+  pt::FakeDaemon daemon(open_server(path, kJob), streaming_daemon(6));
   SingleCollective one;
   std::ostringstream out;
   auto run = SyncedTraining::start(mlp_options(), streaming_options(path, 3, 0.0), one,

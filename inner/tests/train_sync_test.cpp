@@ -27,6 +27,7 @@
 #include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/tests/sync_helpers.h"
 #include "inner/tests/temp_files.h"
 #include "inner/train/eval_log.h"
 #include "inner/train/fault_injection.h"
@@ -65,19 +66,6 @@ TrainOptions gpt_options() {
   o.schedule = ScheduleOptions{3e-3, 30, 100, 0.1};
   o.seed = 5;
   return o;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-std::unique_ptr<protocol::Server> open_server(const std::string& path) {
-  protocol::ServerOptions o;
-  o.socket_path = path;
-  o.job = kJob;
-  auto s = protocol::Server::open(o);
-  REQUIRE(s.ok());
-  return std::move(*s);
 }
 
 pt::FakeDaemonConfig daemon_config(std::uint64_t stop_after_round) {
@@ -183,7 +171,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
 
   // Rounds 0..3 without interruption.
   auto path_a = pt::temp_socket_path("train-a");
-  pt::FakeDaemon uninterrupted(open_server(path_a), daemon_config(3));
+  pt::FakeDaemon uninterrupted(open_server(path_a, kJob), daemon_config(3));
   TempDir state_a("geoloco-train-sync", /*create=*/false);
   SyncedOptions sa = synced_options(path_a);
   sa.state_dir = state_a.path;
@@ -193,7 +181,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
 
   // Rounds 0..1, the trainer ends (its --steps run out: what a kill right after the save leaves), a new one does 2..3.
   auto path_b = pt::temp_socket_path("train-b");
-  pt::FakeDaemon restarted(open_server(path_b), daemon_config(3));
+  pt::FakeDaemon restarted(open_server(path_b, kJob), daemon_config(3));
   TempDir state_b("geoloco-train-sync", /*create=*/false);
   SyncedOptions sb = synced_options(path_b);
   sb.state_dir = state_b.path;
@@ -229,7 +217,7 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
   // The control: the same restart without a saved state (zero moments) lands elsewhere,
   // though the schedule and the data still resume at step 2H.
   auto path_c = pt::temp_socket_path("train-c");
-  pt::FakeDaemon no_state(open_server(path_c), daemon_config(3));
+  pt::FakeDaemon no_state(open_server(path_c, kJob), daemon_config(3));
   SyncedOptions sc = synced_options(path_c);
   train_once(first, sc, data);
   const Finished c2 = train_once(o, sc, data);
@@ -328,7 +316,7 @@ TEST_CASE("the eval log: one line per anchor, the losses the trainer computes", 
   auto data = testing::synthetic_image_dataset();
   const TrainOptions o = mlp_options();
   auto path = pt::temp_socket_path("train-log");
-  pt::FakeDaemon daemon(open_server(path), daemon_config(2));
+  pt::FakeDaemon daemon(open_server(path, kJob), daemon_config(2));
   TempDir dir("geoloco-train-sync", /*create=*/false);
   std::filesystem::create_directories(dir.path);
   SyncedOptions s = synced_options(path);

@@ -152,9 +152,9 @@ stop: {{rounds: {args.rounds}}}
           f"{'ratio':>6} {'after the job':>14}")
     for n, r in result["sites"].items():
         b, pk, af = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"], r["after_job_bytes_per_param"]
-        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {20:6} {pk / 20:6.2f} {af:10.2f} B/p")
-    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 20 during a round "
-          "(+ the averaged Δ and the residual's backup; Δ_s is made one chunk at a time)")
+        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {16:6} {pk / 16:6.2f} {af:10.2f} B/p")
+    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 16 during a round "
+          "(+ the averaged Δ; Δ_s is made one chunk at a time, the residual needs no backup)")
 
 
 if __name__ == "__main__":

@@ -6,18 +6,26 @@ namespace geoloco::compression {
 
 ErrorFeedback::ErrorFeedback(std::size_t elements) : residual_(elements, 0.0f) {}
 
-Result<std::size_t> ErrorFeedback::encode(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
-                                          std::span<std::byte> out, std::uint64_t seed) {
+Result<std::size_t> ErrorFeedback::encode_keeping_residual(Pipeline& pipeline, std::size_t offset,
+                                                           std::span<const float> delta, std::span<std::byte> out,
+                                                           std::uint64_t seed) {
   const std::size_t n = delta.size();
   GEOLOCO_RETURN_IF(offset > residual_.size() || n > residual_.size() - offset, Err::invalid_argument,
                     "error feedback: range [", offset, ", ", offset + n, ") is outside the tensor of ",
                     residual_.size(), " values");
   corrected_.resize(n);
+  const float* e = residual_.data() + offset;
+  for (std::size_t i = 0; i < n; ++i) corrected_[i] = delta[i] + e[i];
+  return pipeline.encode(corrected_, out, seed);
+}
+
+Result<std::size_t> ErrorFeedback::encode(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
+                                          std::span<std::byte> out, std::uint64_t seed) {
+  auto size = encode_keeping_residual(pipeline, offset, delta, out, seed);
+  if (!size.ok()) return size;
+  const std::size_t n = delta.size();
   decoded_.resize(n);
   float* e = residual_.data() + offset;
-  for (std::size_t i = 0; i < n; ++i) corrected_[i] = delta[i] + e[i];
-  auto size = pipeline.encode(corrected_, out, seed);
-  if (!size.ok()) return size;
   // Decode the very bytes that leave this site, so the residual is exact.
   GEOLOCO_TRY(pipeline.decode(out.first(*size), decoded_));
   for (std::size_t i = 0; i < n; ++i) e[i] = corrected_[i] - decoded_[i];

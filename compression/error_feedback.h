@@ -29,6 +29,13 @@ class ErrorFeedback {
   Result<std::size_t> encode(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
                              std::span<std::byte> out, std::uint64_t seed);
 
+  /// The same payload as encode(), bit for bit, but the residual is left as
+  /// it is: a caller that may have to undo the round (geolocod before
+  /// COMMITTED) encodes with this, and replays encode() with the same
+  /// arguments once the round is kept. Errors: as encode().
+  Result<std::size_t> encode_keeping_residual(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
+                                              std::span<std::byte> out, std::uint64_t seed);
+
   std::span<const float> residual() const { return residual_; }
   /// For restoring a checkpointed residual.
   std::span<float> mutable_residual() { return residual_; }

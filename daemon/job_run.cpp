@@ -213,6 +213,7 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
       return {};
     }
     Status added = receiving_->add(peer, header, payload);
+    state_progress_at_ = Clock::now();
     if (!added.ok()) {
       receiving_.reset();
       return added;
@@ -345,7 +346,10 @@ asio::awaitable<void> JobRun::run() {
     request_state();
     while (need_state_ && !done()) {
       co_await sleep_for(std::chrono::milliseconds(500));
-      if (need_state_ && Clock::now() - state_requested_at_ > std::chrono::seconds(1)) request_state();
+      // Asked again after a second of silence, not while a transfer is coming in
+      // (another request would start the whole transfer over).
+      if (need_state_ && Clock::now() - std::max(state_requested_at_, state_progress_at_) > std::chrono::seconds(1))
+        request_state();
     }
     if (done()) co_return;
   } else {
@@ -501,13 +505,10 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
       co_return;
     }
     base = base.subspan(delta_offset_, n);
-    if (feedback_) {
-      const auto r = feedback_->residual().subspan(delta_offset_, n);
-      residual_backup_.assign(r.begin(), r.end());
-    }
   }
   delta_.assign(n, 0.0f);
-  transport::AllReduceRequest request;
+  transport::AllReduceRequest& request = request_;
+  request = transport::AllReduceRequest();
   request.key = {plan.round, static_cast<std::uint32_t>(plan.attempt)};
   request.participants = plan.participants;
   request.weights = plan.weights;
@@ -518,6 +519,8 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   request.output = delta_;
   request.feedback = plan_participant_ ? feedback_.get() : nullptr;
   request.feedback_offset = delta_offset_;
+  // The residual changes only when the round is kept (apply()): an ABORT has nothing to undo.
+  request.defer_feedback = true;
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
   auto result = co_await transport::all_reduce(*env_.mesh, request);
@@ -528,7 +531,6 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
       spdlog::warn("[{}] the exchange of round {} failed: {}", spec_.name, plan.round, result.status().message());
       if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", result.status().message())});
     }
-    restore_residual();
     delta_.clear();
     delta_.shrink_to_fit();
     step_ = Step::idle;
@@ -547,7 +549,6 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   if (!digest.ok()) {
     spdlog::error("[{}] round {}: {}", spec_.name, plan.round, digest.status().message());
     if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", digest.status().message())});
-    restore_residual();
     step_ = Step::idle;
     co_return;
   }
@@ -619,14 +620,6 @@ void JobRun::adopt_trainer_layout() {
   if (outer::total_size(layout) == state_.anchor.size()) state_.layout = std::move(layout);
 }
 
-void JobRun::restore_residual() {
-  if (feedback_ && !residual_backup_.empty()) {
-    auto r = feedback_->mutable_residual().subspan(delta_offset_, residual_backup_.size());
-    std::copy(residual_backup_.begin(), residual_backup_.end(), r.begin());
-  }
-  residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
-}
-
 void JobRun::on_committed(const CommittedMessage& c) {
   if (c.final) final_seen_ = true;
   known_committed_ = std::max(known_committed_, c.round);
@@ -654,6 +647,12 @@ void JobRun::apply(const CommittedMessage& c) {
   // has: keep that anchor (the base of its late Δ) before the step moves it.
   // (With streaming late work is dropped, so no such anchor is needed.)
   if (!plan_participant_ && late_anchor_.empty() && !streaming()) late_anchor_ = state_.anchor;
+  // The round is kept: this site's residual takes what its encodes dropped
+  // (replayed from the base and replica, which the step has not moved yet).
+  if (plan_participant_ && feedback_) {
+    if (Status fb = transport::commit_feedback(*env_.mesh, request_); !fb.ok())
+      spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.message());
+  }
   Status stepped = outer::outer_step(std::span<float>(state_.anchor).subspan(delta_offset_, delta_.size()),
                                      std::span<float>(state_.momentum).subspan(delta_offset_, delta_.size()), delta_,
                                      spec_.outer.outer, scale);
@@ -679,7 +678,6 @@ void JobRun::apply(const CommittedMessage& c) {
   r.contributed = plan_participant_;
   delta_.clear();
   delta_.shrink_to_fit();
-  residual_backup_ = std::vector<float>();  // frees it (`= {}` would keep the capacity)
   step_ = Step::idle;
   if (!stepped.ok() || digest != c.anchor_digest) {
     spdlog::error("[{}] after round {} this site's anchor is {}, the committed one {}: fetching the state", spec_.name,
@@ -731,7 +729,6 @@ void JobRun::on_abort(const AbortMessage& a) {
     return;
   }
   if (step_ == Step::committing) {
-    restore_residual();
     delta_.clear();
     delta_.shrink_to_fit();
     step_ = Step::idle;

@@ -26,10 +26,11 @@
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
 // parameter, DESIGN §10) between rounds; during a round also the averaged Δ
-// (4) and, with a lossy pipeline, the residual's backup (4) so that an ABORT
-// can undo the encode (streaming: of the round's fragment only). This site's
-// own Δ = anchor − replica is never whole: the all-reduce makes it one chunk
-// at a time (AllReduceRequest::input_base). A straggler also keeps the
+// (4; streaming: of the round's fragment only). This site's own Δ = anchor −
+// replica is never whole: the all-reduce makes it one chunk at a time
+// (AllReduceRequest::input_base). The residual is not backed up for an
+// ABORT: the exchange encodes through it without changing it, and apply()
+// replays the encodes into it when the round is kept (defer_feedback). A straggler also keeps the
 // anchor its trainer started from (4), the base of its late Δ, until that
 // work is in; the trainer host keeps no copy of its own (it reads
 // trainer_anchor()).
@@ -56,6 +57,7 @@
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
 #include "outer/outer_state.h"
+#include "transport/allreduce.h"
 #include "transport/async_util.h"
 #include "transport/mesh.h"
 
@@ -207,8 +209,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   }
   bool have_state_ = false;
   std::unique_ptr<compression::ErrorFeedback> feedback_;
-  std::vector<float> residual_backup_;  ///< the residual's range of plan_.round (at delta_offset_)
-  void restore_residual();
+  /// The exchange of plan_.round as it ran: apply() replays its encodes into
+  /// the residual (transport::commit_feedback) once the round is kept.
+  transport::AllReduceRequest request_;
 
   std::optional<InnerPhase> phase_;  ///< the trainer's finished phase, until released
   std::chrono::steady_clock::time_point phase_started_, phase_at_, plan_at_;
@@ -229,6 +232,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool need_state_ = false;
   std::string state_source_;
   std::chrono::steady_clock::time_point state_requested_at_;
+  std::chrono::steady_clock::time_point state_progress_at_;  ///< the last state frame received
   std::optional<StateReceiver> receiving_;
   std::uint64_t known_committed_ = 0;
   bool final_seen_ = false;

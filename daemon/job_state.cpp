@@ -44,13 +44,16 @@ void JobRun::on_state_request(const std::string& from) {
   offer.round = state_.round;
   offer.anchor_digest = digest_hex(state_.anchor_digest());
   note(cat("sending the state of round ", state_.round, " to ", from));
-  // Copies, so the transfer is consistent even if a round commits meanwhile.
-  auto anchor = std::make_shared<std::vector<float>>(state_.anchor);
-  auto momentum = std::make_shared<std::vector<float>>(state_.momentum);
+  // Sent from the state itself, no copy (DESIGN §10); a round that commits
+  // meanwhile ends the transfer, and the peer asks again.
+  const std::span<const float> anchor(state_.anchor), momentum(state_.momentum);
   asio::co_spawn(
       env_.executor,
       [keep = shared_from_this(), from, offer, anchor, momentum]() -> asio::awaitable<void> {
-        Status s = co_await send_state(*keep->env_.mesh, from, keep->id_, offer, *anchor, *momentum);
+        auto unchanged = [keep, round = offer.round, data = anchor.data()] {
+          return keep->state_.round == round && keep->state_.anchor.data() == data;
+        };
+        Status s = co_await send_state(*keep->env_.mesh, from, keep->id_, offer, anchor, momentum, unchanged);
         if (!s.ok()) spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, s.message());
       },
       asio::detached);

@@ -8,7 +8,7 @@ namespace geoloco::daemon {
 
 asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
                                    StateOfferMessage offer, std::span<const float> anchor,
-                                   std::span<const float> momentum) {
+                                   std::span<const float> momentum, std::function<bool()> unchanged) {
   offer.values = anchor.size();
   offer.chunk_values = kStateChunkValues;
   const std::string text = encode_control(offer);
@@ -28,6 +28,9 @@ asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& pee
     f.job = job_id;
     f.round = offer.round;
     f.chunk = static_cast<std::uint32_t>(i);
+    if (!unchanged())
+      co_return Status(Err::mismatch, cat("the state moved past round ", offer.round, " during the transfer (frame ",
+                                         i, " of ", 2 * chunks, "); ", peer, " asks again"));
     sent = co_await mesh.send_control_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)));
     if (!sent.ok()) co_return sent;
   }

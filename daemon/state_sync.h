@@ -14,6 +14,7 @@
 
 #include <asio/awaitable.hpp>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,10 +31,14 @@ namespace geoloco::daemon {
 inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 
 /// Sends `offer` and then the state frames of `anchor` and `momentum` to
-/// `peer` (all of it, or an error naming what failed).
+/// `peer` (all of it, or an error naming what failed). The state is sent
+/// from where it lies, not from a copy (DESIGN §10: no second copy of the
+/// model per peer): `unchanged` is asked before each frame, and when it
+/// says the state moved on (a round committed), the transfer stops with
+/// an error and the peer, whose transfer stays incomplete, asks again.
 asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
                                    StateOfferMessage offer, std::span<const float> anchor,
-                                   std::span<const float> momentum);
+                                   std::span<const float> momentum, std::function<bool()> unchanged);
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {

@@ -1,5 +1,6 @@
 #include "transport/allreduce.h"
 
+#include <algorithm>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -58,6 +59,32 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
                       Err::invalid_argument, "all-reduce: error feedback holds ", r.feedback->residual().size(),
                       " values, too few for input ", r.input.size(), " at offset ", r.feedback_offset);
   return compression::validate(r.pipeline);
+}
+
+// Chunk c of a shard: `chunk` values from c·chunk on (the last one shorter).
+Range chunk_range(Range shard, std::uint64_t c, std::uint64_t chunk) {
+  const std::uint64_t begin = c * chunk;
+  return {shard.begin + begin, std::min(chunk, shard.size - begin)};
+}
+
+std::uint64_t chunks_in(Range shard, std::uint64_t chunk) { return (shard.size + chunk - 1) / chunk; }
+
+// The seed of one encode: the same for a chunk on every attempt to replay it.
+std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c,
+                          int phase) {
+  return mix64(r.seed ^ mix64(r.key.round * 0x100000001b3ull + r.key.fragment) ^
+               mix64((site << 40) ^ (shard << 20) ^ (c << 2) ^ static_cast<std::uint64_t>(phase)));
+}
+
+// This site's contribution to chunk `range`: input, or input_base − input
+// made in `scratch` (one chunk at a time).
+std::span<const float> contribution(const AllReduceRequest& r, Range range, std::vector<float>& scratch) {
+  auto values = r.input.subspan(range.begin, range.size);
+  if (r.input_base.empty()) return values;
+  scratch.resize(range.size);
+  const auto base = r.input_base.subspan(range.begin, range.size);
+  for (std::size_t i = 0; i < range.size; ++i) scratch[i] = base[i] - values[i];
+  return scratch;
 }
 
 class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<AllReduceOp> {
@@ -168,33 +195,23 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
  private:
-  std::uint64_t chunks_of(std::size_t j) const {
-    const auto size = shard_range(r_.output.size(), n_parts_, j).size;
-    return (size + chunk_ - 1) / chunk_;
-  }
-  Range chunk_range(Range shard, std::uint64_t c) const {
-    const std::uint64_t begin = c * chunk_;
-    return {shard.begin + begin, std::min(chunk_, shard.size - begin)};
-  }
+  std::uint64_t chunks_of(std::size_t j) const { return chunks_in(shard_range(r_.output.size(), n_parts_, j), chunk_); }
+  Range chunk_range(Range shard, std::uint64_t c) const { return transport::chunk_range(shard, c, chunk_); }
   std::uint64_t seed(std::size_t site, std::size_t shard, std::uint64_t c, int phase) const {
-    return mix64(r_.seed ^ mix64(r_.key.round * 0x100000001b3ull + r_.key.fragment) ^
-                 mix64((site << 40) ^ (shard << 20) ^ (c << 2) ^ static_cast<std::uint64_t>(phase)));
+    return encode_seed(r_, site, shard, c, phase);
   }
 
-  // Encodes chunk c of shard j of this site's input, through error feedback.
+  // Encodes chunk c of shard j of this site's input, through error feedback
+  // (which commit_feedback() replays when it is deferred).
   Result<Buffer> encode_contribution(std::size_t j, std::uint64_t c) {
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
     Buffer out = mesh_.pool().acquire(pipeline_.max_encoded_size(range.size));
-    auto values = r_.input.subspan(range.begin, range.size);
-    if (!r_.input_base.empty()) {
-      // The contribution is base − input: made here, one chunk at a time.
-      difference_.resize(range.size);
-      const auto base = r_.input_base.subspan(range.begin, range.size);
-      for (std::size_t i = 0; i < range.size; ++i) difference_[i] = base[i] - values[i];
-      values = difference_;
-    }
-    auto size = r_.feedback ? r_.feedback->encode(pipeline_, r_.feedback_offset + range.begin, values, out, seed(me_, j, c, 1))
-                            : pipeline_.encode(values, out, seed(me_, j, c, 1));
+    const auto values = contribution(r_, range, difference_);
+    const std::uint64_t s = seed(me_, j, c, 1);
+    const std::size_t at = r_.feedback_offset + range.begin;
+    auto size = !r_.feedback        ? pipeline_.encode(values, out, s)
+                : r_.defer_feedback ? r_.feedback->encode_keeping_residual(pipeline_, at, values, out, s)
+                                    : r_.feedback->encode(pipeline_, at, values, out, s);
     if (!size.ok()) {
       mesh_.pool().release(std::move(out));
       return size.status();
@@ -360,6 +377,32 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
 };
 
 }  // namespace
+
+Status commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
+  GEOLOCO_RETURN_IF(!r.feedback || !r.defer_feedback, Err::invalid_argument,
+                    "commit_feedback: the request has no deferred error feedback");
+  const auto me = std::find(r.participants.begin(), r.participants.end(), mesh.site());
+  GEOLOCO_RETURN_IF(me == r.participants.end(), Err::invalid_argument, "commit_feedback: ", mesh.site(),
+                    " is not a participant of round ", r.key.round);
+  auto pipeline = compression::Pipeline::create(r.pipeline);
+  if (!pipeline.ok()) return pipeline.status();
+  const std::size_t parts = r.participants.size(), site = static_cast<std::size_t>(me - r.participants.begin());
+  const std::uint64_t chunk = mesh.options().transport.chunk_elements;
+  std::vector<float> scratch;
+  Buffer out;
+  // Every chunk this site encoded, in any order: each touches its own range.
+  for (std::size_t j = 0; j < parts; ++j) {
+    const Range shard = shard_range(r.input.size(), parts, j);
+    for (std::uint64_t c = 0; c < chunks_in(shard, chunk); ++c) {
+      const Range range = chunk_range(shard, c, chunk);
+      out.resize(pipeline->max_encoded_size(range.size));
+      auto size = r.feedback->encode(*pipeline, r.feedback_offset + range.begin, contribution(r, range, scratch), out,
+                                     encode_seed(r, site, j, c, 1));
+      if (!size.ok()) return size.status();
+    }
+  }
+  return {};
+}
 
 asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request) {
   if (Status s = validate(mesh, request); !s.ok()) co_return s;

@@ -43,11 +43,13 @@ float input_value(std::size_t s, std::size_t i) { return 0.25f * static_cast<flo
 struct Outcome {
   std::vector<Result<AllReduceStats>> results;
   std::vector<std::vector<float>> outputs;
+  std::vector<double> residual_before_commit;  // deferred feedback only
+  std::vector<Status> commits;
 };
 
 Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64_t round, std::size_t n,
                 const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr,
-                std::uint64_t feedback_offset = 0, bool as_difference = false) {
+                std::uint64_t feedback_offset = 0, bool as_difference = false, bool defer_feedback = false) {
   const std::size_t parts = sites.size();
   std::vector<std::string> names;
   std::vector<double> weights;
@@ -76,12 +78,31 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
     r.output = out.outputs[s];
     r.feedback = feedback ? &(*feedback)[s] : nullptr;
     r.feedback_offset = feedback_offset;
+    r.defer_feedback = defer_feedback;
     r.seed = 99;
     r.timeout = 60s;
     Mesh& mesh = sites[s]->mesh();
     futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
   }
   for (auto& f : futures) out.results.push_back(f.get());
+  if (defer_feedback) {
+    // The round is kept: store the residuals (the request as it ran).
+    for (std::size_t s = 0; s < parts; ++s) {
+      AllReduceRequest r;
+      r.key = {round, 0};
+      r.participants = names;
+      r.weights = weights;
+      r.pipeline = pipeline;
+      r.input = as_difference ? ones[s] : inputs[s];
+      if (as_difference) r.input_base = bases[s];
+      r.feedback = &(*feedback)[s];
+      r.feedback_offset = feedback_offset;
+      r.defer_feedback = true;
+      r.seed = 99;
+      out.residual_before_commit.push_back((*feedback)[s].residual_norm());
+      out.commits.push_back(commit_feedback(sites[s]->mesh(), r));
+    }
+  }
   return out;
 }
 
@@ -175,6 +196,28 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       CHECK(std::count(r.begin() + 1000, r.end() - 500, 0.0f) < static_cast<long>(n / 2));
     }
     for (std::size_t i = 0; i < n; ++i) REQUIRE(std::fabs(at_offset.outputs[0][i] - ref[i]) <= 2 * step * 1.001f);
+    // Deferred error feedback (geolocod, until COMMITTED): the same bytes and
+    // result as a plain run of the same round (on a second federation), the
+    // residual untouched until commit_feedback(), then bit for bit the same.
+    auto other = federate(names, loopback::test_options());
+    std::vector<compression::ErrorFeedback> plain_fb, deferred_fb;
+    for (int s = 0; s < n_sites; ++s) {
+      plain_fb.emplace_back(n);
+      deferred_fb.emplace_back(n);
+    }
+    auto plain = run_all(other.sites, 11, n, q8, &plain_fb);
+    auto deferred = run_all(sites, 11, n, q8, &deferred_fb, 0, false, /*defer_feedback=*/true);
+    for (std::size_t s = 0; s < sites.size(); ++s) {
+      REQUIRE(plain.results[s].ok());
+      REQUIRE(deferred.results[s].ok());
+      CHECK(deferred.outputs[s] == plain.outputs[s]);
+      CHECK(deferred.residual_before_commit[s] == 0.0);
+      CHECK(deferred.commits[s].ok());
+      const auto a = deferred_fb[s].residual(), b = plain_fb[s].residual();
+      CHECK(std::equal(a.begin(), a.end(), b.begin()));
+      CHECK(plain_fb[s].residual_norm() > 0);
+    }
+
     std::vector<compression::ErrorFeedback> narrow;
     for (int s = 0; s < n_sites; ++s) narrow.emplace_back(n + 10);
     auto refused = run_all(sites, 10, n, q8, &narrow, 11);

@@ -66,6 +66,34 @@ class Fields {
       out.push_back(e.get<double>());
     }
   }
+  // Optional: a list of {name, shape} whose sizes add up to `values`.
+  void layout(const char* key, std::vector<TensorShape>& out, std::uint64_t values) {
+    if (!j_.contains(key)) return;
+    const json& v = j_[key];
+    if (!v.is_array() || v.size() > (1u << 16)) return fail(key, "a list of at most 65536 tensors");
+    std::uint64_t total = 0;
+    for (const auto& e : v) {
+      const auto name = e.is_object() ? e.find("name") : e.end();
+      const auto shape = e.is_object() ? e.find("shape") : e.end();
+      if (name == e.end() || !name->is_string() || name->get_ref<const std::string&>().empty() ||
+          name->get_ref<const std::string&>().size() > 1024 || shape == e.end() || !shape->is_array() ||
+          shape->size() > 8)
+        return fail(key, "a list of {name, shape} with shapes of rank 8 at most");
+      TensorShape t{name->get<std::string>(), {}};
+      std::uint64_t size = 1;
+      for (const auto& d : *shape) {
+        if (!d.is_number_unsigned() || d.get<std::uint64_t>() == 0 || d.get<std::uint64_t>() > (1ull << 40))
+          return fail(key, "shapes of dimensions 1..2^40");
+        if (size > (1ull << 40) / d.get<std::uint64_t>()) return fail(key, "tensors of at most 2^40 values");
+        size *= d.get<std::uint64_t>();
+      }
+      total += size;
+      if (total > (1ull << 40)) return fail(key, "at most 2^40 values in all");
+      out.push_back(std::move(t));
+      for (const auto& d : *shape) out.back().shape.push_back(d.get<std::uint64_t>());
+    }
+    if (!out.empty() && total != values) fail(key, cat("tensors that add up to the offer's ", values, " values"));
+  }
   void check(bool ok, const std::string& what) {
     if (!ok && status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: ", what));
   }
@@ -127,8 +155,11 @@ std::string encode_control(const ControlMessage& message) {
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
           [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
           [](const StateOfferMessage& m) {
+            json layout = json::array();
+            for (const auto& t : m.layout) layout.push_back(json{{"name", t.name}, {"shape", t.shape}});
             return json{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
-                        {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason}};
+                        {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
+                        {"layout", layout}};
           },
       },
       message);
@@ -225,6 +256,7 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("values", m.values);
     f.u64("chunk_values", m.chunk_values);
     f.str("reason", m.reason, 4096);
+    f.layout("layout", m.layout, m.values);
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
       f.check(m.values >= 1 && m.values <= (1ull << 40), "values must be 1..2^40");

@@ -78,6 +78,13 @@ struct StateRequestMessage {
 };
 /// STATE_SYNC, answered: the state follows as `state` frames (anchor values,
 /// then momentum values, in order) unless `reason` says why there is none.
+/// One tensor of a model's layout, as a state offer names it.
+struct TensorShape {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  bool operator==(const TensorShape&) const = default;
+};
+
 struct StateOfferMessage {
   std::string job;
   std::uint64_t round = 0;        ///< rounds committed; the anchor is that of round + 1
@@ -85,6 +92,10 @@ struct StateOfferMessage {
   std::uint64_t values = 0;       ///< parameters in the anchor (and in the momentum)
   std::uint64_t chunk_values = 0; ///< values per state frame
   std::string reason;             ///< non-empty: no state is offered, and why
+  /// The tensors of the flat anchor, in order (optional: empty when the
+  /// offering site knows only the number of values). A joining site needs
+  /// them before its trainer says HELLO, e.g. to cut streaming fragments.
+  std::vector<TensorShape> layout;
 };
 
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,

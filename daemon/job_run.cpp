@@ -206,18 +206,24 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
     return {};
   }
   if (header.type == transport::FrameType::state) {
-    if (!receiving_) {
-      // The rest of a transfer this site no longer wants (an answer to a
-      // repeated request): dropped, nothing changes.
-      spdlog::debug("[{}] state frame {} from {} dropped: no transfer in progress", spec_.name, header.chunk, peer);
+    if (!receiving_ || peer != receiving_->peer()) {
+      // The rest of a transfer this site no longer wants (an answer to an
+      // earlier request, or from another peer): dropped, nothing changes.
+      // Not refused: the frame is authentic, and closing the connection
+      // would cut the heartbeats that share it.
+      spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
+                    peer);
       return {};
     }
     Status added = receiving_->add(peer, header, payload);
-    state_progress_at_ = Clock::now();
     if (!added.ok()) {
+      // Two transfers from the same peer interleaved, or a broken one: this
+      // one is void (the digest would have caught it); the site asks again.
+      spdlog::warn("[{}] state transfer from {} abandoned: {}", spec_.name, peer, added.message());
       receiving_.reset();
-      return added;
+      return {};
     }
+    state_progress_at_ = Clock::now();
     if (receiving_->complete()) {
       Status ok = receiving_->verify();
       if (ok.ok()) install_state(*receiving_);

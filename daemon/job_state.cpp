@@ -20,6 +20,9 @@ using Clock = std::chrono::steady_clock;
 // -------------------------------------------------------------- STATE_SYNC
 
 void JobRun::request_state() {
+  // One transfer at a time: while one is arriving, asking again (or another
+  // site) would only start a second one over the same links.
+  if (receiving_ && Clock::now() - state_progress_at_ < std::chrono::seconds(2)) return;
   // Ask the coordinator; a coordinator catching up asks the other sites in turn.
   std::vector<std::string> sources;
   if (!is_coordinator()) sources.push_back(spec_.coordinator);
@@ -43,6 +46,7 @@ void JobRun::on_state_request(const std::string& from) {
   }
   offer.round = state_.round;
   offer.anchor_digest = digest_hex(state_.anchor_digest());
+  for (const auto& t : state_.layout) offer.layout.push_back({t.name, t.shape});
   note(cat("sending the state of round ", state_.round, " to ", from));
   // Sent from the state itself, no copy (DESIGN §10); a round that commits
   // meanwhile ends the transfer, and the peer asks again.
@@ -70,12 +74,18 @@ void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& of
                  known_committed_);
     return;
   }
+  if (receiving_ && receiving_->peer() != from && Clock::now() - state_progress_at_ < std::chrono::seconds(2)) {
+    spdlog::info("[{}] {} offers round {}; a transfer from {} is arriving", spec_.name, from, offer.round,
+                 receiving_->peer());
+    return;
+  }
   auto receiver = StateReceiver::start(from, offer);
   if (!receiver.ok()) {
     spdlog::warn("[{}] {}", spec_.name, receiver.status().message());
     return;
   }
   receiving_ = std::move(*receiver);
+  state_progress_at_ = Clock::now();
 }
 
 void JobRun::install_state(StateReceiver& received) {
@@ -85,11 +95,16 @@ void JobRun::install_state(StateReceiver& received) {
                   offer.values, state_.anchor.size());
     return;
   }
-  if (!have_state_) {
-    state_.job = spec_.name;
+  // The layout: the sender's (the offer checked that it adds up), else the
+  // trainer's if it said HELLO, else one flat tensor.
+  if (!offer.layout.empty()) {
+    state_.layout.clear();
+    for (const auto& t : offer.layout) state_.layout.push_back({t.name, t.shape});
+  } else if (!have_state_) {
     state_.layout = outer_layout(host_->snapshot().layout, offer.values);
     if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
   }
+  if (!have_state_) state_.job = spec_.name;
   // A trainer training from our old anchor keeps it as its base.
   if (have_state_ && late_anchor_.empty()) late_anchor_ = std::move(state_.anchor);
   state_.anchor = std::move(received.anchor());

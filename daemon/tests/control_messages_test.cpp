@@ -17,8 +17,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       JobStartMessage{"demo", "configs/jobs/demo.yaml", "name: demo\nsites: [a, b]\n"},
       JobCancelMessage{"demo", "cancelled by uid 1000"},
       StateRequestMessage{"demo"},
-      StateOfferMessage{"demo", 7, "0123456789abcdef", 101770, 1 << 20, ""},
-      StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet"},
+      StateOfferMessage{"demo", 7, "0123456789abcdef", 101770, 1 << 20, "", {{"w", {100, 1017}}, {"b", {70}}}},
+      StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet", {}},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -37,6 +37,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[10])));
   CHECK(offer.values == 101770);
   CHECK(offer.round == 7);
+  CHECK(offer.layout == std::vector<TensorShape>{{"w", {100, 1017}}, {"b", {70}}});
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {
@@ -61,6 +62,16 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "committed message: field 'final' must be true or false");
   CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":0,"chunk_values":4096,"reason":""})") ==
         "state_offer message: values must be 1..2^40");
+  const std::string offer = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","layout":)";
+  CHECK(msg(offer + R"([{"name":"w","shape":[3,3]}]})") ==
+        "state_offer message: field 'layout' must be tensors that add up to the offer's 10 values");
+  CHECK(msg(offer + R"([{"name":"w","shape":[5,0]}]})") ==
+        "state_offer message: field 'layout' must be shapes of dimensions 1..2^40");
+  CHECK(msg(offer + R"([{"name":"","shape":[10]}]})") ==
+        "state_offer message: field 'layout' must be a list of {name, shape} with shapes of rank 8 at most");
+  CHECK(msg(offer + R"([{"name":"w","shape":[1099511627776,1099511627776]}]})") ==
+        "state_offer message: field 'layout' must be tensors of at most 2^40 values");
+  CHECK(decode_control(offer + R"([{"name":"w","shape":[2,4]},{"name":"s","shape":[]},{"name":"b","shape":[1]}]})").ok());
   CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");
   CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);
 }

@@ -67,8 +67,9 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
   for (std::size_t s = 0; s < parts; ++s)
     for (std::size_t i = 0; i < n; ++i) bases[s][i] = inputs[s][i] + 1.0f;
   std::vector<std::future<Result<AllReduceStats>>> futures;
+  std::vector<AllReduceRequest> requests(parts);
   for (std::size_t s = 0; s < parts; ++s) {
-    AllReduceRequest r;
+    AllReduceRequest& r = requests[s];
     r.key = {round, 0};
     r.participants = names;
     r.weights = weights;
@@ -86,21 +87,10 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
   }
   for (auto& f : futures) out.results.push_back(f.get());
   if (defer_feedback) {
-    // The round is kept: store the residuals (the request as it ran).
+    // The round is kept: store the residuals (the requests as they ran).
     for (std::size_t s = 0; s < parts; ++s) {
-      AllReduceRequest r;
-      r.key = {round, 0};
-      r.participants = names;
-      r.weights = weights;
-      r.pipeline = pipeline;
-      r.input = as_difference ? ones[s] : inputs[s];
-      if (as_difference) r.input_base = bases[s];
-      r.feedback = &(*feedback)[s];
-      r.feedback_offset = feedback_offset;
-      r.defer_feedback = true;
-      r.seed = 99;
       out.residual_before_commit.push_back((*feedback)[s].residual_norm());
-      out.commits.push_back(commit_feedback(sites[s]->mesh(), r));
+      out.commits.push_back(commit_feedback(sites[s]->mesh(), requests[s]));
     }
   }
   return out;

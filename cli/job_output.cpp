@@ -149,7 +149,11 @@ std::vector<std::string> job_block(const json& job) {
   std::string title = text(job, "name");
   title.append(": ").append(text(job, "state")).append(", round ").append(count_text(count(job, "round")));
   if (auto stop = count(job, "stop_rounds")) title.append("/").append(std::to_string(*stop));
-  title.append(" (coordinator ").append(text(job, "coordinator")).append(")");
+  title.append(" (coordinator ").append(text(job, "coordinator"));
+  // Streaming DiLoCo: a round syncs one of F fragments.
+  if (auto fragments = count(job, "fragments"); fragments && *fragments > 1)
+    title.append(", streaming: ").append(std::to_string(*fragments)).append(" fragments, one per round");
+  title.append(")");
   out.push_back(title);
 
   const auto sites = names(job, "sites");

@@ -80,6 +80,9 @@ TEST_CASE("status prints one block per job, nulls as dashes") {
         "  checkpoint  none yet\n"
         "  message     waiting for the trainer\n"
         "              it has not said HELLO yet\n");
+  CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
+                                      "stop_rounds": 12, "coordinator": "a", "fragments": 3}]})"), "s")[0] ==
+        "s: running, round 7/12 (coordinator a, streaming: 3 fragments, one per round)");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": []})"), "")) ==
         "site c: no jobs (`geoloco submit job.yaml` starts one)\n");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "x"}]})"), "")) ==

@@ -169,9 +169,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// table is. Errors: invalid_argument (a layout that cannot be cut so).
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
   bool streaming() const { return spec_.fragments() > 1; }
-  /// Takes the trainer's layout when the state's is one flat tensor (state
-  /// received before the trainer's HELLO) and the sizes agree.
-  void adopt_trainer_layout();
   float clip_scale_of_delta() const;
 
   // STATE_SYNC.

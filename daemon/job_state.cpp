@@ -1,7 +1,7 @@
 // What one job on this site holds and shows (job_run.h): STATE_SYNC (asking
 // for, offering and installing the committed state), checkpoints, and the
 // status and round records that `geoloco status` and `watch` print. The
-// round engine itself is job_run.cpp.
+// round engine itself is job_run.cpp and job_round.cpp.
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <filesystem>

@@ -308,10 +308,7 @@ TEST_CASE("streaming with 2 workers: both take the same steps and end with the s
   const SyncedOptions s = streaming_options(path, 1, 0.5);
   const std::string prefix = "/tmp/geoloco_train_streaming_" + std::to_string(::getpid()) + "_";
   auto codes = testing::fork_ranks(2, [&](int rank) {
-    cpu::set_blas_threads(1);
-    auto launch = launch_info_from_env();
-    if (!launch.ok()) return 1;
-    auto c = make_cpu_collective(*launch);
+    auto c = rank_collective();
     if (!c.ok()) return 2;
     std::ostringstream out;
     auto run = SyncedTraining::start(o, s, **c, testing::synthetic_image_dataset(), out);

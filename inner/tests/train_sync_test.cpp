@@ -447,10 +447,7 @@ TEST_CASE("time-based phases with 2 workers: rank 0's clock decides for both", "
   o.steps = 20;
   const std::string prefix = "/tmp/geoloco_train_sync_" + std::to_string(::getpid()) + "_";
   auto codes = testing::fork_ranks(2, [&](int rank) {
-    cpu::set_blas_threads(1);
-    auto launch = launch_info_from_env();
-    if (!launch.ok()) return 1;
-    auto c = make_cpu_collective(*launch);
+    auto c = rank_collective();
     if (!c.ok()) return 2;
     auto t = Trainer::create(o, **c, data);
     if (!t.ok()) return 3;

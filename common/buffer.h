@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace geoloco {
@@ -27,31 +28,44 @@ struct DefaultInitAllocator : std::allocator<T> {
 /// Bytes whose resize() leaves new elements uninitialized.
 using Buffer = std::vector<std::byte, DefaultInitAllocator<std::byte>>;
 
-/// Recycles chunk-sized buffers on one thread: a buffer given back is handed
-/// out again instead of being freed and faulted in anew. Not thread-safe.
+/// Recycles chunk-sized buffers: a buffer given back is handed out again
+/// instead of being freed and faulted in anew. Thread-safe (a mesh's
+/// connections acquire on their threads, its operations release on theirs).
 class BufferPool {
  public:
   explicit BufferPool(std::size_t max_kept = 64) : max_kept_(max_kept) {}
   /// A buffer of `size` bytes (contents unspecified).
   Buffer acquire(std::size_t size) {
-    for (std::size_t i = kept_.size(); i-- > 0;) {
-      if (kept_[i].capacity() >= size) {
-        Buffer b = std::move(kept_[i]);
-        kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
-        b.resize(size);
-        return b;
+    Buffer b;
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t i = kept_.size(); i-- > 0;) {
+        if (kept_[i].capacity() >= size) {
+          b = std::move(kept_[i]);
+          kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
       }
     }
-    return Buffer(size);
+    b.resize(size);
+    return b;
   }
   /// Takes a buffer back; beyond `max_kept` buffers it is freed.
   void release(Buffer&& b) {
-    if (kept_.size() < max_kept_ && b.capacity() > 0) kept_.push_back(std::move(b));
+    if (b.capacity() == 0) return;
+    Buffer freed;  // freed outside the lock
+    std::lock_guard lock(mutex_);
+    if (kept_.size() < max_kept_) kept_.push_back(std::move(b));
+    else freed = std::move(b);
   }
-  std::size_t kept() const { return kept_.size(); }
+  std::size_t kept() const {
+    std::lock_guard lock(mutex_);
+    return kept_.size();
+  }
 
  private:
   std::size_t max_kept_;
+  mutable std::mutex mutex_;
   std::vector<Buffer> kept_;
 };
 

@@ -22,6 +22,7 @@
 #include "daemon/service_notify.h"
 #include "daemon/site_config.h"
 #include "daemon/site_daemon.h"
+#include "transport/io_threads.h"
 
 using namespace geoloco;
 using namespace geoloco::daemon;
@@ -96,8 +97,11 @@ int main(int argc, char** argv) {
   // the daemon's resident memory is what it holds (DESIGN §10), not its peak.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
+  // The connections' threads outlive the event loop and the daemon: handlers
+  // left in either may hold connections whose sockets live on these threads.
+  transport::IoThreads io_threads(site->transport.io_threads);
   asio::io_context io;
-  SiteDaemon daemon(io, *site, DaemonOptions{trainer, group});
+  SiteDaemon daemon(io, io_threads.executor(), *site, DaemonOptions{trainer, group});
   if (Status s = daemon.start(); !s.ok()) {
     spdlog::error("cannot start: {}", s.message());
     return 1;
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
       },
       asio::detached);
   io.run();
+  io_threads.pause();  // nothing runs there while the daemon and its event loop are taken down
   spdlog::info("stopped");
   return exit_code;
 }

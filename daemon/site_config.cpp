@@ -142,6 +142,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         auto& o = c.transport;
         if (k == "connections_per_peer") yaml::read_number(t.second, what, o.connections_per_peer, p);
         else if (k == "rate_limit_mbit") yaml::read_number(t.second, what, o.rate_limit_mbit, p);
+        else if (k == "io_threads") yaml::read_number(t.second, what, o.io_threads, p);
         else if (k == "read_timeout") millis(t.second, what, o.read_timeout_ms);
         else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);
         else if (k == "keepalive_interval") millis(t.second, what, o.keepalive_interval_ms);
@@ -149,8 +150,8 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         else if (k == "reconnect_max") millis(t.second, what, o.reconnect_max_ms);
         else
           p.add(t.first, cat("transport: unknown key '", k,
-                             "' (allowed: connections_per_peer, rate_limit_mbit, read_timeout, write_timeout, "
-                             "keepalive_interval, connect_timeout, reconnect_max)"));
+                             "' (allowed: connections_per_peer, rate_limit_mbit, io_threads, read_timeout, "
+                             "write_timeout, keepalive_interval, connect_timeout, reconnect_max)"));
       }
     } else {
       p.add(kv.first, cat("unknown key '", key,

@@ -24,8 +24,12 @@ std::string read_file(const fs::path& path) {
 
 }  // namespace
 
-SiteDaemon::SiteDaemon(asio::io_context& io, SiteConfig site, DaemonOptions options)
-    : io_(io), site_(std::move(site)), options_(std::move(options)) {}
+SiteDaemon::SiteDaemon(asio::io_context& io, asio::any_io_executor connection_executor, SiteConfig site,
+                       DaemonOptions options)
+    : io_(io),
+      connection_executor_(std::move(connection_executor)),
+      site_(std::move(site)),
+      options_(std::move(options)) {}
 
 SiteDaemon::~SiteDaemon() = default;
 
@@ -93,7 +97,7 @@ Status SiteDaemon::start() {
   m.tls = site_.tls;
   m.job = 0;
   m.transport = site_.transport;
-  mesh_ = std::make_unique<transport::Mesh>(io_.get_executor(), m);
+  mesh_ = std::make_unique<transport::Mesh>(io_.get_executor(), m, connection_executor_);
   mesh_->set_control_handler([this](const std::string& peer, const transport::FrameHeader& h, Buffer payload) {
     return on_mesh_frame(peer, h, std::move(payload));
   });

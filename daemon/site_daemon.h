@@ -39,7 +39,9 @@ struct DaemonOptions {
 
 class SiteDaemon {
  public:
-  SiteDaemon(asio::io_context& io, SiteConfig site, DaemonOptions options);
+  /// `connection_executor`: the I/O threads the mesh's connections run on
+  /// (transport::IoThreads); their context must outlive `io` and this.
+  SiteDaemon(asio::io_context& io, asio::any_io_executor connection_executor, SiteConfig site, DaemonOptions options);
   ~SiteDaemon();
 
   /// Listens for peers, the CLI and metrics scrapes, and resumes the jobs
@@ -70,6 +72,7 @@ class SiteDaemon {
   std::string render_metrics();
 
   asio::io_context& io_;
+  asio::any_io_executor connection_executor_;
   SiteConfig site_;
   DaemonOptions options_;
   Metrics metrics_;

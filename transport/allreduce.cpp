@@ -282,7 +282,6 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     h.round = r_.key.round;
     h.fragment = r_.key.fragment;
     h.chunk = static_cast<std::uint32_t>(c);
-    seal(h, payload);
     stats_.bytes_sent += kFrameHeaderSize + payload.size();
     co_return co_await conn.write_frame(h, payload);
   }

@@ -3,9 +3,12 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -60,14 +63,79 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         pool_(pool),
         write_lock_(stream_.get_executor()),
         watchdog_timer_(stream_.get_executor()),
-        limit_timer_(stream_.get_executor()) {
+        limit_timer_(stream_.get_executor()),
+        keepalive_timer_(stream_.get_executor()) {
     std::error_code ec;
     auto endpoint = socket().remote_endpoint(ec);
-    peer = ec ? "unknown peer" : cat(endpoint.address().to_string(), ":", endpoint.port());
+    peer_ = ec ? "unknown peer" : cat(endpoint.address().to_string(), ":", endpoint.port());
     socket().set_option(asio::ip::tcp::no_delay(true), ec);
   }
 
-  asio::awaitable<Status> handshake(bool as_client) override {
+  // Each public awaitable runs its work on the connection's strand and
+  // resumes the caller on the caller's executor. The caller keeps the
+  // connection alive (holds its shared_ptr) while it waits.
+  asio::awaitable<Status> handshake(bool as_client) override { return on_strand(handshake_here(as_client)); }
+
+  asio::awaitable<Status> check_peer_name(std::string site) override {
+    return on_strand(check_peer_name_here(std::move(site)));
+  }
+
+  asio::awaitable<Status> write_frame(FrameHeader header, std::span<const std::byte> payload) override {
+    return on_strand(write_frame_here(header, payload));
+  }
+
+  asio::awaitable<Result<FrameHeader>> read_header() override { return on_strand(read_header_here()); }
+
+  asio::awaitable<Result<Buffer>> read_payload(const FrameHeader& header) override {
+    return on_strand(read_payload_here(header));
+  }
+
+  void start() override {
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->start_watchdog();
+      if (self->keepalive_started_) return;
+      self->keepalive_started_ = true;
+      asio::co_spawn(self->stream_.get_executor(), keepalive(self), asio::detached);
+    });
+  }
+
+  void close(const Status& reason) override {
+    {
+      std::lock_guard lock(state_mutex_);
+      if (!open_) return;
+      open_ = false;
+      close_reason_ = reason;
+    }
+    // The socket and timers belong to the strand: closed there, at once when
+    // this runs on it, soon after otherwise.
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->close_socket(); });
+  }
+
+  bool is_open() const override { return open_; }
+  Status close_reason() const override {
+    std::lock_guard lock(state_mutex_);
+    return close_reason_;
+  }
+  std::uint64_t bytes_sent() const override { return bytes_sent_; }
+  std::uint64_t bytes_received() const override { return bytes_received_; }
+  std::string peer() const override {
+    std::lock_guard lock(state_mutex_);
+    return peer_;
+  }
+  void set_peer(std::string name) override {
+    std::lock_guard lock(state_mutex_);
+    peer_ = std::move(name);
+  }
+
+ private:
+  asio::ip::tcp::socket& socket() { return stream_.socket(); }
+
+  template <class T>
+  asio::awaitable<T> on_strand(asio::awaitable<T> work) {
+    return asio::co_spawn(stream_.get_executor(), std::move(work), use_awaitable);
+  }
+
+  asio::awaitable<Status> handshake_here(bool as_client) {
     arm(read_deadline_, options_.connect_timeout_ms);
     start_watchdog();
     const std::string failure = co_await stream_.handshake(as_client);
@@ -75,29 +143,29 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     if (!failure.empty()) {
       std::string why = failure;
       if constexpr (std::is_same_v<Stream, tls::TlsStream>) why = tls::handshake_failure(stream_.native_handle(), failure);
-      if (open_) close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer, " failed: ", why));
-      co_return close_reason_;
+      close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer(), " failed: ", why));
+      co_return close_reason();
     }
     co_return Status();
   }
 
-  Status check_peer_name(const std::string& site) override {
+  asio::awaitable<Status> check_peer_name_here(std::string site) {
     if constexpr (std::is_same_v<Stream, PlainStream>) {
-      (void)site;
-      return {};
+      co_return Status();
     } else {
-      return tls::check_peer_name(stream_.native_handle(), site);
+      co_return tls::check_peer_name(stream_.native_handle(), site);
     }
   }
 
-  asio::awaitable<Status> write_frame(const FrameHeader& header, std::span<const std::byte> payload) override {
+  asio::awaitable<Status> write_frame_here(FrameHeader header, std::span<const std::byte> payload) {
+    seal(header, payload);
     co_await write_lock_.lock();
     Status s = co_await write_locked(header, payload);
     write_lock_.unlock();
     co_return s;
   }
 
-  asio::awaitable<Result<FrameHeader>> read_header() override {
+  asio::awaitable<Result<FrameHeader>> read_header_here() {
     for (;;) {
       std::array<std::byte, kFrameHeaderSize> bytes;
       Status s = co_await read_exact(bytes);
@@ -108,7 +176,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     }
   }
 
-  asio::awaitable<Result<Buffer>> read_payload(const FrameHeader& header) override {
+  asio::awaitable<Result<Buffer>> read_payload_here(FrameHeader header) {
     // The length was bounded by decode_header before this allocation.
     Buffer payload = pool_->acquire(static_cast<std::size_t>(header.payload_size));
     for (std::size_t done = 0; done < payload.size(); done += kSlice) {
@@ -121,31 +189,14 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     co_return payload;
   }
 
-  void start() override {
-    start_watchdog();
-    if (keepalive_started_) return;
-    keepalive_started_ = true;
-    asio::co_spawn(stream_.get_executor(), keepalive(this->shared_from_this()), asio::detached);
-  }
-
-  void close(const Status& reason) override {
-    if (!open_) return;
-    open_ = false;
-    close_reason_ = reason;
+  void close_socket() {
     std::error_code ignored;
     socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     socket().close(ignored);
     watchdog_timer_.cancel();
     limit_timer_.cancel();
+    keepalive_timer_.cancel();
   }
-
-  bool is_open() const override { return open_; }
-  const Status& close_reason() const override { return close_reason_; }
-  std::uint64_t bytes_sent() const override { return bytes_sent_; }
-  std::uint64_t bytes_received() const override { return bytes_received_; }
-
- private:
-  asio::ip::tcp::socket& socket() { return stream_.socket(); }
 
   std::string describe(const std::error_code& ec) const {
     if (ec == asio::error::eof) return "the peer closed the connection";
@@ -159,12 +210,12 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   Status io_error(const char* what, const std::error_code& ec) {
-    if (open_) close(GEOLOCO_ERROR(Err::io, what, " ", peer, ": ", describe(ec)));
-    return close_reason_;
+    close(GEOLOCO_ERROR(Err::io, what, " ", peer(), ": ", describe(ec)));
+    return close_reason();
   }
 
   asio::awaitable<Status> read_exact(std::span<std::byte> out) {
-    if (!open_) co_return close_reason_;
+    if (!open_) co_return close_reason();
     arm(read_deadline_, options_.read_timeout_ms);
     auto [ec, n] = co_await stream_.read(asio::buffer(out.data(), out.size()));
     bytes_received_ += n;
@@ -177,7 +228,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   asio::awaitable<Status> write_locked(const FrameHeader& header, std::span<const std::byte> payload) {
-    if (!open_) co_return close_reason_;
+    if (!open_) co_return close_reason();
     const auto head = encode_header(header);
     std::span<const std::byte> first(head);
     std::size_t done = 0;
@@ -194,7 +245,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         if (when > Clock::now()) {
           limit_timer_.expires_at(when);
           co_await limit_timer_.async_wait(as_tuple(use_awaitable));
-          if (!open_) co_return close_reason_;
+          if (!open_) co_return close_reason();
         }
       }
       arm(write_deadline_, options_.write_timeout_ms);
@@ -224,10 +275,10 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       const auto now = Clock::now();
       if (!self->open_) break;
       if (now >= self->read_deadline_) {
-        self->close(GEOLOCO_ERROR(Err::timeout, "no data from ", self->peer, " for ", self->options_.read_timeout_ms,
+        self->close(GEOLOCO_ERROR(Err::timeout, "no data from ", self->peer(), " for ", self->options_.read_timeout_ms,
                                   " ms: the peer is unreachable or stopped"));
       } else if (now >= self->write_deadline_) {
-        self->close(GEOLOCO_ERROR(Err::timeout, "writing to ", self->peer, " made no progress for ",
+        self->close(GEOLOCO_ERROR(Err::timeout, "writing to ", self->peer(), " made no progress for ",
                                   self->options_.write_timeout_ms, " ms"));
       }
     }
@@ -235,20 +286,19 @@ class StreamConnection final : public Connection, public std::enable_shared_from
 
   // Sends a keepalive when nothing was written for a keepalive interval.
   static asio::awaitable<void> keepalive(std::shared_ptr<StreamConnection> self) {
-    asio::steady_timer timer(self->stream_.get_executor());
     const auto interval = std::chrono::milliseconds(self->options_.keepalive_interval_ms);
     while (self->open_) {
-      timer.expires_after(interval / 2);
-      co_await timer.async_wait(as_tuple(use_awaitable));
+      self->keepalive_timer_.expires_after(interval / 2);
+      co_await self->keepalive_timer_.async_wait(as_tuple(use_awaitable));
       if (!self->open_) break;
       if (Clock::now() - self->last_write_ < interval) continue;
       FrameHeader h;
       h.type = FrameType::keepalive;
-      seal(h, {});
-      (void)co_await self->write_frame(h, {});
+      (void)co_await self->write_frame_here(h, {});
     }
   }
 
+  // Touched only on the strand.
   Stream stream_;
   TransportOptions options_;
   std::shared_ptr<TokenBucket> limiter_;
@@ -256,15 +306,19 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   AsyncMutex write_lock_;
   asio::steady_timer watchdog_timer_;
   asio::steady_timer limit_timer_;
+  asio::steady_timer keepalive_timer_;
   Clock::time_point read_deadline_ = Clock::time_point::max();
   Clock::time_point write_deadline_ = Clock::time_point::max();
   Clock::time_point last_write_ = Clock::now();
-  bool open_ = true;
   bool watchdog_started_ = false;
   bool keepalive_started_ = false;
+  // Read from any thread.
+  std::atomic<bool> open_ = true;
+  std::atomic<std::uint64_t> bytes_sent_ = 0;
+  std::atomic<std::uint64_t> bytes_received_ = 0;
+  mutable std::mutex state_mutex_;  // guards close_reason_ and peer_
   Status close_reason_;
-  std::uint64_t bytes_sent_ = 0;
-  std::uint64_t bytes_received_ = 0;
+  std::string peer_;
 };
 
 }  // namespace

@@ -7,6 +7,13 @@
 // read or write is pending, for TLS and plain TCP alike, and the reason is
 // kept for the error the caller sees. This class is the abstraction;
 // the TLS and plain-TCP streams beneath it are chosen by the factory.
+//
+// Threads: a connection does its work (encryption, hashing, socket I/O) on
+// the executor of its socket, a strand of the mesh's I/O threads, so that a
+// site's connections encrypt and decrypt in parallel. Its awaitable members
+// may be awaited from any executor: they run on the strand and resume the
+// caller on the caller's own. close(), is_open(), close_reason(), peer() and
+// the byte counters may be called from any thread.
 #pragma once
 
 #include <asio/awaitable.hpp>
@@ -34,12 +41,13 @@ class Connection {
   /// Errors: io, with the reason in words (handshake_failure()).
   virtual asio::awaitable<Status> handshake(bool as_client) = 0;
   /// Checks the verified peer certificate names `site` (always ok for plain TCP).
-  virtual Status check_peer_name(const std::string& site) = 0;
+  virtual asio::awaitable<Status> check_peer_name(std::string site) = 0;
 
-  /// Writes one frame; `header` must be sealed for `payload`. Writers take
-  /// turns; a frame is never interleaved with another. Errors: io (closed,
-  /// timed out, peer gone), with the close reason.
-  virtual asio::awaitable<Status> write_frame(const FrameHeader& header, std::span<const std::byte> payload) = 0;
+  /// Seals `header` for `payload` (length, hash) and writes the frame. The
+  /// payload must stay valid until this returns. Writers take turns; a frame
+  /// is never interleaved with another. Errors: io (closed, timed out, peer
+  /// gone), with the close reason.
+  virtual asio::awaitable<Status> write_frame(FrameHeader header, std::span<const std::byte> payload) = 0;
   /// Reads and checks the next header, skipping keepalives. Errors: as
   /// decode_header, or io.
   virtual asio::awaitable<Result<FrameHeader>> read_header() = 0;
@@ -53,13 +61,14 @@ class Connection {
   virtual void close(const Status& reason) = 0;
   virtual bool is_open() const = 0;
   /// Why the connection closed (ok while open).
-  virtual const Status& close_reason() const = 0;
+  virtual Status close_reason() const = 0;
 
   virtual std::uint64_t bytes_sent() const = 0;
   virtual std::uint64_t bytes_received() const = 0;
 
   /// The peer's site name once known; "host:port" before.
-  std::string peer;
+  virtual std::string peer() const = 0;
+  virtual void set_peer(std::string name) = 0;
 };
 
 /// A TLS connection over `socket` (ssl_context required).

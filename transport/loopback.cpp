@@ -45,6 +45,7 @@ TransportOptions test_options() {
   o.connect_timeout_ms = 3000;
   o.reconnect_initial_ms = 20;
   o.reconnect_max_ms = 200;
+  o.io_threads = 2;
   return o;
 }
 
@@ -59,7 +60,8 @@ Result<std::unique_ptr<Site>> Site::create(const std::string& name, const tls::T
   m.transport = options;
   for (const auto& p : peers)
     if (p != name) m.peers.push_back({p, "127.0.0.1", 0});
-  site->mesh_ = std::make_unique<Mesh>(site->io_.get_executor(), m);
+  site->io_threads_ = std::make_unique<IoThreads>(options.io_threads);
+  site->mesh_ = std::make_unique<Mesh>(site->io_.get_executor(), m, site->io_threads_->executor());
   GEOLOCO_TRY(site->mesh_->listen());
   return site;
 }
@@ -75,6 +77,7 @@ Status Site::connect(const std::vector<Site*>& all) {
 void Site::freeze() {
   io_.stop();
   if (thread_.joinable()) thread_.join();
+  io_threads_->pause();
   frozen_ = true;
 }
 
@@ -87,11 +90,14 @@ Site::~Site() {
     work_.reset();
     thread_.join();  // handlers end once sockets close and timers lapse
   } else {
+    io_threads_->resume();
     io_.restart();
     asio::post(io_, [this] { mesh_->stop(); });
     work_.reset();
     io_.run();
   }
+  io_threads_->join();
+  mesh_.reset();  // before the I/O threads' context, which its sockets belong to
 }
 
 Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federation,

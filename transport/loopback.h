@@ -1,6 +1,7 @@
 // Sites on one machine over loopback, for tests, benchmarks and demos: a
 // federation of certificates in a temporary directory, and sites that each
-// run a Mesh on their own io_context thread, as separate daemons would.
+// run a Mesh on their own io_context thread (and their connections on their
+// own I/O threads), as separate daemons would.
 #pragma once
 
 #include <asio/co_spawn.hpp>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "transport/certs.h"
+#include "transport/io_threads.h"
 #include "transport/mesh.h"
 
 namespace geoloco::transport::loopback {
@@ -73,6 +75,7 @@ class Site {
  private:
   explicit Site(std::string name) : name_(std::move(name)), work_(io_.get_executor()) {}
   std::string name_;
+  std::unique_ptr<IoThreads> io_threads_;  // the connections' threads: outlive the mesh and io_'s handlers
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::unique_ptr<Mesh> mesh_;

@@ -8,6 +8,7 @@
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <string_view>
 
@@ -18,20 +19,20 @@ using asio::experimental::as_tuple;
 using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
 
-FrameHeader hello_header(std::uint64_t job, int slot, std::span<const std::byte> payload) {
+FrameHeader hello_header(std::uint64_t job, int slot) {
   FrameHeader h;
   h.type = FrameType::hello;
   h.job = job;
   h.chunk = static_cast<std::uint32_t>(slot);
-  seal(h, payload);
   return h;
 }
 
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 }  // namespace
 
-Mesh::Mesh(asio::any_io_executor executor, MeshOptions options)
+Mesh::Mesh(asio::any_io_executor executor, MeshOptions options, asio::any_io_executor connection_executor)
     : executor_(executor),
+      connection_executor_(connection_executor ? connection_executor : executor),
       options_(std::move(options)),
       acceptor_(executor),
       slots_changed_(executor),
@@ -103,6 +104,8 @@ void Mesh::stop() {
   op_changed_.notify_all();
 }
 
+asio::any_io_executor Mesh::connection_strand() const { return asio::make_strand(connection_executor_); }
+
 bool Mesh::is_peer(const std::string& name) const { return slots_.count(name) != 0; }
 
 std::shared_ptr<Connection> Mesh::wrap(asio::ip::tcp::socket socket) {
@@ -113,7 +116,7 @@ std::shared_ptr<Connection> Mesh::wrap(asio::ip::tcp::socket socket) {
 
 asio::awaitable<void> Mesh::accept_loop() {
   while (running_) {
-    auto [ec, socket] = co_await acceptor_.async_accept(as_tuple(use_awaitable));
+    auto [ec, socket] = co_await acceptor_.async_accept(connection_strand(), as_tuple(use_awaitable));
     if (ec) {
       if (!running_) break;
       spdlog::warn("[{}] accept failed: {}", options_.site, ec.message());
@@ -127,24 +130,24 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   auto conn = wrap(std::move(socket));
   Status s = co_await conn->handshake(false);
   if (!s.ok()) {
-    reject(conn->peer, conn.get(), s);
+    reject(conn->peer(), conn.get(), s);
     co_return;
   }
   // The hello must come within the connect timeout; the watchdog enforces it.
   conn->start();
   auto header = co_await conn->read_header();
   if (!header.ok()) {
-    reject(conn->peer, conn.get(), header.status());
+    reject(conn->peer(), conn.get(), header.status());
     co_return;
   }
   if (header->type != FrameType::hello) {
-    reject(conn->peer, conn.get(), GEOLOCO_ERROR(Err::malformed, "first frame is ", frame_type_name(header->type),
-                                                 ", expected hello"));
+    reject(conn->peer(), conn.get(), GEOLOCO_ERROR(Err::malformed, "first frame is ",
+                                                   frame_type_name(header->type), ", expected hello"));
     co_return;
   }
   auto payload = co_await conn->read_payload(*header);
   if (!payload.ok()) {
-    reject(conn->peer, conn.get(), payload.status());
+    reject(conn->peer(), conn.get(), payload.status());
     co_return;
   }
   const std::string claimed(reinterpret_cast<const char*>(payload->data()), payload->size());
@@ -155,17 +158,17 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
                             options_.job);
   } else if (!is_peer(claimed)) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
-  } else if (Status named = conn->check_peer_name(claimed); !named.ok()) {
+  } else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) {
     refused = named;
   } else if (slot < 0 || slot >= options_.transport.connections_per_peer) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot, " of ",
                             options_.transport.connections_per_peer);
   }
   if (!refused.ok()) {
-    reject(conn->peer, conn.get(), refused);
+    reject(conn->peer(), conn.get(), refused);
     co_return;
   }
-  const FrameHeader reply = hello_header(0, slot, bytes_of(options_.site));
+  const FrameHeader reply = hello_header(0, slot);
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
   install(claimed, slot, conn);
@@ -195,25 +198,31 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
   auto [rec, endpoints] =
       co_await resolver.async_resolve(peer.host, std::to_string(peer.port), as_tuple(use_awaitable));
   if (rec) co_return GEOLOCO_ERROR(Err::io, "cannot resolve ", peer.host, ": ", rec.message());
-  asio::ip::tcp::socket socket(executor_);
-  asio::steady_timer deadline(executor_, std::chrono::milliseconds(options_.transport.connect_timeout_ms));
-  deadline.async_wait([&socket](std::error_code ec) {
-    if (!ec) socket.close();  // connect took too long
-  });
-  auto [cec, endpoint] = co_await asio::async_connect(socket, endpoints, as_tuple(use_awaitable));
-  deadline.cancel();
+  asio::ip::tcp::socket socket(connection_strand());
+  // The socket is used on its strand only, the connect and its deadline too.
+  const auto timeout = std::chrono::milliseconds(options_.transport.connect_timeout_ms);
+  auto connect = [&socket, &endpoints, timeout]() -> asio::awaitable<std::error_code> {
+    asio::steady_timer deadline(socket.get_executor(), timeout);
+    deadline.async_wait([&socket](std::error_code ec) {
+      if (!ec) socket.close();  // connect took too long
+    });
+    auto [ec, endpoint] = co_await asio::async_connect(socket, endpoints, as_tuple(use_awaitable));
+    deadline.cancel();
+    co_return ec;
+  };
+  const std::error_code cec = co_await asio::co_spawn(socket.get_executor(), connect(), use_awaitable);
   if (cec) co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
                                    cec.message());
   auto conn = wrap(std::move(socket));
-  conn->peer = peer.name;
+  conn->set_peer(peer.name);
   Status s = co_await conn->handshake(true);
   if (!s.ok()) co_return s;
-  if (Status named = conn->check_peer_name(peer.name); !named.ok()) {
+  if (Status named = co_await conn->check_peer_name(peer.name); !named.ok()) {
     conn->close(named);
     co_return named;
   }
   conn->start();
-  const FrameHeader hello = hello_header(0, slot, bytes_of(options_.site));
+  const FrameHeader hello = hello_header(0, slot);
   s = co_await conn->write_frame(hello, bytes_of(options_.site));
   if (!s.ok()) co_return s;
   auto header = co_await conn->read_header();
@@ -232,7 +241,7 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
 }
 
 void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection> conn) {
-  conn->peer = peer;
+  conn->set_peer(peer);
   auto& old = slots_[peer][slot];
   if (old && old->is_open()) old->close(GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer));
   if (old) {
@@ -395,7 +404,6 @@ asio::awaitable<Status> Mesh::send_control_frame(const std::string& peer, FrameH
   if (header.type != FrameType::control && header.type != FrameType::state)
     co_return GEOLOCO_ERROR(Err::invalid_argument, "send_control_frame sends control or state frames, not ",
                             frame_type_name(header.type));
-  seal(header, payload);
   co_return co_await conn->write_frame(header, payload);
 }
 

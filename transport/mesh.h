@@ -12,9 +12,12 @@
 // refused: logged, counted, and the connection closed. Nothing of the sink's
 // state changes for a refused frame.
 //
-// All members run on one executor (a single-threaded io_context); a Mesh
-// must outlive the handlers it spawned (stop(), then let the io_context
-// finish, then destroy).
+// All members run on one executor (a single-threaded io_context). The
+// connections do their work (TLS, hashing, socket I/O) on strands of a
+// second executor, the site's I/O threads, so one site encrypts and decrypts
+// on several cores; the mesh awaits them from its own executor. A Mesh must
+// outlive the handlers it spawned on both (stop(), then let both finish,
+// then destroy), and the I/O threads' context must outlive the Mesh.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
@@ -79,7 +82,9 @@ class FrameSink {
 
 class Mesh {
  public:
-  Mesh(asio::any_io_executor executor, MeshOptions options);
+  /// `connection_executor`: where connections work, each on its own strand
+  /// (a thread pool's executor; default: `executor`, all on one thread).
+  Mesh(asio::any_io_executor executor, MeshOptions options, asio::any_io_executor connection_executor = {});
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
@@ -153,11 +158,13 @@ class Mesh {
   asio::awaitable<void> read_loop(std::string peer, std::shared_ptr<Connection> conn);
   asio::awaitable<Status> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
   std::shared_ptr<Connection> wrap(asio::ip::tcp::socket socket);
+  asio::any_io_executor connection_strand() const;
   void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn);
   void reject(const std::string& peer, Connection* conn, Status reason);
   bool is_peer(const std::string& name) const;
 
   asio::any_io_executor executor_;
+  asio::any_io_executor connection_executor_;
   MeshOptions options_;
   std::shared_ptr<asio::ssl::context> ssl_;
   std::shared_ptr<TokenBucket> limiter_;

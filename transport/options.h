@@ -30,6 +30,10 @@ struct TransportOptions {
   int reconnect_initial_ms = 200;          ///< first retry delay after a failed dial; doubles per failure
   int reconnect_max_ms = 10000;            ///< longest retry delay
   double rate_limit_mbit = 0;              ///< cap on this site's egress in Mbit/s (10^6 bit/s); 0 = none
+  /// Threads that run the site's connections (TLS, hashing, socket I/O),
+  /// each connection on one of them at a time, so a site encrypts and
+  /// decrypts on several cores at once.
+  int io_threads = 4;
   /// Test switch: plain TCP instead of TLS. The daemon refuses it outside
   /// tests; nothing in production sets it.
   bool insecure_plaintext_for_tests = false;
@@ -53,6 +57,8 @@ inline Status TransportOptions::validate() const {
                     "write_timeout_ms and connect_timeout_ms must be positive");
   GEOLOCO_RETURN_IF(reconnect_initial_ms < 1 || reconnect_max_ms < reconnect_initial_ms, Err::invalid_argument,
                     "reconnect_max_ms must be at least reconnect_initial_ms (>= 1)");
+  GEOLOCO_RETURN_IF(io_threads < 1 || io_threads > 64, Err::invalid_argument, "io_threads must be 1..64, got ",
+                    io_threads);
   GEOLOCO_RETURN_IF(rate_limit_mbit < 0, Err::invalid_argument, "rate_limit_mbit must be >= 0 (0 = no cap)");
   return {};
 }

@@ -1,11 +1,13 @@
 // A token bucket over a site's egress (TransportOptions::rate_limit_mbit),
 // shared by all its connections, so the cap holds for the site's link as a
 // whole. The decision is a pure function of `now`; the caller sleeps.
+// Thread-safe: connections on different threads reserve from one bucket.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 
 namespace geoloco::transport {
 
@@ -26,6 +28,7 @@ class TokenBucket {
   /// together they never exceed the rate.
   Clock::time_point reserve(Clock::time_point now, std::uint64_t bytes) {
     if (!enabled()) return now;
+    std::lock_guard lock(mutex_);
     if (last_ == Clock::time_point{}) last_ = now;
     const double elapsed = std::chrono::duration<double>(now - last_).count();
     tokens_ = std::min(burst_, tokens_ + std::max(0.0, elapsed) * rate_);
@@ -40,6 +43,7 @@ class TokenBucket {
   double burst_;
   double tokens_;
   Clock::time_point last_{};
+  std::mutex mutex_;
 };
 
 }  // namespace geoloco::transport

@@ -25,6 +25,14 @@ Result<std::shared_ptr<asio::ssl::context>> make_context(const TlsFiles& files) 
                     " does not belong to ", files.cert_file);
   ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
   GEOLOCO_RETURN_IF(ec, Err::internal, "cannot set TLS verify mode: ", ec.message());
+  // Handshakes run on several I/O threads and share these certificates.
+  // OpenSSL fills each certificate's cache of decoded extensions on first use;
+  // filling it here, on one thread, leaves the handshakes only reading it.
+  X509_check_purpose(SSL_CTX_get0_certificate(native), -1, 0);
+  STACK_OF(X509_OBJECT)* trusted = X509_STORE_get0_objects(SSL_CTX_get_cert_store(native));
+  for (int i = 0; i < sk_X509_OBJECT_num(trusted); ++i)
+    if (X509* cert = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(trusted, i)); cert != nullptr)
+      X509_check_purpose(cert, -1, 0);
   return ctx;
 }
 

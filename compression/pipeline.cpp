@@ -109,9 +109,8 @@ std::size_t max_raw_body_size(const Stages& s, std::size_t n) {
 Status encode_values(const Stages& s, std::span<const float> values, std::span<std::byte> out, std::uint64_t seed) {
   if (s.value) return s.value->encode(values, out, seed);
   const auto& k = kernels::kernel_table(detected_simd());
-  GEOLOCO_RETURN_IF(!k.all_finite(values.data(), values.size()), Err::non_finite,
-                    "pipeline: input has a NaN or Inf");
-  std::memcpy(out.data(), values.data(), values.size_bytes());
+  GEOLOCO_RETURN_IF(!k.copy_finite(values.data(), values.size(), out.data()),
+                    Err::non_finite, "pipeline: input has a NaN or Inf");
   return {};
 }
 
@@ -119,9 +118,9 @@ Status decode_values(const Stages& s, std::span<const std::byte> in, std::span<f
   if (s.value) return s.value->decode(in, out);
   GEOLOCO_RETURN_IF(in.size() != out.size_bytes(), Err::malformed, "payload: raw value section of ", in.size(),
                     " bytes for ", out.size(), " values");
-  std::memcpy(out.data(), in.data(), in.size());
   const auto& k = kernels::kernel_table(detected_simd());
-  GEOLOCO_RETURN_IF(!k.all_finite(out.data(), out.size()), Err::malformed, "payload: raw values hold a NaN or Inf");
+  GEOLOCO_RETURN_IF(!k.copy_finite(in.data(), out.size(), out.data()), Err::malformed,
+                    "payload: raw values hold a NaN or Inf");
   return {};
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "compression/kernels/kernels.h"
@@ -172,12 +173,36 @@ GEOLOCO_AVX2 bool all_finite_avx2(const float* x, std::size_t n) {
   return ok;
 }
 
+GEOLOCO_AVX2 bool copy_finite_avx2(const void* from, std::size_t n, void* to) {
+  const char* x = static_cast<const char*>(from);
+  char* out = static_cast<char*>(to);
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  __m256i bad = _mm256_setzero_si256();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 4 * i));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 4 * i + 32));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i), v0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i + 32), v1);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(v0, exp_mask), exp_mask));
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(v1, exp_mask), exp_mask));
+  }
+  bool ok = _mm256_testz_si256(bad, bad);
+  for (; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + 4 * i, sizeof bits);
+    std::memcpy(out + 4 * i, &bits, sizeof bits);
+    ok &= (bits & 0x7f800000u) != 0x7f800000u;
+  }
+  return ok;
+}
+
 }  // namespace
 
 const KernelTable& avx2_kernels() {
   static const KernelTable table{absmax_avx2,      quantize_nearest_avx2, dequantize_avx2,
                                  f32_to_f16_avx2,  f16_to_f32_avx2,       f32_to_bf16_avx2,
-                                 bf16_to_f32_avx2, all_finite_avx2};
+                                 bf16_to_f32_avx2, all_finite_avx2,       copy_finite_avx2};
   return table;
 }
 

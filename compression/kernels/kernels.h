@@ -29,6 +29,10 @@ using ToHalfFn = void (*)(const float* x, std::size_t n, std::uint16_t* out);
 using FromHalfFn = bool (*)(const std::uint16_t* h, std::size_t n, float* out);
 /// True when every x[i] is finite.
 using AllFiniteFn = bool (*)(const float* x, std::size_t n);
+/// Copies n floats (their bits) from x to out in one pass; true when every
+/// value is finite. Either pointer may be unaligned (payload bytes). The raw
+/// value codec's encode and decode: a copy that must refuse NaN and Inf.
+using CopyFiniteFn = bool (*)(const void* x, std::size_t n, void* out);
 
 struct KernelTable {
   AbsmaxFn absmax;
@@ -39,6 +43,7 @@ struct KernelTable {
   ToHalfFn f32_to_bf16;
   FromHalfFn bf16_to_f32;
   AllFiniteFn all_finite;
+  CopyFiniteFn copy_finite;
 };
 
 /// The kernels for `simd`; falls back to scalar where AVX2 was not compiled in.

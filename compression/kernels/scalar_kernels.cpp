@@ -2,6 +2,7 @@
 // these bit for bit.
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -70,6 +71,17 @@ bool all_finite_scalar(const float* x, std::size_t n) {
   return ok;
 }
 
+bool copy_finite_scalar(const void* x, std::size_t n, void* out) {
+  std::memcpy(out, x, n * sizeof(float));
+  bool ok = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, static_cast<const char*>(x) + i * sizeof bits, sizeof bits);
+    ok &= is_finite_bits(bits);
+  }
+  return ok;
+}
+
 }  // namespace
 
 std::uint16_t f32_to_f16_one(float value) {
@@ -116,7 +128,7 @@ float bf16_to_f32_one(std::uint16_t h) { return std::bit_cast<float>(static_cast
 const KernelTable& scalar_kernels() {
   static const KernelTable table{absmax_scalar,      quantize_nearest_scalar, dequantize_scalar,
                                  f32_to_f16_scalar,  f16_to_f32_scalar,       f32_to_bf16_scalar,
-                                 bf16_to_f32_scalar, all_finite_scalar};
+                                 bf16_to_f32_scalar, all_finite_scalar, copy_finite_scalar};
   return table;
 }
 

@@ -90,6 +90,29 @@ TEST_CASE("AVX2 kernels produce the same bytes as the scalar kernels") {
   finite[997] = -std::numeric_limits<float>::infinity();
   CHECK_FALSE(s.all_finite(finite.data(), finite.size()));
   CHECK_FALSE(a.all_finite(finite.data(), finite.size()));
+
+  // copy_finite: the same bits on both paths, from and to unaligned bytes,
+  // tails included, and a NaN or Inf anywhere (tail or vector part) is caught.
+  std::vector<float> clean;
+  for (float v : x)
+    if (std::isfinite(v)) clean.push_back(v);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, clean.size()}) {
+    n = std::min(n, clean.size());
+    std::vector<std::byte> src(n * 4 + 1), ds(n * 4 + 3), da(n * 4 + 3);
+    std::memcpy(src.data() + 1, clean.data(), n * 4);
+    CHECK(s.copy_finite(src.data() + 1, n, ds.data() + 3));
+    CHECK(a.copy_finite(src.data() + 1, n, da.data() + 3));
+    CHECK(std::memcmp(ds.data() + 3, clean.data(), n * 4) == 0);
+    CHECK(std::memcmp(da.data() + 3, clean.data(), n * 4) == 0);
+  }
+  for (float poison : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (std::size_t at : {std::size_t{3}, std::size_t{40}, std::size_t{41}}) {  // 41: in the tail of 42
+      std::vector<float> v(42, 0.5f), out(42);
+      v[at] = poison;
+      CHECK_FALSE(s.copy_finite(v.data(), v.size(), out.data()));
+      CHECK_FALSE(a.copy_finite(v.data(), v.size(), out.data()));
+    }
+  }
 }
 
 TEST_CASE("whole pipelines give the same payload bytes and decoded values on both paths") {

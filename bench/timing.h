@@ -2,6 +2,8 @@
 // a shared machine is the figure least disturbed by other work.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <limits>
 
@@ -18,6 +20,14 @@ double best_seconds(int repeats, Fn&& fn) {
     if (took.count() < best) best = took.count();
   }
   return best;
+}
+
+/// CPU seconds (user + system) this process has used so far, all threads.
+inline double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 }  // namespace geoloco::bench

@@ -42,6 +42,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   allreduce->add_option("--repeats", ar->repeats, "timed runs; the fastest counts")->capture_default_str();
   allreduce->add_option("--connections", ar->connections_per_peer, "TLS connections per peer pair")
       ->capture_default_str();
+  allreduce->add_option("--io-threads", ar->io_threads, "threads per site that run its connections (TLS, hashing)")
+      ->capture_default_str();
   allreduce->add_option("--chunk-elements", ar->chunk_elements, "fp32 values per chunk (frame)")
       ->capture_default_str();
   allreduce->add_flag("--json", *ar_json, "one JSON object per system and line");

@@ -1,13 +1,17 @@
-# geoloco_test(NAME name SOURCES ... LIBS ... [SANITIZE] [LABELS ...] [TIMEOUT s])
+# geoloco_test(NAME name SOURCES ... LIBS ... [SANITIZE] [THREADS] [LABELS ...] [TIMEOUT s])
 #
 # One Catch2 executable registered as one ctest test. In a GEOLOCO_SANITIZE
 # build only the tests marked SANITIZE (those that parse or decode untrusted
-# input) are defined, so the sanitizer pass stays short.
+# input) are defined, so the sanitizer pass stays short; in a GEOLOCO_TSAN
+# build only those marked THREADS (those that run code on several threads).
 set(GEOLOCO_CATCH_MAIN_SOURCE ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
 
 function(geoloco_test)
-  cmake_parse_arguments(T "SANITIZE" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "SANITIZE;THREADS" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(GEOLOCO_SANITIZE AND NOT T_SANITIZE)
+    return()
+  endif()
+  if(GEOLOCO_TSAN AND NOT T_THREADS)
     return()
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
@@ -22,9 +26,17 @@ function(geoloco_test)
   if(T_SANITIZE)
     list(APPEND labels sanitize)
   endif()
+  if(T_THREADS)
+    list(APPEND labels threads)
+  endif()
   set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}")
   if(GEOLOCO_SANITIZE)
     add_dependencies(geoloco_sanitize_tests ${T_NAME})
+  endif()
+  if(GEOLOCO_TSAN)
+    add_dependencies(geoloco_thread_tests ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT
+      "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp")
   endif()
 endfunction()
 
@@ -34,6 +46,9 @@ target_link_libraries(geoloco_catch_main PUBLIC Catch2::Catch2)
 
 if(GEOLOCO_SANITIZE)
   add_custom_target(geoloco_sanitize_tests)
+endif()
+if(GEOLOCO_TSAN)
+  add_custom_target(geoloco_thread_tests)
 endif()
 
 # geoloco_fuzzer(NAME name SOURCE file.cpp LIBS ... CORPUS dir [RUNS n])

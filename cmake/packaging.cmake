@@ -73,7 +73,7 @@ include(CPack)
 
 # The tests. Not in a sanitizer build: it builds only the sanitize tests, not
 # the programs the package needs, and its ctest runs label sanitize alone.
-if(NOT GEOLOCO_SANITIZE)
+if(GEOLOCO_ALL_TESTS)
   set(_geoloco_pkg_program_files "")
   foreach(program IN LISTS _geoloco_pkg_programs)
     list(APPEND _geoloco_pkg_program_files $<TARGET_FILE:${program}>)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds geoloco and runs the whole test suite (ctest): the main build with
 # warnings as errors, then an ASan+UBSan build of the code that parses and
-# decodes untrusted input, with its libFuzzer targets when clang is present.
+# decodes untrusted input, with its libFuzzer targets when clang is present,
+# then a ThreadSanitizer build of the transport, whose connections run on
+# several threads.
 #
 #   scripts/test.sh            the suite (what CI runs)
 #   scripts/test.sh --long     also the opt-in long suites (label "long")
@@ -40,6 +42,11 @@ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DGEOLOCO_SANITIZE=ON -DGE
   -DGEOLOCO_WERROR=ON "${sanitize_cc[@]}" >/dev/null
 cmake --build build-sanitize -j "$jobs" --target geoloco_sanitize_tests
 
+echo "== thread sanitizer build (build-tsan/)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEOLOCO_TSAN=ON -DGEOLOCO_CUDA=OFF \
+  -DGEOLOCO_WERROR=ON >/dev/null
+cmake --build build-tsan -j "$jobs" --target geoloco_thread_tests
+
 echo "== tests"
 # ctest -LE takes a regular expression of the labels to leave out.
 left_out=()
@@ -51,4 +58,5 @@ status=0
 ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}" || status=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L sanitize || status=1
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L threads || status=1
 exit $status

@@ -21,7 +21,7 @@ peers:
 tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
 data_dir: /srv/geoloco
 gpus: [0, 1]
-transport: {connections_per_peer: 8, rate_limit_mbit: 900, read_timeout: 30s, keepalive_interval: 2s}
+transport: {connections_per_peer: 8, rate_limit_mbit: 900, io_threads: 6, read_timeout: 30s, keepalive_interval: 2s}
 )");
   INFO(c.status().message());
   REQUIRE(c.ok());
@@ -35,6 +35,7 @@ transport: {connections_per_peer: 8, rate_limit_mbit: 900, read_timeout: 30s, ke
   CHECK(c->gpus == std::vector<int>{0, 1});
   CHECK(c->transport.connections_per_peer == 8);
   CHECK(c->transport.rate_limit_mbit == 900);
+  CHECK(c->transport.io_threads == 6);
   CHECK(c->transport.read_timeout_ms == 30000);
   CHECK(c->transport.keepalive_interval_ms == 2000);
   CHECK(c->metrics.port == 9400);  // default
@@ -64,6 +65,8 @@ transport: {read_timeout: soon}
   CHECK(no_name.status().message().find("name: missing") != std::string::npos);
   auto self_peer = parse("name: a\npeers: [{name: a, address: 'h:1'}]\n");
   CHECK(self_peer.status().message().find("peers: 'a' is this site itself") != std::string::npos);
+  auto no_threads = parse("name: a\ntransport: {io_threads: 0}\n");
+  CHECK(no_threads.status().message().find("transport: io_threads must be 1..64, got 0") != std::string::npos);
 }
 
 TEST_CASE("flags override the environment, which overrides the file") {

@@ -22,7 +22,6 @@ namespace geoloco::daemon {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr std::uint64_t kStepChunk = 1 << 16;  // values per piece of the aside outer step
 }  // namespace
 
 void JobRun::on_plan(const PlanMessage& plan) {
@@ -80,7 +79,8 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
     }
     base = base.subspan(delta_offset_, n);
   }
-  delta_.assign(n, 0.0f);
+  delta_.clear();
+  delta_.values = n;
   transport::AllReduceRequest& request = request_;
   request = transport::AllReduceRequest();
   request.key = {plan.round, static_cast<std::uint32_t>(plan.attempt)};
@@ -90,7 +90,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   request.pipeline = spec_.compression;
   request.input = replica;
   request.input_base = base;
-  request.output = delta_;
+  request.encoded_output = &delta_;
   request.feedback = plan_participant_ ? feedback_.get() : nullptr;
   request.feedback_offset = delta_offset_;
   // The residual changes only when the round is kept (apply()): an ABORT has nothing to undo.
@@ -106,7 +106,6 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
       if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", result.status().message())});
     }
     delta_.clear();
-    delta_.shrink_to_fit();
     step_ = Step::idle;
     ready_sent_round_ = 0;
     if (queued_plan_) {
@@ -119,7 +118,8 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
-  auto digest = next_anchor_digest(clip_scale_of_delta());
+  auto scale = clip_scale_of_delta();
+  auto digest = scale.ok() ? next_anchor_digest(*scale) : Result<std::string>(scale.status());
   if (!digest.ok()) {
     spdlog::error("[{}] round {}: {}", spec_.name, plan.round, digest.status().message());
     if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", digest.status().message())});
@@ -137,8 +137,13 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   changed_.notify_all();
 }
 
-float JobRun::clip_scale_of_delta() const {
-  return outer::clip_scale(std::sqrt(outer::squared_norm(delta_)), spec_.outer.outer.clip_norm);
+Result<float> JobRun::clip_scale_of_delta() const {
+  double squares = 0;
+  GEOLOCO_TRY(delta_.for_each([&](std::uint64_t, std::span<const float> values) {
+    squares = outer::add_squares(squares, values);
+    return Status();
+  }));
+  return outer::clip_scale(std::sqrt(squares), spec_.outer.outer.clip_norm);
 }
 
 Result<std::string> JobRun::next_anchor_digest(float scale) const {
@@ -146,19 +151,20 @@ Result<std::string> JobRun::next_anchor_digest(float scale) const {
   // as they are, the range stepped piece by piece on copies.
   StreamingDigest digest;
   const std::span<const float> all(state_.anchor);
-  const std::size_t n = delta_.size(), at = delta_offset_;
+  const std::size_t n = delta_.values, at = delta_offset_;
   GEOLOCO_RETURN_IF(at + n > all.size(), Err::internal, "the round's values [", at, ", ", at + n,
                     ") lie outside the anchor's ", all.size());
   digest.update(all.first(at));
-  std::vector<float> anchor(kStepChunk), momentum(kStepChunk);
-  for (std::size_t begin = 0; begin < n; begin += kStepChunk) {
-    const std::size_t size = std::min<std::size_t>(kStepChunk, n - begin);
-    std::copy_n(state_.anchor.begin() + static_cast<long>(at + begin), size, anchor.begin());
-    std::copy_n(state_.momentum.begin() + static_cast<long>(at + begin), size, momentum.begin());
-    std::span<float> a(anchor.data(), size), m(momentum.data(), size);
-    GEOLOCO_TRY(outer::outer_step(a, m, std::span<const float>(delta_).subspan(begin, size), spec_.outer.outer, scale));
-    digest.update(a);
-  }
+  // Δ's chunks come decoded in order, one at a time; each is stepped on copies.
+  std::vector<float> anchor, momentum;
+  GEOLOCO_TRY(delta_.for_each([&](std::uint64_t begin, std::span<const float> d) -> Status {
+    anchor.assign(all.begin() + static_cast<long>(at + begin), all.begin() + static_cast<long>(at + begin + d.size()));
+    momentum.assign(state_.momentum.begin() + static_cast<long>(at + begin),
+                    state_.momentum.begin() + static_cast<long>(at + begin + d.size()));
+    GEOLOCO_TRY(outer::outer_step(anchor, momentum, d, spec_.outer.outer, scale));
+    digest.update(std::span<const float>(anchor));
+    return Status();
+  }));
   digest.update(all.subspan(at + n));
   return digest_hex(digest.value());
 }
@@ -206,7 +212,7 @@ void JobRun::on_committed(const CommittedMessage& c) {
 }
 
 void JobRun::apply(const CommittedMessage& c) {
-  const float scale = clip_scale_of_delta();
+  const auto scale = clip_scale_of_delta();
   // A site whose work is not in this round keeps training from the anchor it
   // has: keep that anchor (the base of its late Δ) before the step moves it.
   // (With streaming late work is dropped, so no such anchor is needed.)
@@ -217,9 +223,13 @@ void JobRun::apply(const CommittedMessage& c) {
     if (Status fb = transport::commit_feedback(*env_.mesh, request_); !fb.ok())
       spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.message());
   }
-  Status stepped = outer::outer_step(std::span<float>(state_.anchor).subspan(delta_offset_, delta_.size()),
-                                     std::span<float>(state_.momentum).subspan(delta_offset_, delta_.size()), delta_,
-                                     spec_.outer.outer, scale);
+  Status stepped = scale.status();
+  if (stepped.ok())
+    stepped = delta_.for_each([&](std::uint64_t begin, std::span<const float> d) {
+      const std::size_t from = delta_offset_ + begin;
+      return outer::outer_step(std::span<float>(state_.anchor).subspan(from, d.size()),
+                               std::span<float>(state_.momentum).subspan(from, d.size()), d, spec_.outer.outer, *scale);
+    });
   const std::string digest = digest_hex(state_.anchor_digest());
   const auto now = Clock::now();
   RoundRecord r;
@@ -233,7 +243,7 @@ void JobRun::apply(const CommittedMessage& c) {
   r.bytes_sent = round_bytes_sent_;
   r.bytes_received = round_bytes_received_;
   const double parts = static_cast<double>(plan_.participants.size());
-  const double raw = plan_participant_ ? 4.0 * static_cast<double>(delta_.size()) * 2.0 * (parts - 1) / parts : 0;
+  const double raw = plan_participant_ ? 4.0 * static_cast<double>(delta_.values) * 2.0 * (parts - 1) / parts : 0;
   r.compression_ratio = round_bytes_sent_ > 0 ? raw / static_cast<double>(round_bytes_sent_) : 0;
   r.compute_seconds = plan_participant_ ? seconds_between(phase_started_, phase_at_) : 0;
   r.waiting_seconds = plan_participant_ ? seconds_between(phase_at_, plan_at_) : 0;
@@ -241,7 +251,6 @@ void JobRun::apply(const CommittedMessage& c) {
   r.digest = digest;
   r.contributed = plan_participant_;
   delta_.clear();
-  delta_.shrink_to_fit();
   step_ = Step::idle;
   if (!stepped.ok() || digest != c.anchor_digest) {
     spdlog::error("[{}] after round {} this site's anchor is {}, the committed one {}: fetching the state", spec_.name,
@@ -294,7 +303,6 @@ void JobRun::on_abort(const AbortMessage& a) {
   }
   if (step_ == Step::committing) {
     delta_.clear();
-    delta_.shrink_to_fit();
     step_ = Step::idle;
   }
 }

@@ -25,8 +25,10 @@
 // late fragment is dropped, logged and counted, under either policy.
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
-// parameter, DESIGN §10) between rounds; during a round also the averaged Δ
-// (4; streaming: of the round's fragment only). This site's own Δ = anchor −
+// parameter, DESIGN §10) between rounds; during a round also the averaged Δ,
+// held as the all-gather's encoded chunks (about 0.8 B/param with q8 + zstd,
+// 4 raw; streaming: of the round's fragment only) and decoded one chunk at a
+// time for its norm, the digest and the step. This site's own Δ = anchor −
 // replica is never whole: the all-reduce makes it one chunk at a time
 // (AllReduceRequest::input_base). The residual is not backed up for an
 // ABORT: the exchange encodes through it without changing it, and apply()
@@ -169,7 +171,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// table is. Errors: invalid_argument (a layout that cannot be cut so).
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
   bool streaming() const { return spec_.fragments() > 1; }
-  float clip_scale_of_delta() const;
+  Result<float> clip_scale_of_delta() const;
 
   // STATE_SYNC.
   void request_state();
@@ -221,7 +223,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool aborted_ = false;
   std::optional<PlanMessage> queued_plan_;
   std::optional<CommittedMessage> early_commit_;
-  std::vector<float> delta_;       ///< the averaged Δ of plan_.round's values (delta_offset_ onwards)
+  /// The averaged Δ of plan_.round's values (delta_offset_ onwards), kept as
+  /// the all-gather's encoded chunks and decoded again piece by piece.
+  transport::EncodedOutput delta_;
   std::uint64_t delta_offset_ = 0;
   std::string pending_digest_;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;

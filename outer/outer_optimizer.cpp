@@ -19,9 +19,10 @@ float clip_scale(double norm, double clip_norm) {
   return static_cast<float>(clip_norm / norm);
 }
 
-double squared_norm(std::span<const float> delta) {
-  double sum = 0.0;
-  for (float v : delta) sum += static_cast<double>(v) * static_cast<double>(v);
+double squared_norm(std::span<const float> delta) { return add_squares(0.0, delta); }
+
+double add_squares(double sum, std::span<const float> values) {
+  for (float v : values) sum += static_cast<double>(v) * static_cast<double>(v);
   return sum;
 }
 

@@ -44,6 +44,9 @@ float clip_scale(double norm, double clip_norm);
 
 /// Σ Δ_i², accumulated in double in index order.
 double squared_norm(std::span<const float> delta);
+/// sum + Σ v², in order: squared_norm of a tensor given piece by piece, the
+/// same double bit for bit as squared_norm of the whole.
+double add_squares(double sum, std::span<const float> values);
 
 /// One outer step on a range of the parameters: updates `anchor` and
 /// `momentum` in place from `delta` multiplied by `scale` (clip_scale()).

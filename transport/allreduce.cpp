@@ -30,6 +30,11 @@ using asio::experimental::as_tuple;
 using asio::use_awaitable;
 using compression::mix64;
 
+// The tensor's length: what the output holds, or will hold encoded.
+std::uint64_t total_values(const AllReduceRequest& r) {
+  return r.encoded_output != nullptr ? r.encoded_output->values : r.output.size();
+}
+
 Status validate(const Mesh& mesh, const AllReduceRequest& r) {
   GEOLOCO_RETURN_IF(r.participants.empty(), Err::invalid_argument, "all-reduce: no participants");
   GEOLOCO_RETURN_IF(r.weights.size() != r.participants.size(), Err::invalid_argument, "all-reduce: ",
@@ -49,8 +54,11 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
   }
   GEOLOCO_RETURN_IF(!seen.count(mesh.site()), Err::invalid_argument, "all-reduce: this site (", mesh.site(),
                     ") is not among the participants");
-  GEOLOCO_RETURN_IF(!(observer && r.input.empty()) && r.input.size() != r.output.size(), Err::invalid_argument,
-                    "all-reduce: input has ", r.input.size(), " values, output ", r.output.size());
+  GEOLOCO_RETURN_IF(r.encoded_output != nullptr && !r.output.empty(), Err::invalid_argument,
+                    "all-reduce: give output or encoded_output, not both");
+  const std::uint64_t n = total_values(r);
+  GEOLOCO_RETURN_IF(!(observer && r.input.empty()) && r.input.size() != n, Err::invalid_argument,
+                    "all-reduce: input has ", r.input.size(), " values, output ", n);
   GEOLOCO_RETURN_IF(!r.input_base.empty() && r.input_base.size() != r.input.size(), Err::invalid_argument,
                     "all-reduce: input_base has ", r.input_base.size(), " values, input ", r.input.size());
   if (r.feedback != nullptr)
@@ -101,13 +109,22 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     for (const auto& o : r_.observers) observer_names_.insert(o);
     chunk_ = mesh.options().transport.chunk_elements;
     conns_ = mesh.options().transport.connections_per_peer;
+    total_ = total_values(r_);
     double total = 0;
     for (double w : r_.weights) total += w;
     for (double w : r_.weights) normalized_.push_back(static_cast<float>(w / total));
     gathered_.resize(n_parts_);
     for (std::size_t j = 0; j < n_parts_; ++j) {
+      first_chunk_.push_back(gathers_expected_);
       gathered_[j].assign(chunks_of(j), false);
       gathers_expected_ += chunks_of(j);
+    }
+    if (auto* e = r_.encoded_output) {
+      e->clear();
+      e->pipeline = r_.pipeline;
+      e->chunks.resize(gathers_expected_);
+      for (std::size_t j = 0; j < n_parts_; ++j)
+        for (std::uint64_t c = 0; c < chunks_of(j); ++c) e->ranges.push_back(chunk_range(shard_range(total_, n_parts_, j), c));
     }
     if (!observer_) contributions_.resize(chunks_of(me_));
   }
@@ -177,11 +194,12 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       contributions_[h.chunk][from] = std::move(payload);
       return reduce_if_complete(h.chunk);
     }
-    // Gather: the owner's averaged chunk; decode straight into the output.
-    const Range shard = shard_range(r_.output.size(), n_parts_, from);
-    const Range c = chunk_range(shard, h.chunk);
-    Status s = pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
-    mesh_.pool().release(std::move(payload));
+    // Gather: the owner's averaged chunk; decode straight into the output,
+    // or check it and keep its bytes.
+    const Range c = chunk_range(shard_range(total_, n_parts_, from), h.chunk);
+    Status s = decode_gathered(payload, c);
+    if (s.ok() && r_.encoded_output != nullptr) r_.encoded_output->chunks[first_chunk_[from] + h.chunk] = std::move(payload);
+    else mesh_.pool().release(std::move(payload));
     if (!s.ok()) return GEOLOCO_ERROR(s.code(), "gather chunk ", h.chunk, " from ", peer, ": ", s.message());
     gathered_[from][h.chunk] = true;
     ++gathers_received_;
@@ -195,7 +213,15 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
  private:
-  std::uint64_t chunks_of(std::size_t j) const { return chunks_in(shard_range(r_.output.size(), n_parts_, j), chunk_); }
+  std::uint64_t chunks_of(std::size_t j) const { return chunks_in(shard_range(total_, n_parts_, j), chunk_); }
+
+  // Decodes an averaged chunk into the output, or (encoded output) into a
+  // chunk of scratch, which checks it.
+  Status decode_gathered(std::span<const std::byte> payload, Range c) {
+    if (r_.encoded_output == nullptr) return pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
+    check_.resize(c.size);
+    return pipeline_.decode(payload, check_);
+  }
   Range chunk_range(Range shard, std::uint64_t c) const { return transport::chunk_range(shard, c, chunk_); }
   std::uint64_t seed(std::size_t site, std::size_t shard, std::uint64_t c, int phase) const {
     return encode_seed(r_, site, shard, c, phase);
@@ -292,7 +318,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   Status reduce_if_complete(std::uint64_t c) {
     auto& parts = contributions_[c];
     if (parts.size() < n_parts_ || finished_) return {};
-    const Range range = chunk_range(shard_range(r_.output.size(), n_parts_, me_), c);
+    const Range range = chunk_range(shard_range(total_, n_parts_, me_), c);
     sum_.assign(range.size, 0.0f);
     decoded_.resize(range.size);
     for (std::size_t s = 0; s < n_parts_; ++s) {
@@ -314,8 +340,9 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     auto size = pipeline_.encode(sum_, *payload, seed(me_, me_, c, 2));
     if (!size.ok()) return size.status();
     payload->resize(*size);
-    Status own = pipeline_.decode(*payload, r_.output.subspan(range.begin, range.size));
+    Status own = decode_gathered(*payload, range);
     if (!own.ok()) return own;
+    if (r_.encoded_output != nullptr) r_.encoded_output->chunks[first_chunk_[me_] + c] = Buffer(payload->begin(), payload->end());
     gathered_[me_][c] = true;
     ++gathers_received_;
     auto self = shared_from_this();
@@ -358,6 +385,9 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::size_t n_parts_ = 0;
   std::size_t me_ = 0;
   std::uint64_t chunk_ = 0;
+  std::uint64_t total_ = 0;              // the tensor's length
+  std::vector<std::uint64_t> first_chunk_;  // per shard: the index of its first chunk among all
+  std::vector<float> check_;             // one chunk: an encoded output's chunk, decoded to check it
   std::vector<float> difference_;  // one chunk of input_base − input
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
@@ -401,6 +431,32 @@ Status commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
     }
   }
   return {};
+}
+
+std::uint64_t EncodedOutput::bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& c : chunks) total += c.size();
+  return total;
+}
+
+Status EncodedOutput::for_each(const std::function<Status(std::uint64_t, std::span<const float>)>& fn) const {
+  GEOLOCO_RETURN_IF(ranges.size() != chunks.size(), Err::internal, "encoded output: ", ranges.size(), " ranges for ",
+                    chunks.size(), " chunks");
+  auto decoder = compression::Pipeline::create(pipeline);
+  if (!decoder.ok()) return decoder.status();
+  std::vector<float> values;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    values.resize(ranges[i].size);
+    if (Status s = decoder->decode(chunks[i], values); !s.ok())
+      return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i, ": ", s.message());
+    GEOLOCO_TRY(fn(ranges[i].begin, values));
+  }
+  return {};
+}
+
+void EncodedOutput::clear() {
+  ranges = std::vector<Range>();
+  chunks = std::vector<Buffer>();
 }
 
 asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request) {

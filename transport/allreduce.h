@@ -20,16 +20,45 @@
 #include <asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/buffer.h"
 #include "common/status.h"
 #include "compression/error_feedback.h"
 #include "compression/pipeline_spec.h"
 #include "transport/mesh.h"
 
 namespace geoloco::transport {
+
+/// Shard j's range of a tensor of n values split among `parts` participants.
+struct Range {
+  std::uint64_t begin = 0;
+  std::uint64_t size = 0;
+};
+Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j);
+
+/// An all-reduce's result kept as the bytes every site decodes (each
+/// owner's encoded chunks of its averaged shard) instead of as values: with
+/// q8 + zstd about a fifth of the memory (DESIGN §10: geolocod holds the
+/// averaged Δ this way until the round commits). for_each() decodes the
+/// chunks again, one at a time, to the same values bit for bit.
+struct EncodedOutput {
+  std::uint64_t values = 0;               ///< the tensor's length; set by the caller
+  compression::PipelineSpec pipeline;     ///< the chunks' codec chain (set by all_reduce)
+  std::vector<Range> ranges;              ///< chunk i's values, in order, covering [0, values)
+  std::vector<Buffer> chunks;             ///< chunk i's encoded bytes
+
+  /// Encoded bytes held.
+  std::uint64_t bytes() const;
+  /// Decodes chunk after chunk, in order, into one chunk of scratch and calls
+  /// fn(offset of the chunk's first value, its values). Stops at the first
+  /// error. Errors: fn's, the codec's (a chunk that does not decode).
+  Status for_each(const std::function<Status(std::uint64_t, std::span<const float>)>& fn) const;
+  void clear();
+};
 
 struct AllReduceRequest {
   OpKey key;                              ///< (round, fragment); the same on every participant
@@ -47,6 +76,9 @@ struct AllReduceRequest {
   /// holds it whole (geolocod: Δ = anchor − replica, DESIGN §3's memory bound).
   std::span<const float> input_base;
   std::span<float> output;                ///< receives the weighted average
+  /// Instead of `output` (which must then be empty): keep the average as
+  /// its encoded chunks, each checked by decoding it once on arrival.
+  EncodedOutput* encoded_output = nullptr;
   compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
   /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo
   /// fragment of the model); the residual covers at least offset + input.size().
@@ -79,12 +111,5 @@ asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest 
 /// invalid_argument (no feedback, not deferred, not a participant), the
 /// codecs'.
 Status commit_feedback(const Mesh& mesh, const AllReduceRequest& request);
-
-/// Shard j's range of a tensor of n values split among `parts` participants.
-struct Range {
-  std::uint64_t begin = 0;
-  std::uint64_t size = 0;
-};
-Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j);
 
 }  // namespace geoloco::transport

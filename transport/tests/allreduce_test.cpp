@@ -45,11 +45,13 @@ struct Outcome {
   std::vector<std::vector<float>> outputs;
   std::vector<double> residual_before_commit;  // deferred feedback only
   std::vector<Status> commits;
+  std::vector<EncodedOutput> encoded;  // encoded output only (also decoded into `outputs`)
 };
 
 Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64_t round, std::size_t n,
                 const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr,
-                std::uint64_t feedback_offset = 0, bool as_difference = false, bool defer_feedback = false) {
+                std::uint64_t feedback_offset = 0, bool as_difference = false, bool defer_feedback = false,
+                bool encoded = false) {
   const std::size_t parts = sites.size();
   std::vector<std::string> names;
   std::vector<double> weights;
@@ -60,6 +62,7 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
   std::vector<std::vector<float>> inputs(parts, std::vector<float>(n));
   Outcome out;
   out.outputs.assign(parts, std::vector<float>(n, -1.0f));
+  out.encoded.resize(encoded ? parts : 0);
   for (std::size_t s = 0; s < parts; ++s)
     for (std::size_t i = 0; i < n; ++i) inputs[s][i] = input_value(s, i);
   // as_difference: the same contributions given as base − input (exact in fp32).
@@ -76,7 +79,12 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
     r.pipeline = pipeline;
     r.input = as_difference ? ones[s] : inputs[s];
     if (as_difference) r.input_base = bases[s];
-    r.output = out.outputs[s];
+    if (encoded) {
+      out.encoded[s].values = n;
+      r.encoded_output = &out.encoded[s];
+    } else {
+      r.output = out.outputs[s];
+    }
     r.feedback = feedback ? &(*feedback)[s] : nullptr;
     r.feedback_offset = feedback_offset;
     r.defer_feedback = defer_feedback;
@@ -86,6 +94,14 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
     futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
   }
   for (auto& f : futures) out.results.push_back(f.get());
+  for (std::size_t s = 0; s < out.encoded.size(); ++s) {
+    if (!out.results[s].ok()) continue;
+    Status decoded = out.encoded[s].for_each([&](std::uint64_t begin, std::span<const float> values) {
+      std::copy(values.begin(), values.end(), out.outputs[s].begin() + static_cast<long>(begin));
+      return Status();
+    });
+    if (!decoded.ok()) out.results[s] = decoded;
+  }
   if (defer_feedback) {
     // The round is kept: store the residuals (the requests as they ran).
     for (std::size_t s = 0; s < parts; ++s) {
@@ -208,6 +224,26 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       CHECK(plain_fb[s].residual_norm() > 0);
     }
 
+    // Encoded output (geolocod's averaged Δ until COMMITTED): the chunks cover
+    // the tensor in order, take about a quarter of the values' bytes with q8,
+    // and decode to exactly a plain run's output of the same round.
+    auto plain12 = run_all(other.sites, 12, n, q8);
+    auto encoded12 = run_all(sites, 12, n, q8, nullptr, 0, false, false, /*encoded=*/true);
+    for (std::size_t s = 0; s < sites.size(); ++s) {
+      REQUIRE(plain12.results[s].ok());
+      REQUIRE(encoded12.results[s].ok());
+      CHECK(encoded12.outputs[s] == plain12.outputs[s]);
+      const auto& e = encoded12.encoded[s];
+      REQUIRE(e.ranges.size() == e.chunks.size());
+      std::uint64_t next = 0;
+      for (const auto& r : e.ranges) {
+        CHECK(r.begin == next);
+        next = r.begin + r.size;
+      }
+      CHECK(next == n);
+      CHECK(e.bytes() < n * sizeof(float) / 3);
+    }
+
     std::vector<compression::ErrorFeedback> narrow;
     for (int s = 0; s < n_sites; ++s) narrow.emplace_back(n + 10);
     auto refused = run_all(sites, 10, n, q8, &narrow, 11);
@@ -231,6 +267,11 @@ TEST_CASE("an all-reduce refuses a request it cannot run, naming the rule") {
   auto res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();
   REQUIRE_FALSE(res.ok());
   CHECK(res.status().message() == "all-reduce: input has 10 values, output 9");
+  EncodedOutput encoded;
+  r.encoded_output = &encoded;
+  res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();
+  CHECK(res.status().message() == "all-reduce: give output or encoded_output, not both");
+  r.encoded_output = nullptr;
   r.output = std::span<float>(in);
   r.participants = {"b", "c"};
   res = sites[0]->spawn([&mesh, r]() { return all_reduce(mesh, r); }).get();

@@ -6,9 +6,11 @@ copies, not the shared segment it shares with the trainer) every 20 ms.
 
 Prints, per site, the private memory before the job, after it (between
 rounds: anchor, momentum, residual) and at its peak (during a round), in
-bytes per parameter next to the bounds: 12 between rounds (DESIGN §10), 20
-during a round with a lossy pipeline (12 + the averaged Δ + the residual's
-backup; the all-reduce makes the site's own Δ_s one chunk at a time).
+bytes per parameter next to the bounds: 12 between rounds (DESIGN §10);
+during a round 12 plus the averaged Δ, which the daemon holds as the
+all-gather's encoded chunks until the round commits: 1 B/param with q8, 4
+raw. (The all-reduce makes the site's own Δ_s one chunk at a time; the
+residual needs no backup.)
 Also the STATE_SYNC rate of the second site's join.
 
     /usr/bin/python3 bench/daemon_memory.py [--params N] [--rounds R] [--build DIR] [--json]
@@ -137,7 +139,8 @@ stop: {{rounds: {args.rounds}}}
         log_b = open(fed["site-b"].log_path).read()
         assert len({s.status("memory")["anchor_digest"] for s in fed.sites}) == 1
 
-    result = {"params": P, "rounds": args.rounds, "sites": {}}
+    result = {"params": P, "rounds": args.rounds, "sites": {},
+              "in_round_bound_bytes_per_param": 16 if args.raw else 13}
     for n in pids:
         result["sites"][n] = {
             "between_rounds_bytes_per_param": (floor[n] - before[n]) / P,
@@ -150,11 +153,13 @@ stop: {{rounds: {args.rounds}}}
     print(f"daemon private memory (RssAnon) for a job of {P:,} parameters, {'raw fp32' if args.raw else 'q8+zstd'}, {args.rounds} rounds:")
     print(f"{'site':8} {'between rounds':>16} {'bound':>6} {'ratio':>6} {'peak (in a round)':>18} {'bound':>6} "
           f"{'ratio':>6} {'after the job':>14}")
+    in_round = result["in_round_bound_bytes_per_param"]
     for n, r in result["sites"].items():
         b, pk, af = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"], r["after_job_bytes_per_param"]
-        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {16:6} {pk / 16:6.2f} {af:10.2f} B/p")
-    print("bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); 16 during a round "
-          "(+ the averaged Δ; Δ_s is made one chunk at a time, the residual needs no backup)")
+        print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {in_round:6} {pk / in_round:6.2f} {af:10.2f} B/p")
+    print(f"bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); {in_round} during a round "
+          f"(+ the averaged Δ as its encoded chunks, {in_round - 12} B/param {'raw' if args.raw else 'with q8'}; "
+          "Δ_s is made one chunk at a time, the residual needs no backup)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -37,8 +38,12 @@ class ErrorFeedback {
                                               std::span<std::byte> out, std::uint64_t seed);
 
   std::span<const float> residual() const { return residual_; }
-  /// For restoring a checkpointed residual.
-  std::span<float> mutable_residual() { return residual_; }
+  /// Moves the residual out, leaving an empty one (every encode is refused
+  /// as out of range until put_residual()): a checkpoint writes it without
+  /// a copy of the tensor.
+  std::vector<float> take_residual() { return std::exchange(residual_, {}); }
+  /// Puts a residual back: the one taken, or a checkpoint's of the same length.
+  void put_residual(std::vector<float> residual) { residual_ = std::move(residual); }
   /// ||e||_2, accumulated in double.
   double residual_norm() const;
 

@@ -140,16 +140,15 @@ Status JobRun::save_checkpoint() {
   copy.job = state_.job.empty() ? spec_.name : state_.job;
   copy.round = state_.round;
   copy.layout = state_.layout;
-  // The checkpoint needs the vectors; move them in and back (no copy of the model).
+  // The checkpoint needs the vectors; move them in and back (no copy of the
+  // model, the residual included: a copy of it was the job's peak, +4 B/param).
   copy.anchor = std::move(state_.anchor);
   copy.momentum = std::move(state_.momentum);
-  if (feedback_) {
-    const auto r = feedback_->residual();
-    copy.residuals.push_back({self(), std::vector<float>(r.begin(), r.end())});
-  }
+  if (feedback_) copy.residuals.push_back({self(), feedback_->take_residual()});
   Status saved = outer::save_checkpoint(fs::path(dir_) / "checkpoint.safetensors", copy, config_hash_);
   state_.anchor = std::move(copy.anchor);
   state_.momentum = std::move(copy.momentum);
+  if (feedback_) feedback_->put_residual(std::move(copy.residuals.back().values));
   if (saved.ok()) {
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
@@ -170,7 +169,7 @@ Status JobRun::load_checkpoint() {
   for (auto& r : state_.residuals) {
     if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
-    std::copy(r.values.begin(), r.values.end(), feedback_->mutable_residual().begin());
+    feedback_->put_residual(std::move(r.values));
   }
   state_.residuals.clear();
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));

@@ -26,7 +26,7 @@
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
 // parameter, DESIGN §10) between rounds; during a round also the averaged Δ,
-// held as the all-gather's encoded chunks (about 0.8 B/param with q8 + zstd,
+// held as the all-gather's encoded chunks (at most about 1 B/param with q8,
 // 4 raw; streaming: of the round's fragment only) and decoded one chunk at a
 // time for its norm, the digest and the step. This site's own Δ = anchor −
 // replica is never whole: the all-reduce makes it one chunk at a time

@@ -55,6 +55,8 @@ void SiteDaemon::declare_metrics() {
       {"geoloco_tokens_total", T::counter, "Tokens of the committed rounds."},
       {"geoloco_dropped_tokens_total", T::counter, "Tokens of late work this site dropped (straggler policy)."},
       {"geoloco_checkpoint_round", T::gauge, "Round of the last checkpoint saved."},
+      {"geoloco_state_sync_seconds", T::gauge, "The last state transfer this site received (STATE_SYNC): request to state in place."},
+      {"geoloco_state_sync_bytes", T::gauge, "Frame bytes of the last state transfer this site received."},
       {"geoloco_peer_sent_bytes_total", T::counter, "Frame bytes sent to a peer."},
       {"geoloco_peer_received_bytes_total", T::counter, "Frame bytes received from a peer."},
       {"geoloco_rejected_frames_total", T::counter, "Frames refused (bad certificate, checksum, stale round, ...)."},

@@ -6,7 +6,7 @@
 
 namespace geoloco::daemon {
 
-asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
+asio::awaitable<Result<std::uint64_t>> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
                                    StateOfferMessage offer, std::span<const float> anchor,
                                    std::span<const float> momentum, std::function<bool()> unchanged) {
   offer.values = anchor.size();
@@ -18,6 +18,7 @@ asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& pee
   h.round = offer.round;
   Status sent = co_await mesh.send_control_frame(peer, h, std::as_bytes(std::span<const char>(text)));
   if (!sent.ok()) co_return sent;
+  std::uint64_t bytes = transport::kFrameHeaderSize + text.size();
   const std::uint64_t chunks = (anchor.size() + kStateChunkValues - 1) / kStateChunkValues;
   for (std::uint64_t i = 0; i < 2 * chunks; ++i) {
     const auto& tensor = i < chunks ? anchor : momentum;
@@ -33,8 +34,9 @@ asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& pee
                                          i, " of ", 2 * chunks, "); ", peer, " asks again"));
     sent = co_await mesh.send_control_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)));
     if (!sent.ok()) co_return sent;
+    bytes += transport::kFrameHeaderSize + size * sizeof(float);
   }
-  co_return Status{};
+  co_return bytes;
 }
 
 Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateOfferMessage& offer) {
@@ -67,6 +69,7 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
   auto& tensor = next_chunk_ < chunks_ ? anchor_ : momentum_;
   std::memcpy(tensor.data() + begin, payload.data(), payload.size());
   ++next_chunk_;
+  bytes_ += transport::kFrameHeaderSize + payload.size();
   return {};
 }
 

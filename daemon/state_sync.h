@@ -36,7 +36,8 @@ inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 /// model per peer): `unchanged` is asked before each frame, and when it
 /// says the state moved on (a round committed), the transfer stops with
 /// an error and the peer, whose transfer stays incomplete, asks again.
-asio::awaitable<Status> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
+/// Returns the frame bytes sent (headers included).
+asio::awaitable<Result<std::uint64_t>> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
                                    StateOfferMessage offer, std::span<const float> anchor,
                                    std::span<const float> momentum, std::function<bool()> unchanged);
 
@@ -55,6 +56,8 @@ class StateReceiver {
 
   const StateOfferMessage& offer() const { return offer_; }
   const std::string& peer() const { return peer_; }
+  /// Frame bytes taken so far (headers included).
+  std::uint64_t bytes() const { return bytes_; }
   std::vector<float>& anchor() { return anchor_; }
   std::vector<float>& momentum() { return momentum_; }
 
@@ -63,6 +66,7 @@ class StateReceiver {
   StateOfferMessage offer_;
   std::uint64_t chunks_ = 0;      ///< frames per tensor
   std::uint64_t next_chunk_ = 0;  ///< 0..chunks_-1 anchor, then momentum
+  std::uint64_t bytes_ = 0;
   std::vector<float> anchor_;
   std::vector<float> momentum_;
 };

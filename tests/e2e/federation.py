@@ -56,7 +56,7 @@ control_socket: {self.socket}
 log_format: {self.fed.log_format}
 heartbeat: {{interval: {self.fed.heartbeat_interval}, timeout: {self.fed.heartbeat_timeout}}}
 transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, keepalive_interval: 0.5s, connect_timeout: 3s,
-            reconnect_max: 0.5s}}
+            reconnect_max: 0.5s{self.fed.transport_extra}}}
 """)
 
     def start(self, extra_env=None):
@@ -137,7 +137,7 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
 
 class Federation:
     def __init__(self, names=("site-a", "site-b", "site-c"), build=None, log_format="text",
-                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False):
+                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit_mbit=0):
         build = build or os.environ.get("GEOLOCO_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
         self.geolocod = os.path.join(build, "bin", "geolocod")
         self.geoloco = os.path.join(build, "bin", "geoloco")
@@ -149,6 +149,8 @@ class Federation:
         self.log_format = log_format
         self.heartbeat_interval, self.heartbeat_timeout, self.read_timeout = \
             heartbeat_interval, heartbeat_timeout, read_timeout
+        # Each site's egress cap (transport.rate_limit_mbit); 0: none.
+        self.transport_extra = f", rate_limit_mbit: {rate_limit_mbit}" if rate_limit_mbit else ""
         os.makedirs(os.path.join(self.root, "run"))
         ports = free_ports(2 * len(names))
         self.sites = [Site(self, n, ports[2 * i], ports[2 * i + 1]) for i, n in enumerate(names)]

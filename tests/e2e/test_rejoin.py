@@ -50,6 +50,17 @@ with Federation() as fed:
     assert c.status("e2e")["anchor_digest"] == a.status("e2e")["anchor_digest"]
     log = open(c.log_path).read()
     assert "received from site-a" in log, log[-3000:]
+    # The transfer is measured and shown: its bytes (anchor and momentum,
+    # 8 per parameter, plus a 48-byte header per 4 MiB frame) in the log and
+    # in the metrics, with its time.
+    values, nbytes, seconds = re.findall(
+        r"state of round \d+ received from site-a: (\d+) parameters, (\d+) bytes in ([0-9.]+) s", log)[-1]
+    values, nbytes = int(values), int(nbytes)
+    assert nbytes == 8 * values + 2 * -(-values // (1 << 20)) * 48, (values, nbytes)
+    import urllib.request
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{c.metrics_port}/metrics", timeout=10).read().decode()
+    assert f'geoloco_state_sync_bytes{{job="e2e"}} {nbytes}' in metrics, metrics
+    assert re.search(r'geoloco_state_sync_seconds\{job="e2e"\} [0-9.e+-]+', metrics), metrics
     print(f"site-c rejoined by STATE_SYNC (state of round {synced}); its digests equal site-a's from round "
           f"{first} to {ROUNDS}")
 print("ok")

@@ -1,0 +1,105 @@
+"""DESIGN §10's "a rejoining site's state sync runs at link speed", measured.
+
+Two geolocod sites whose egress is capped at R Mbit/s (transport.rate_limit_mbit,
+the stand-in for a WAN link) run an external-trainer job of P parameters (the
+Python client, no compute). The second site starts without state and gets it
+by STATE_SYNC from the coordinator: anchor and momentum, 8 bytes per
+parameter plus frame headers. Each daemon logs the transfer it sent or
+received (bytes, seconds, MB/s) and exports geoloco_state_sync_seconds; this
+script reads the receiving site's log line and prints it next to the link's
+bound, bytes x 8 / R. The time runs from site-b's request to the state in
+place (one round trip more than the transfer itself); the sender's own
+figure (its first frame to its last, through the rate cap) is printed too.
+
+    /usr/bin/python3 bench/state_sync.py [--params N] [--rate-mbit R] [--build DIR] [--json]
+
+--rate-mbit 0 runs without a cap (loopback: no bound, the rate is printed).
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "../tests/e2e"))
+sys.path.insert(0, os.path.join(HERE, "../python"))
+sys.path.insert(0, HERE)
+from federation import Federation  # noqa: E402
+from geoloco import sync_client  # noqa: E402
+from daemon_memory import trainer  # noqa: E402
+import numpy as np  # noqa: E402
+
+RECEIVED = re.compile(r"state of round (\d+) received from (\S+): (\d+) parameters, (\d+) bytes in ([0-9.]+) s")
+SENT = re.compile(r"state of round (\d+) sent to site-b: (\d+) bytes in ([0-9.]+) s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", type=int, default=16 << 20)
+    ap.add_argument("--rate-mbit", type=float, default=1000)
+    ap.add_argument("--build", default=os.path.join(HERE, "../build"))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = args.params // 1024
+    layout = sync_client.layout_of([("w", (rows, 1024))])
+    P = rows * 1024
+
+    with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s", read_timeout="20s",
+                    rate_limit_mbit=args.rate_mbit) as fed:
+        fed.start()
+        job = fed.write_job("""name: statesync
+sites: [site-a, site-b]
+coordinator: site-a
+trainer: {kind: external}
+inner: {steps: 1}
+straggler: {deadline: 120s, min_sites: 2}
+checkpoint: {every_rounds: 1000}
+stop: {rounds: 1}
+""")
+        fed["site-a"].cli("submit", job)
+        errors, threads = [], []
+        initial = np.linspace(-1, 1, P, dtype=np.float32)
+        first_result = threading.Event()
+        for s in fed.sites:
+            sock = os.path.join(s.dir, "data", "jobs", "statesync", "sync.sock")
+            t = threading.Thread(target=trainer, args=(sock, "statesync", layout, 1, initial, errors, first_result))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(timeout=1200)
+        assert not errors, errors
+        fed.wait_for(lambda: all((s.status("statesync") or {}).get("state") == "finished" for s in fed.sites), 600,
+                     "the job to finish")
+        found = RECEIVED.search(open(fed["site-b"].log_path).read())
+        if not found:
+            fed.fail("site-b's log has no 'state of round ... received' line")
+        round_, source, values, nbytes, seconds = found.groups()
+        sent = SENT.search(open(fed[source].log_path).read())
+        if not sent:
+            fed.fail(f"{source}'s log has no 'state of round ... sent to site-b' line")
+        sender_seconds = float(sent.group(3))
+
+    nbytes, seconds = int(nbytes), float(seconds)
+    result = {"params": P, "rate_mbit": args.rate_mbit, "round": int(round_), "from": source, "bytes": nbytes,
+              "seconds": seconds, "sender_seconds": sender_seconds, "mb_per_s": nbytes / seconds / 1e6}
+    if args.rate_mbit > 0:
+        result["bound_seconds"] = nbytes * 8 / (args.rate_mbit * 1e6)
+        result["ratio_to_bound"] = seconds / result["bound_seconds"]
+    if args.json:
+        print(json.dumps(result))
+        return
+    cap = f"egress capped at {args.rate_mbit:g} Mbit/s" if args.rate_mbit > 0 else "no cap (loopback)"
+    print(f"STATE_SYNC of {P:,} parameters (anchor + momentum) from {source} to site-b, {cap}:")
+    print(f"  {nbytes:,} bytes in {seconds:.2f} s = {result['mb_per_s']:.1f} MB/s "
+          f"({nbytes * 8 / seconds / 1e6:.0f} Mbit/s), request to state in place; the sender's frames took "
+          f"{sender_seconds:.2f} s")
+    if args.rate_mbit > 0:
+        print(f"  link bound (bytes x 8 / rate): {result['bound_seconds']:.2f} s; measured / bound: "
+              f"{result['ratio_to_bound']:.3f}  (DESIGN §10: at link speed)")
+
+
+if __name__ == "__main__":
+    main()

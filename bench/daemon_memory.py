@@ -11,7 +11,7 @@ during a round 12 plus the averaged Δ, which the daemon holds as the
 all-gather's encoded chunks until the round commits: 1 B/param with q8, 4
 raw. (The all-reduce makes the site's own Δ_s one chunk at a time; the
 residual needs no backup.)
-Also the STATE_SYNC rate of the second site's join.
+(The STATE_SYNC rate of a joining site: bench/state_sync.py.)
 
     /usr/bin/python3 bench/daemon_memory.py [--params N] [--rounds R] [--build DIR] [--json]
 

@@ -127,7 +127,8 @@ std::string_view control_type_name(const ControlMessage& m) {
                              [](const JobStartMessage&) { return "job_start"; },
                              [](const JobCancelMessage&) { return "job_cancel"; },
                              [](const StateRequestMessage&) { return "state_request"; },
-                             [](const StateOfferMessage&) { return "state_offer"; }},
+                             [](const StateOfferMessage&) { return "state_offer"; },
+                             [](const StateAcceptMessage&) { return "state_accept"; }},
                     m);
 }
 
@@ -154,6 +155,7 @@ std::string encode_control(const ControlMessage& message) {
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
           [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
+          [](const StateAcceptMessage& m) { return json{{"job", m.job}, {"round", m.round}}; },
           [](const StateOfferMessage& m) {
             json layout = json::array();
             for (const auto& t : m.layout) layout.push_back(json{{"name", t.name}, {"shape", t.shape}});
@@ -247,6 +249,11 @@ Result<ControlMessage> decode_control(std::string_view text) {
   } else if (type == "state_request") {
     StateRequestMessage m;
     f.str("job", m.job);
+    out = m;
+  } else if (type == "state_accept") {
+    StateAcceptMessage m;
+    f.str("job", m.job);
+    f.u64("round", m.round);
     out = m;
   } else if (type == "state_offer") {
     StateOfferMessage m;

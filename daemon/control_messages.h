@@ -76,8 +76,6 @@ struct JobCancelMessage {
 struct StateRequestMessage {
   std::string job;
 };
-/// STATE_SYNC, answered: the state follows as `state` frames (anchor values,
-/// then momentum values, in order) unless `reason` says why there is none.
 /// One tensor of a model's layout, as a state offer names it.
 struct TensorShape {
   std::string name;
@@ -85,6 +83,11 @@ struct TensorShape {
   bool operator==(const TensorShape&) const = default;
 };
 
+/// STATE_SYNC, answered: the state of `round` is on offer, unless `reason`
+/// says why there is none. The asker takes it with a state_accept, and the
+/// state then follows as `state` frames (anchor values, then momentum
+/// values, each frame naming its place) spread over all the pair's
+/// connections.
 struct StateOfferMessage {
   std::string job;
   std::uint64_t round = 0;        ///< rounds committed; the anchor is that of round + 1
@@ -98,9 +101,17 @@ struct StateOfferMessage {
   std::vector<TensorShape> layout;
 };
 
+/// STATE_SYNC, taken: "send the state of `round` you offered". Sent once
+/// the asker is ready for the frames, so that none can overtake the offer
+/// on another connection.
+struct StateAcceptMessage {
+  std::string job;
+  std::uint64_t round = 0;
+};
+
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
                                     CommittedMessage, AbortMessage, JobStartMessage, JobCancelMessage,
-                                    StateRequestMessage, StateOfferMessage>;
+                                    StateRequestMessage, StateOfferMessage, StateAcceptMessage>;
 
 /// The JSON text of a message.
 std::string encode_control(const ControlMessage& message);

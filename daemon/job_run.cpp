@@ -150,6 +150,20 @@ void JobRun::send(const std::string& site, const ControlMessage& message) {
   send_frame(site, h, encode_control(message));
 }
 
+void JobRun::send_now(const std::string& site, const ControlMessage& message) {
+  transport::FrameHeader h;
+  h.type = transport::FrameType::control;
+  h.job = id_;
+  h.round = state_.round;
+  asio::co_spawn(
+      env_.executor,
+      [keep = shared_from_this(), site, h, text = encode_control(message)]() -> asio::awaitable<void> {
+        Status sent = co_await keep->env_.mesh->send_control_frame(site, h, std::as_bytes(std::span<const char>(text)));
+        if (!sent.ok()) spdlog::info("[{}] a STATE_SYNC message to {} was lost: {}", keep->spec_.name, site, sent.message());
+      },
+      asio::detached);
+}
+
 void JobRun::send_frame(const std::string& site, transport::FrameHeader header, std::string payload) {
   auto& box = outboxes_[site];
   if (box.frames.size() > 1024) box.frames.pop_front();  // a long-dead peer: keep the newest
@@ -188,6 +202,8 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
       on_state_request(peer);
       send(peer, CommittedMessage{state_.round, digest_hex(state_.anchor_digest()), true});
     }
+    if (message.ok() && std::holds_alternative<StateAcceptMessage>(*message))
+      on_state_accept(peer, std::get<StateAcceptMessage>(*message));
     return {};
   }
   if (header.type == transport::FrameType::state) {
@@ -238,6 +254,7 @@ void JobRun::handle_for_participant(const std::string& from, const ControlMessag
                       },
                       [&](const StateRequestMessage&) { on_state_request(from); },
                       [&](const StateOfferMessage& m) { on_state_offer(from, m); },
+                      [&](const StateAcceptMessage& m) { on_state_accept(from, m); },
                       [&](const auto& m) {
                         spdlog::warn("[{}] {} sent {}, which only the coordinator takes", spec_.name, from,
                                      control_type_name(ControlMessage(m)));

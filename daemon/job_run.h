@@ -149,6 +149,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   // Messages.
   void send(const std::string& site, const ControlMessage& message);
+  /// Sends at once, not behind the site's outbox (where messages to a peer
+  /// that was down wait their retries): STATE_SYNC's offer and accept, which
+  /// a (re)joining peer needs now. Lost when the peer is not connected; the
+  /// asker asks again.
+  void send_now(const std::string& site, const ControlMessage& message);
   void send_frame(const std::string& site, transport::FrameHeader header, std::string payload);
   asio::awaitable<void> drain(std::string site);
   void handle_for_participant(const std::string& from, const ControlMessage& message);
@@ -177,6 +182,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void request_state();
   void on_state_request(const std::string& from);
   void on_state_offer(const std::string& from, const StateOfferMessage& offer);
+  void on_state_accept(const std::string& from, const StateAcceptMessage& accept);
   void install_state(StateReceiver& received);
 
   // Checkpoints.
@@ -235,6 +241,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::chrono::steady_clock::time_point state_requested_at_;
   std::chrono::steady_clock::time_point state_progress_at_;  ///< the last state frame received
   std::optional<StateReceiver> receiving_;
+  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
   std::uint64_t known_committed_ = 0;
   bool final_seen_ = false;
   bool trainer_told_stop_ = false;

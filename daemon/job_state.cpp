@@ -53,30 +53,46 @@ void JobRun::on_state_request(const std::string& from) {
   offer.job = spec_.name;
   if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_ && !done())) {
     offer.reason = have_state_ ? "this site is catching up itself" : "no committed state yet";
-    send(from, offer);
+    send_now(from, offer);
     return;
   }
   offer.round = state_.round;
   offer.anchor_digest = digest_hex(state_.anchor_digest());
   for (const auto& t : state_.layout) offer.layout.push_back({t.name, t.shape});
+  send_now(from, sized_offer(std::move(offer), state_.anchor.size()));
+  offered_[from] = state_.round;  // the frames follow the peer's state_accept
+}
+
+void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
+  auto offered = offered_.find(from);
+  if (offered == offered_.end() || offered->second != accept.round) {
+    spdlog::info("[{}] {} accepts a state of round {} that this site did not offer it", spec_.name, from, accept.round);
+    return;
+  }
+  offered_.erase(offered);
+  if (!have_state_ || state_.round != accept.round) {
+    spdlog::info("[{}] {} accepts the state of round {}, but this site moved on to round {}; it asks again", spec_.name,
+                 from, accept.round, state_.round);
+    return;
+  }
   note(cat("sending the state of round ", state_.round, " to ", from));
   // Sent from the state itself, no copy (DESIGN §10); a round that commits
   // meanwhile ends the transfer, and the peer asks again.
   const std::span<const float> anchor(state_.anchor), momentum(state_.momentum);
   asio::co_spawn(
       env_.executor,
-      [keep = shared_from_this(), from, offer, anchor, momentum]() -> asio::awaitable<void> {
-        auto unchanged = [keep, round = offer.round, data = anchor.data()] {
+      [keep = shared_from_this(), from, round = state_.round, anchor, momentum]() -> asio::awaitable<void> {
+        auto unchanged = [keep, round, data = anchor.data()] {
           return keep->state_.round == round && keep->state_.anchor.data() == data;
         };
         const auto started = Clock::now();
-        auto sent = co_await send_state(*keep->env_.mesh, from, keep->id_, offer, anchor, momentum, unchanged);
+        auto sent = co_await send_state_frames(*keep->env_.mesh, from, keep->id_, round, anchor, momentum, unchanged);
         if (!sent.ok()) {
           spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, sent.status().message());
           co_return;
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-        keep->note(cat("state of round ", offer.round, " sent to ", from, ": ", transfer_summary(*sent, seconds)));
+        keep->note(cat("state of round ", round, " sent to ", from, ": ", transfer_summary(*sent, seconds)));
       },
       asio::detached);
 }
@@ -92,9 +108,17 @@ void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& of
                  known_committed_);
     return;
   }
+  if (receiving_ && receiving_->peer() == from && receiving_->offer().round == offer.round &&
+      Clock::now() - state_progress_at_ < std::chrono::seconds(2))
+    return;  // the same state again (the answer to an earlier request): its transfer is under way
   if (receiving_ && receiving_->peer() != from && Clock::now() - state_progress_at_ < std::chrono::seconds(2)) {
     spdlog::info("[{}] {} offers round {}; a transfer from {} is arriving", spec_.name, from, offer.round,
                  receiving_->peer());
+    return;
+  }
+  if (have_state_ && offer.values != state_.anchor.size()) {
+    spdlog::error("[{}] {} offers a state of {} values, this site's model has {}: refused", spec_.name, from,
+                  offer.values, state_.anchor.size());
     return;
   }
   auto receiver = StateReceiver::start(from, offer);
@@ -104,6 +128,7 @@ void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& of
   }
   receiving_ = std::move(*receiver);
   state_progress_at_ = Clock::now();
+  send_now(from, StateAcceptMessage{spec_.name, offer.round});  // now the frames may come, on every connection
 }
 
 void JobRun::install_state(StateReceiver& received) {

@@ -1,42 +1,78 @@
 #include "daemon/state_sync.h"
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "common/digest.h"
+#include "transport/async_util.h"
 
 namespace geoloco::daemon {
 
-asio::awaitable<Result<std::uint64_t>> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
-                                   StateOfferMessage offer, std::span<const float> anchor,
-                                   std::span<const float> momentum, std::function<bool()> unchanged) {
-  offer.values = anchor.size();
+StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values) {
+  offer.values = values;
   offer.chunk_values = kStateChunkValues;
-  const std::string text = encode_control(offer);
-  transport::FrameHeader h;
-  h.type = transport::FrameType::control;
-  h.job = job_id;
-  h.round = offer.round;
-  Status sent = co_await mesh.send_control_frame(peer, h, std::as_bytes(std::span<const char>(text)));
-  if (!sent.ok()) co_return sent;
-  std::uint64_t bytes = transport::kFrameHeaderSize + text.size();
+  return offer;
+}
+
+namespace {
+
+// What the slots' senders share (all on the mesh's executor).
+struct FramesInFlight {
+  explicit FramesInFlight(const asio::any_io_executor& ex) : done(ex) {}
+  int senders = 0;
+  Status failure;
+  std::uint64_t bytes = 0;
+  transport::Signal done;
+};
+
+// Frames slot, slot + K, slot + 2K, ... on connection `slot`, in order.
+asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::uint64_t job_id, std::uint64_t round,
+                                std::span<const float> anchor, std::span<const float> momentum,
+                                std::function<bool()> unchanged, int slot, int slots,
+                                std::shared_ptr<FramesInFlight> flight) {
   const std::uint64_t chunks = (anchor.size() + kStateChunkValues - 1) / kStateChunkValues;
-  for (std::uint64_t i = 0; i < 2 * chunks; ++i) {
+  for (std::uint64_t i = static_cast<std::uint64_t>(slot); i < 2 * chunks && flight->failure.ok(); i += slots) {
     const auto& tensor = i < chunks ? anchor : momentum;
     const std::uint64_t begin = (i % chunks) * kStateChunkValues;
     const std::uint64_t size = std::min<std::uint64_t>(kStateChunkValues, tensor.size() - begin);
     transport::FrameHeader f;
     f.type = transport::FrameType::state;
     f.job = job_id;
-    f.round = offer.round;
+    f.round = round;
     f.chunk = static_cast<std::uint32_t>(i);
-    if (!unchanged())
-      co_return Status(Err::mismatch, cat("the state moved past round ", offer.round, " during the transfer (frame ",
-                                         i, " of ", 2 * chunks, "); ", peer, " asks again"));
-    sent = co_await mesh.send_control_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)));
-    if (!sent.ok()) co_return sent;
-    bytes += transport::kFrameHeaderSize + size * sizeof(float);
+    if (!unchanged()) {
+      flight->failure = Status(Err::mismatch, cat("the state moved past round ", round, " during the transfer (frame ",
+                                                  i, " of ", 2 * chunks, "); ", peer, " asks again"));
+      break;
+    }
+    Status sent = co_await mesh.send_control_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)), slot);
+    if (!sent.ok()) {
+      if (flight->failure.ok()) flight->failure = sent;
+      break;
+    }
+    flight->bytes += transport::kFrameHeaderSize + size * sizeof(float);
   }
-  co_return bytes;
+  if (--flight->senders == 0) flight->done.notify_all();
+}
+
+}  // namespace
+
+asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
+                                                         std::uint64_t job_id, std::uint64_t round,
+                                                         std::span<const float> anchor, std::span<const float> momentum,
+                                                         std::function<bool()> unchanged) {
+  const int slots = mesh.options().transport.connections_per_peer;
+  auto flight = std::make_shared<FramesInFlight>(mesh.executor());
+  flight->senders = slots;
+  for (int k = 0; k < slots; ++k)
+    asio::co_spawn(mesh.executor(), send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, k, slots, flight),
+                   asio::detached);
+  while (flight->senders > 0) co_await flight->done.wait();
+  if (!flight->failure.ok()) co_return flight->failure;
+  co_return flight->bytes;
 }
 
 Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateOfferMessage& offer) {
@@ -50,8 +86,17 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   r.peer_ = peer;
   r.offer_ = offer;
   r.chunks_ = chunks;
-  r.anchor_.resize(offer.values);
-  r.momentum_.resize(offer.values);
+  // Reserved, not sized: each frame sizes its tensor up to its own end, so
+  // zeroing the model's memory is spread over the transfer instead of
+  // delaying the accept (a third of a second for 64 Mi parameters here).
+  try {
+    r.anchor_.reserve(offer.values);
+    r.momentum_.reserve(offer.values);
+    r.have_.assign(2 * chunks, false);
+  } catch (const std::bad_alloc&) {
+    return GEOLOCO_ERROR(Err::invalid_argument, peer, " offers a state of ", offer.values,
+                         " values, more than this site can hold");
+  }
   return r;
 }
 
@@ -60,15 +105,18 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
   GEOLOCO_RETURN_IF(complete(), Err::mismatch, "state frame from ", peer, " after the transfer was complete");
   GEOLOCO_RETURN_IF(h.round != offer_.round, Err::mismatch, "state frame of round ", h.round, " from ", peer,
                     ", the offer was for round ", offer_.round);
-  GEOLOCO_RETURN_IF(h.chunk != next_chunk_, Err::mismatch, "state frame ", h.chunk, " from ", peer, ", expected ",
-                    next_chunk_);
-  const std::uint64_t begin = (next_chunk_ % chunks_) * offer_.chunk_values;
+  GEOLOCO_RETURN_IF(h.chunk >= 2 * chunks_, Err::mismatch, "state frame ", h.chunk, " from ", peer, ": the state has ",
+                    2 * chunks_, " frames");
+  GEOLOCO_RETURN_IF(have_[h.chunk], Err::mismatch, "state frame ", h.chunk, " from ", peer, " came twice");
+  const std::uint64_t begin = (h.chunk % chunks_) * offer_.chunk_values;
   const std::uint64_t size = std::min<std::uint64_t>(offer_.chunk_values, offer_.values - begin);
   GEOLOCO_RETURN_IF(payload.size() != size * sizeof(float), Err::mismatch, "state frame ", h.chunk, " from ", peer,
                     " holds ", payload.size(), " bytes, expected ", size * sizeof(float));
-  auto& tensor = next_chunk_ < chunks_ ? anchor_ : momentum_;
+  auto& tensor = h.chunk < chunks_ ? anchor_ : momentum_;
+  if (tensor.size() < begin + size) tensor.resize(begin + size);  // within the reserved capacity: no reallocation
   std::memcpy(tensor.data() + begin, payload.data(), payload.size());
-  ++next_chunk_;
+  have_[h.chunk] = true;
+  ++received_;
   bytes_ += transport::kFrameHeaderSize + payload.size();
   return {};
 }

@@ -3,12 +3,16 @@
 //
 //   asker   -> state_request {job}                       (control frame)
 //   holder  -> state_offer {round, anchor_digest, values, chunk_values}
-//              then ceil(values / chunk_values) `state` frames of anchor
-//              values and as many of momentum values, in order, on the
-//              same connection (so they arrive in order)
-//   asker   checks every frame's place and size, then the anchor's digest
-//           against the offer's, and only then replaces its state.
+//   asker   -> state_accept {job, round}                 (ready for frames)
+//   holder  -> ceil(values / chunk_values) `state` frames of anchor values
+//              and as many of momentum values, frame i on connection slot
+//              i mod connections_per_peer: several TCP streams, as a long
+//              fat link needs, in any order across slots
+//   asker   checks every frame's place (once each) and size, then the
+//           anchor's digest against the offer's, and only then replaces
+//           its state.
 //
+// The accept keeps frames from overtaking the offer on another connection.
 // A refused or incomplete transfer leaves the asker's state unchanged.
 #pragma once
 
@@ -30,16 +34,21 @@ namespace geoloco::daemon {
 /// Values per state frame: 1 Mi fp32 = 4 MiB, DESIGN §3's chunk size.
 inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 
-/// Sends `offer` and then the state frames of `anchor` and `momentum` to
-/// `peer` (all of it, or an error naming what failed). The state is sent
-/// from where it lies, not from a copy (DESIGN §10: no second copy of the
-/// model per peer): `unchanged` is asked before each frame, and when it
-/// says the state moved on (a round committed), the transfer stops with
-/// an error and the peer, whose transfer stays incomplete, asks again.
-/// Returns the frame bytes sent (headers included).
-asio::awaitable<Result<std::uint64_t>> send_state(transport::Mesh& mesh, const std::string& peer, std::uint64_t job_id,
-                                   StateOfferMessage offer, std::span<const float> anchor,
-                                   std::span<const float> momentum, std::function<bool()> unchanged);
+/// `offer` with its size fields filled for a state of `values` parameters.
+StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values);
+
+/// After the peer's state_accept: sends the state frames of `round`'s
+/// `anchor` and `momentum` to `peer` over all of the pair's connections
+/// (all of it, or an error naming what failed). The state is sent from where
+/// it lies, not from a copy (DESIGN §10: no second copy of the model per
+/// peer): `unchanged` is asked before each frame, and when it says the state
+/// moved on (a round committed), the transfer stops with an error and the
+/// peer, whose transfer stays incomplete, asks again. Returns the frame
+/// bytes sent (headers included).
+asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
+                                                         std::uint64_t job_id, std::uint64_t round,
+                                                         std::span<const float> anchor, std::span<const float> momentum,
+                                                         std::function<bool()> unchanged);
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {
@@ -47,10 +56,11 @@ class StateReceiver {
   /// Errors: invalid_argument (an offer without state, or one too large).
   static Result<StateReceiver> start(const std::string& peer, const StateOfferMessage& offer);
 
-  /// Takes the next state frame. Errors: mismatch (from another peer, out of
-  /// order, wrong size, another round), after which the transfer is void.
+  /// Takes a state frame, in any order. Errors: mismatch (from another
+  /// peer, a place outside the state or already filled, wrong size, another
+  /// round), after which the transfer is void.
   Status add(const std::string& peer, const transport::FrameHeader& header, std::span<const std::byte> payload);
-  bool complete() const { return next_chunk_ == 2 * chunks_; }
+  bool complete() const { return received_ == 2 * chunks_; }
   /// After complete(): checks the anchor's digest. Errors: mismatch.
   Status verify() const;
 
@@ -65,7 +75,8 @@ class StateReceiver {
   std::string peer_;
   StateOfferMessage offer_;
   std::uint64_t chunks_ = 0;      ///< frames per tensor
-  std::uint64_t next_chunk_ = 0;  ///< 0..chunks_-1 anchor, then momentum
+  std::vector<bool> have_;        ///< per frame: 0..chunks_-1 anchor, then momentum
+  std::uint64_t received_ = 0;
   std::uint64_t bytes_ = 0;
   std::vector<float> anchor_;
   std::vector<float> momentum_;

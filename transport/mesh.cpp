@@ -398,8 +398,8 @@ asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_
 }
 
 asio::awaitable<Status> Mesh::send_control_frame(const std::string& peer, FrameHeader header,
-                                                 std::span<const std::byte> payload) {
-  auto conn = connection(peer, 0);
+                                                 std::span<const std::byte> payload, int slot) {
+  auto conn = connection(peer, slot);
   if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
   if (header.type != FrameType::control && header.type != FrameType::state)
     co_return GEOLOCO_ERROR(Err::invalid_argument, "send_control_frame sends control or state frames, not ",

@@ -130,9 +130,11 @@ class Mesh {
   /// of one pair stay in order). Errors: io (not connected, write failed).
   asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round, std::span<const std::byte> payload);
   /// As send_control, with the frame's job, type (control or state) and chunk
-  /// index chosen by the caller (job 0: a federation-level message).
+  /// index chosen by the caller (job 0: a federation-level message), on
+  /// connection `slot` (0..connections_per_peer-1; frames of one slot stay
+  /// in order, frames of different slots may overtake each other).
   asio::awaitable<Status> send_control_frame(const std::string& peer, FrameHeader header,
-                                             std::span<const std::byte> payload);
+                                             std::span<const std::byte> payload, int slot = 0);
 
   const std::string& site() const { return options_.site; }
   /// Chunk buffers shared by this mesh's connections and operations.

@@ -19,6 +19,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       StateRequestMessage{"demo"},
       StateOfferMessage{"demo", 7, "0123456789abcdef", 101770, 1 << 20, "", {{"w", {100, 1017}}, {"b", {70}}}},
       StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet", {}},
+      StateAcceptMessage{"demo", 7},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -38,6 +39,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(offer.values == 101770);
   CHECK(offer.round == 7);
   CHECK(offer.layout == std::vector<TensorShape>{{"w", {100, 1017}}, {"b", {70}}});
+  CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[12]))).round == 7);
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {

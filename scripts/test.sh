@@ -19,7 +19,7 @@ for arg in "$@"; do
   case "$arg" in
     --long) long=1 ;;
     --install) install=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -62,6 +62,22 @@ def trainer(sock, job, layout, rounds, initial, errors, first_result):
         errors.append(f"{sock}: {e!r}")
 
 
+def run_external_job(fed, job, layout, rounds, initial, first_result):
+    """Runs `trainer` for every site of `fed` on job `job` and waits until
+    the job has finished on all of them."""
+    errors, threads = [], []
+    for s in fed.sites:
+        sock = os.path.join(s.dir, "data", "jobs", job, "sync.sock")
+        t = threading.Thread(target=trainer, args=(sock, job, layout, rounds, initial, errors, first_result))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout=1200)
+    assert not errors, errors
+    fed.wait_for(lambda: all((s.status(job) or {}).get("state") == "finished" for s in fed.sites), 600,
+                 "the job to finish")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", type=int, default=16 << 20)
@@ -110,19 +126,7 @@ checkpoint: {{every_rounds: 1000}}
 stop: {{rounds: {args.rounds}}}
 """)
         fed["site-a"].cli("submit", job)
-        errors, threads = [], []
-        initial = np.linspace(-1, 1, P, dtype=np.float32)
-        for s in fed.sites:
-            sock = os.path.join(s.dir, "data", "jobs", "memory", "sync.sock")
-            t = threading.Thread(target=trainer, args=(sock, "memory", layout, args.rounds, initial, errors,
-                                                       first_result))
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join(timeout=1200)
-        assert not errors, errors
-        fed.wait_for(lambda: all((s.status("memory") or {}).get("state") == "finished" for s in fed.sites), 600,
-                     "the job to finish")
+        run_external_job(fed, "memory", layout, args.rounds, np.linspace(-1, 1, P, dtype=np.float32), first_result)
         after = {n: rss_anon(p) for n, p in pids.items()}
         if os.environ.get("GEOLOCO_BENCH_SMAPS"):
             for n, p in pids.items():

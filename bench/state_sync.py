@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "../python"))
 sys.path.insert(0, HERE)
 from federation import Federation  # noqa: E402
 from geoloco import sync_client  # noqa: E402
-from daemon_memory import trainer  # noqa: E402
+from daemon_memory import run_external_job  # noqa: E402
 import numpy as np  # noqa: E402
 
 RECEIVED = re.compile(r"state of round (\d+) received from (\S+): (\d+) parameters, (\d+) bytes in ([0-9.]+) s")
@@ -60,19 +60,7 @@ checkpoint: {every_rounds: 1000}
 stop: {rounds: 1}
 """)
         fed["site-a"].cli("submit", job)
-        errors, threads = [], []
-        initial = np.linspace(-1, 1, P, dtype=np.float32)
-        first_result = threading.Event()
-        for s in fed.sites:
-            sock = os.path.join(s.dir, "data", "jobs", "statesync", "sync.sock")
-            t = threading.Thread(target=trainer, args=(sock, "statesync", layout, 1, initial, errors, first_result))
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join(timeout=1200)
-        assert not errors, errors
-        fed.wait_for(lambda: all((s.status("statesync") or {}).get("state") == "finished" for s in fed.sites), 600,
-                     "the job to finish")
+        run_external_job(fed, "statesync", layout, 1, np.linspace(-1, 1, P, dtype=np.float32), threading.Event())
         found = RECEIVED.search(open(fed["site-b"].log_path).read())
         if not found:
             fed.fail("site-b's log has no 'state of round ... received' line")

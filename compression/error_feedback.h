@@ -21,6 +21,8 @@ class ErrorFeedback {
  public:
   /// A zero residual for a tensor of `elements` values.
   explicit ErrorFeedback(std::size_t elements);
+  /// Continues from a residual kept earlier (a checkpoint's).
+  explicit ErrorFeedback(std::vector<float> residual) : residual_(std::move(residual)) {}
 
   /// Compresses delta (the values at [offset, offset + delta.size()) of the
   /// tensor) with the residual added, writes the payload into `out`, and
@@ -42,7 +44,7 @@ class ErrorFeedback {
   /// as out of range until put_residual()): a checkpoint writes it without
   /// a copy of the tensor.
   std::vector<float> take_residual() { return std::exchange(residual_, {}); }
-  /// Puts a residual back: the one taken, or a checkpoint's of the same length.
+  /// Puts the taken residual back.
   void put_residual(std::vector<float> residual) { residual_ = std::move(residual); }
   /// ||e||_2, accumulated in double.
   double residual_norm() const;

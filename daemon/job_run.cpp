@@ -143,21 +143,21 @@ void JobRun::send(const std::string& site, const ControlMessage& message) {
     });
     return;
   }
+  send_frame(site, control_header(), encode_control(message));
+}
+
+transport::FrameHeader JobRun::control_header() const {
   transport::FrameHeader h;
   h.type = transport::FrameType::control;
   h.job = id_;
   h.round = state_.round;
-  send_frame(site, h, encode_control(message));
+  return h;
 }
 
 void JobRun::send_now(const std::string& site, const ControlMessage& message) {
-  transport::FrameHeader h;
-  h.type = transport::FrameType::control;
-  h.job = id_;
-  h.round = state_.round;
   asio::co_spawn(
       env_.executor,
-      [keep = shared_from_this(), site, h, text = encode_control(message)]() -> asio::awaitable<void> {
+      [keep = shared_from_this(), site, h = control_header(), text = encode_control(message)]() -> asio::awaitable<void> {
         Status sent = co_await keep->env_.mesh->send_control_frame(site, h, std::as_bytes(std::span<const char>(text)));
         if (!sent.ok()) spdlog::info("[{}] a STATE_SYNC message to {} was lost: {}", keep->spec_.name, site, sent.message());
       },

@@ -154,6 +154,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// a (re)joining peer needs now. Lost when the peer is not connected; the
   /// asker asks again.
   void send_now(const std::string& site, const ControlMessage& message);
+  /// The header of this job's control frames.
+  transport::FrameHeader control_header() const;
   void send_frame(const std::string& site, transport::FrameHeader header, std::string payload);
   asio::awaitable<void> drain(std::string site);
   void handle_for_participant(const std::string& from, const ControlMessage& message);

@@ -218,8 +218,7 @@ Status JobRun::load_checkpoint() {
   have_state_ = true;
   for (auto& r : state_.residuals) {
     if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
-    feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
-    feedback_->put_residual(std::move(r.values));
+    feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(r.values));
   }
   state_.residuals.clear();
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));

@@ -11,8 +11,7 @@ IoThreads::IoThreads(int threads) : threads_(std::max(1, threads)) {
 
 IoThreads::~IoThreads() {
   work_.reset();
-  io_.stop();
-  for (auto& t : running_) t.join();
+  pause();
 }
 
 void IoThreads::run_threads() {

@@ -43,28 +43,28 @@ __global__ void relu_backward_kernel(float* d_in, const float* d_out, const floa
 
 Status gelu_forward(Context& ctx, float* out, const float* in, std::size_t n) {
   if (n == 0) return {};  // a grid of 0 blocks is a launch error
-  gelu_forward_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(out, in, n);
+  GEOLOCO_LAUNCH(gelu_forward_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), out, in, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
 
 Status gelu_backward(Context& ctx, float* d_in, const float* d_out, const float* in, std::size_t n) {
   if (n == 0) return {};
-  gelu_backward_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(d_in, d_out, in, n);
+  GEOLOCO_LAUNCH(gelu_backward_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), d_in, d_out, in, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
 
 Status relu_forward(Context& ctx, float* out, const float* in, std::size_t n) {
   if (n == 0) return {};
-  relu_forward_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(out, in, n);
+  GEOLOCO_LAUNCH(relu_forward_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), out, in, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
 
 Status relu_backward(Context& ctx, float* d_in, const float* d_out, const float* in, std::size_t n) {
   if (n == 0) return {};
-  relu_backward_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(d_in, d_out, in, n);
+  GEOLOCO_LAUNCH(relu_backward_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), d_in, d_out, in, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

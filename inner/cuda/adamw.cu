@@ -67,8 +67,7 @@ Status AdamW::step(Context& ctx, float* params, const float* grads, double lr) {
                     static_cast<float>(1.0 - lr * options_.weight_decay)};
   const std::size_t n = m_.size();
   if (n == 0) return {};
-  adamw_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(params, m_.data(), v_.data(), grads,
-                                                                             decay_.data(), n, k);
+  GEOLOCO_LAUNCH(adamw_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), params, m_.data(), v_.data(), grads, decay_.data(), n, k);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

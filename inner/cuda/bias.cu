@@ -20,7 +20,7 @@ struct RowValue {
 
 Status bias_forward(Context& ctx, float* out, const float* b, std::size_t n, std::size_t m) {
   if (n == 0 || m == 0) return {};
-  bias_forward_kernel<<<detail::blocks_for(n * m), detail::kThreads, 0, ctx.stream()>>>(out, b, n, m);
+  GEOLOCO_LAUNCH(bias_forward_kernel, detail::blocks_for(n * m), detail::kThreads, ctx.stream(), out, b, n, m);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -57,9 +57,9 @@ Result<double> global_norm(Context& ctx, const float* grads, std::size_t n) {
   if (!scratch.ok()) return scratch.status();
   double* partial = static_cast<double*>(*scratch);
   double* total = partial + blocks;
-  sum_squares_kernel<<<static_cast<unsigned>(blocks), kNormThreads, 0, ctx.stream()>>>(partial, grads, n);
+  GEOLOCO_LAUNCH(sum_squares_kernel, static_cast<unsigned>(blocks), kNormThreads, ctx.stream(), partial, grads, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
-  sum_partials_kernel<<<1, kNormThreads, 0, ctx.stream()>>>(total, partial, blocks);
+  GEOLOCO_LAUNCH(sum_partials_kernel, 1, kNormThreads, ctx.stream(), total, partial, blocks);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   double sum = 0.0;
   GEOLOCO_CUDA_CHECK(cudaMemcpyAsync(&sum, total, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream()));
@@ -78,7 +78,7 @@ Result<double> clip_global_norm(Context& ctx, float* grads, std::size_t n, doubl
 
 Status scale(Context& ctx, float* data, std::size_t n, float factor) {
   if (n == 0) return {};
-  scale_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(data, n, factor);
+  GEOLOCO_LAUNCH(scale_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), data, n, factor);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -92,10 +92,9 @@ Status cross_entropy_forward(Context& ctx, float* probs, double* loss, const flo
   auto scratch = ctx.scratch(n * sizeof(double));
   if (!scratch.ok()) return scratch.status();
   double* row_loss = static_cast<double*>(*scratch);
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, ctx.stream()>>>(probs, row_loss, logits,
-                                                                                          targets, v);
+  GEOLOCO_LAUNCH(cross_entropy_forward_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), probs, row_loss, logits, targets, v);
   GEOLOCO_CUDA_CHECK_LAUNCH();
-  mean_kernel<<<1, kMeanThreads, 0, ctx.stream()>>>(loss, row_loss, n);
+  GEOLOCO_LAUNCH(mean_kernel, 1, kMeanThreads, ctx.stream(), loss, row_loss, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -104,8 +103,7 @@ Status cross_entropy_backward(Context& ctx, float* d_logits, const float* probs,
                               std::size_t n, std::size_t v, float d_loss) {
   if (n == 0 || v == 0) return {};
   const float scale = d_loss / static_cast<float>(n);
-  cross_entropy_backward_kernel<<<detail::blocks_for(n * v), detail::kThreads, 0, ctx.stream()>>>(
-      d_logits, probs, targets, n, v, scale);
+  GEOLOCO_LAUNCH(cross_entropy_backward_kernel, detail::blocks_for(n * v), detail::kThreads, ctx.stream(), d_logits, probs, targets, n, v, scale);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -114,7 +112,7 @@ Status count_correct(Context& ctx, unsigned long long* correct, const float* log
                      std::size_t n, std::size_t v) {
   if (n == 0 || v == 0) return {};
   GEOLOCO_RETURN_IF(n > 0x7fffffffu, Err::invalid_argument, "count_correct: ", n, " rows exceed one grid");
-  count_correct_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, ctx.stream()>>>(correct, logits, targets, v);
+  GEOLOCO_LAUNCH(count_correct_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), correct, logits, targets, v);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

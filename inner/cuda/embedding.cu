@@ -58,8 +58,7 @@ Status embedding_forward(Context& ctx, float* out, const std::int32_t* tokens, c
                          std::size_t batch, std::size_t t, std::size_t c) {
   const std::size_t n = batch * t;
   if (n == 0 || c == 0) return {};
-  embedding_forward_kernel<<<detail::blocks_for(n * c), detail::kThreads, 0, ctx.stream()>>>(out, tokens, wte, wpe, n,
-                                                                                              t, c);
+  GEOLOCO_LAUNCH(embedding_forward_kernel, detail::blocks_for(n * c), detail::kThreads, ctx.stream(), out, tokens, wte, wpe, n, t, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -69,10 +68,9 @@ Status embedding_backward(Context& ctx, float* d_wte, float* d_wpe, const float*
                           std::size_t c) {
   if (batch == 0 || t == 0 || c == 0 || vocab == 0) return {};
   const dim3 grid(static_cast<unsigned>(vocab), static_cast<unsigned>((c + kColumns - 1) / kColumns));
-  embedding_backward_wte_kernel<<<grid, kColumns, 0, ctx.stream()>>>(d_wte, d_out, offsets, positions, c);
+  GEOLOCO_LAUNCH(embedding_backward_wte_kernel, grid, kColumns, ctx.stream(), d_wte, d_out, offsets, positions, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
-  embedding_backward_wpe_kernel<<<detail::blocks_for(t * c), detail::kThreads, 0, ctx.stream()>>>(d_wpe, d_out, batch,
-                                                                                                   t, c);
+  GEOLOCO_LAUNCH(embedding_backward_wpe_kernel, detail::blocks_for(t * c), detail::kThreads, ctx.stream(), d_wpe, d_out, batch, t, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

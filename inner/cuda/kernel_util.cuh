@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #include "inner/cuda/device.h"
+#include "inner/cuda/launch.cuh"
 
 namespace geoloco::inner::cuda::detail {
 
@@ -112,9 +113,9 @@ Status column_sum(Context& ctx, float* out, std::size_t n, std::size_t m, Value 
   if (!scratch.ok()) return scratch.status();
   float* partial = static_cast<float*>(*scratch);
   const dim3 grid(static_cast<unsigned>((m + 31) / 32), static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, dim3(32, 8), 0, ctx.stream()>>>(partial, n, m, rows_per_chunk, value);
+  GEOLOCO_LAUNCH(column_partials_kernel, grid, dim3(32, 8), ctx.stream(), partial, n, m, rows_per_chunk, value);
   GEOLOCO_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<float><<<blocks_for(m), kThreads, 0, ctx.stream()>>>(out, partial, chunks, m);
+  GEOLOCO_LAUNCH(column_finish_kernel<float>, blocks_for(m), kThreads, ctx.stream(), out, partial, chunks, m);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -11,7 +11,7 @@ __global__ void residual_forward_kernel(float* out, const float* a, const float*
 
 Status residual_forward(Context& ctx, float* out, const float* a, const float* b, std::size_t n) {
   if (n == 0) return {};
-  residual_forward_kernel<<<detail::blocks_for(n), detail::kThreads, 0, ctx.stream()>>>(out, a, b, n);
+  GEOLOCO_LAUNCH(residual_forward_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), out, a, b, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -7,8 +7,6 @@
 // And the sync seam: rank 0's new anchor reaches every worker.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-#include <fstream>
 
 #include "inner/collective/launch.h"
 #include "inner/collective/shm_collective.h"
@@ -16,6 +14,7 @@
 #include "inner/optim/clip.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
+#include "inner/tests/temp_files.h"
 #include "inner/train/run_training.h"
 
 using namespace geoloco;
@@ -48,22 +47,10 @@ TrainOptions gpt_options() {
   return o;
 }
 
-// Named after the test process (the parent): children write, the parent reads.
-const std::string kTempPrefix = "/tmp/geoloco_dp_test_" + std::to_string(::getpid()) + "_";
-std::string temp_file(int rank) { return kTempPrefix + std::to_string(rank) + ".bin"; }
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  REQUIRE(f);
-  std::vector<float> v(static_cast<std::size_t>(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  std::remove(path.c_str());
-  return v;
-}
-
 // Two workers train; each writes its final parameters to a file.
 std::vector<std::vector<float>> train_two_workers(const TrainOptions& o, std::shared_ptr<const Dataset> data) {
+  TempDir dir("geoloco-dp-test");  // made by the parent: the children write into it
+  const auto result = [&](int rank) { return cat(dir.path, "/rank", rank, ".bin"); };
   auto codes = fork_ranks(2, [&](int rank) {
     cpu::set_blas_threads(1);
     auto launch = launch_info_from_env();
@@ -76,13 +63,12 @@ std::vector<std::vector<float>> train_two_workers(const TrainOptions& o, std::sh
     if (!t.ok()) return 3;
     auto r = run_training(**t);
     if (!r.ok()) return 4;
-    std::ofstream f(temp_file(rank), std::ios::binary);
-    f.write(reinterpret_cast<const char*>((*t)->params().data()),
-            static_cast<std::streamsize>((*t)->params().size_bytes()));
-    return f ? 0 : 5;
+    return write_floats(result(rank), (*t)->params()) ? 0 : 5;
   });
   REQUIRE(codes == std::vector<int>{0, 0});
-  return {read_floats(temp_file(0)), read_floats(temp_file(1))};
+  std::vector<std::vector<float>> params = {take_floats(result(0)), take_floats(result(1))};
+  REQUIRE(!params[0].empty());
+  return params;
 }
 
 // One worker, each step on the concatenation of the two workers' batches.

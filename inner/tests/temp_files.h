@@ -1,11 +1,13 @@
 // Test helpers for files: a temporary folder removed at the end of its
-// scope, the lines of a file, and a field of an eval log line.
+// scope, the lines of a file, a field of an eval log line, and floats handed
+// from a forked worker to the test through a file.
 #pragma once
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,25 @@ inline std::string field(const std::string& line, const std::string& key) {
   if (at == std::string::npos) return "";
   const auto begin = at + k.size();
   return line.substr(begin, line.find_first_of(",}", begin) - begin);
+}
+
+/// Writes `values`' bytes to `path` (a forked worker's result); false on failure.
+inline bool write_floats(const std::string& path, std::span<const float> values) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size_bytes()));
+  return static_cast<bool>(f);
+}
+
+/// The floats write_floats left at `path`, removing the file; empty when
+/// there is none.
+inline std::vector<float> take_floats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return {};
+  std::vector<float> v(static_cast<std::size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  std::filesystem::remove(path);
+  return v;
 }
 
 }  // namespace geoloco::inner::testing

@@ -1,0 +1,115 @@
+// The CUDA kernel language for the host compiler, as the CUDA emulator runs
+// it (inner/cuda/emulator/README.md): the qualifiers, the built-in
+// coordinates, __syncthreads, the warp shuffle, atomicAdd, and the launch
+// behind GEOLOCO_LAUNCH (inner/cuda/launch.cuh).
+//
+// A kernel runs one block at a time, one fiber per thread of the block.
+// Fibers switch only at __syncthreads and at warp shuffles, so a block's
+// threads interleave exactly where CUDA requires them to agree, and code
+// between two such points is never interrupted (which makes atomicAdd a
+// plain read-modify-write here). `__shared__` variables are per-OS-thread
+// statics: one block runs at a time on a thread, so its threads share them.
+#pragma once
+
+#include <math.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cuda_runtime_api.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static thread_local
+#define __restrict__ __restrict
+
+namespace geoloco::cuda_emulator {
+
+/// The running thread's place in its launch.
+struct Coordinates {
+  uint3 thread;
+  uint3 block;
+  dim3 block_dim;
+  dim3 grid_dim;
+};
+const Coordinates& coordinates();
+
+/// This thread's lane in its warp: its linear index in the block mod 32.
+unsigned lane_id();
+
+/// __syncthreads(): waits until every thread of the block has arrived.
+void sync_block();
+
+/// One warp shuffle: this lane offers `mine`, waits until every lane in
+/// `mask` has offered, and gets `source_lane`'s offer.
+std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, unsigned source_lane);
+
+/// The order in which a block's threads run between two barriers: thread
+/// order, or last to first. A GPU promises neither, so a kernel must give
+/// the same result in both. The default comes from the environment
+/// (GEOLOCO_CUDA_EMULATOR_ORDER=reverse); tests may change it.
+enum class ThreadOrder { forward, reverse };
+ThreadOrder thread_order();
+void set_thread_order(ThreadOrder order);
+
+/// Runs `body(context)` once per thread of every block (GEOLOCO_LAUNCH).
+/// `pointers` are the launch's arguments that are pointers (null for the
+/// others); each non-null one must point into device memory.
+void launch_kernel(const char* name, dim3 grid, dim3 block, cudaStream_t stream, void (*body)(void*), void* context,
+                   const void* const* pointers, std::size_t count);
+
+template <class Arg>
+const void* pointer_argument(const Arg& arg) {
+  if constexpr (std::is_pointer_v<Arg>) {
+    return static_cast<const void*>(arg);
+  } else {
+    return nullptr;
+  }
+}
+
+template <class Body, class... Args>
+void launch(const char* name, dim3 grid, dim3 block, cudaStream_t stream, Body&& body, const Args&... args) {
+  const void* pointers[sizeof...(Args) + 1] = {pointer_argument(args)...};
+  using Callable = std::remove_reference_t<Body>;
+  launch_kernel(
+      name, grid, block, stream, [](void* b) { (*static_cast<Callable*>(b))(); }, static_cast<void*>(&body),
+      pointers, sizeof...(Args));
+}
+
+}  // namespace geoloco::cuda_emulator
+
+#define threadIdx (::geoloco::cuda_emulator::coordinates().thread)
+#define blockIdx (::geoloco::cuda_emulator::coordinates().block)
+#define blockDim (::geoloco::cuda_emulator::coordinates().block_dim)
+#define gridDim (::geoloco::cuda_emulator::coordinates().grid_dim)
+inline constexpr int warpSize = 32;
+
+inline void __syncthreads() { ::geoloco::cuda_emulator::sync_block(); }
+
+template <class T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "a shuffle moves one value of up to 8 bytes");
+  const unsigned lane = ::geoloco::cuda_emulator::lane_id();
+  // Within a segment of `width` lanes, as CUDA: a partner outside it gives the lane its own value.
+  const unsigned segment = lane / static_cast<unsigned>(width) * static_cast<unsigned>(width);
+  unsigned source = lane ^ static_cast<unsigned>(lane_mask);
+  if (source / static_cast<unsigned>(width) * static_cast<unsigned>(width) != segment) source = lane;
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  bits = ::geoloco::cuda_emulator::warp_exchange(mask, bits, source);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+template <class T>
+T atomicAdd(T* address, T value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}

@@ -74,12 +74,16 @@ cublasStatus_t run(cublasHandle_t handle, const Gemm& g, const void* alpha_p, co
     emu::fault(cudaErrorIllegalAddress, cat(what, ": C is not within device memory"));
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
-  float alpha, beta;
-  if (handle->mode == CUBLAS_POINTER_MODE_DEVICE &&
-      (!emu::is_device(alpha_p, sizeof(float)) || !emu::is_device(beta_p, sizeof(float)))) {
-    emu::fault(cudaErrorIllegalAddress, cat(what, ": device pointer mode, but alpha or beta is not device memory"));
+  // The scalars live where the pointer mode says: in host mode a device
+  // pointer would be dereferenced by the host, in device mode a host pointer
+  // by the GPU; either faults on a real machine.
+  const bool device_mode = handle->mode == CUBLAS_POINTER_MODE_DEVICE;
+  if (emu::is_device(alpha_p, sizeof(float)) != device_mode || emu::is_device(beta_p, sizeof(float)) != device_mode) {
+    emu::fault(cudaErrorIllegalAddress, cat(what, ": alpha and beta must be ", device_mode ? "device" : "host",
+                                            " memory in this pointer mode"));
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
+  float alpha, beta;
   std::memcpy(&alpha, alpha_p, sizeof(float));
   std::memcpy(&beta, beta_p, sizeof(float));
   const float* a = g.a;
@@ -100,8 +104,8 @@ cublasStatus_t run(cublasHandle_t handle, const Gemm& g, const void* alpha_p, co
 /// cuBLAS's argument checks, in its order: handle, operations, sizes,
 /// leading dimensions, then what the emulator supports.
 cublasStatus_t check(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                     int lda, int ldb, int ldc, cudaDataType at, cudaDataType bt, cudaDataType ct,
-                     cublasComputeType_t compute, const char* what) {
+                     const void* alpha, const void* beta, int lda, int ldb, int ldc, int batch, cudaDataType at,
+                     cudaDataType bt, cudaDataType ct, cublasComputeType_t compute, const char* what) {
   if (!live(handle)) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, cat(what, ": not a live handle"));
   const auto valid_op = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
   if (!valid_op(transa) || !valid_op(transb)) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": bad operation"));
@@ -112,6 +116,8 @@ cublasStatus_t check(cublasHandle_t handle, cublasOperation_t transa, cublasOper
   if (lda < at_least(a_rows) || ldb < at_least(b_rows) || ldc < at_least(m))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": leading dimensions lda ", lda, " ldb ", ldb, " ldc ", ldc,
                                                    " below the rows stored (", a_rows, ", ", b_rows, ", ", m, ")"));
+  if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": batchCount ", batch));
+  if (alpha == nullptr || beta == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": null alpha or beta"));
   if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F ||
       (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, cat(what, ": only fp32 data with 32F or 32F_FAST_TF32 compute is emulated"));
@@ -180,8 +186,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t) {
-  const cublasStatus_t s =
-      check(handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, computeType, "cublasGemmEx");
+  const cublasStatus_t s = check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc, 1, Atype, Btype, Ctype,
+                                 computeType, "cublasGemmEx");
   if (s != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return s;
   const Gemm g{transa, transb, m, n, k, static_cast<const float*>(A), static_cast<const float*>(B),
                static_cast<float*>(C), lda, ldb, ldc, computeType == CUBLAS_COMPUTE_32F_FAST_TF32};
@@ -194,12 +200,9 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void* beta, void* C, cudaDataType Ctype,
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t) {
-  const cublasStatus_t s = check(handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, computeType,
-                                 "cublasGemmStridedBatchedEx");
-  if (s != CUBLAS_STATUS_SUCCESS) return s;
-  if (batchCount < 0)
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, cat("cublasGemmStridedBatchedEx: batchCount ", batchCount));
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const cublasStatus_t s = check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc, batchCount, Atype,
+                                 Btype, Ctype, computeType, "cublasGemmStridedBatchedEx");
+  if (s != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return s;
   for (int i = 0; i < batchCount; ++i) {
     const Gemm g{transa,
                  transb,

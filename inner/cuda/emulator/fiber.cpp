@@ -15,7 +15,7 @@
 // the floating-point environment of the thread that launched the kernel,
 // and kernels do not change it (CUDA has no way to).
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .globl geoloco_emulator_switch
   .hidden geoloco_emulator_switch
@@ -37,6 +37,7 @@ geoloco_emulator_switch:
   popq %rbp
   ret
   .size geoloco_emulator_switch, .-geoloco_emulator_switch
+  .popsection
 )");
 extern "C" void geoloco_emulator_switch(void** save_sp, void* load_sp);
 #endif

@@ -7,9 +7,14 @@
 // size, a known type and operation, a root in range).
 //
 // A rank that never arrives: a wait gives up after
-// GEOLOCO_CUDA_EMULATOR_NCCL_TIMEOUT_MS (default 60000) and the communicator
-// reports ncclRemoteError through ncclCommGetAsyncError, as NCCL does when a
-// peer is gone. ncclCommAbort tells the other ranks at once.
+// GEOLOCO_CUDA_EMULATOR_NCCL_TIMEOUT_MS (default 60000), ends the group for
+// every rank, and the communicator reports ncclRemoteError through
+// ncclCommGetAsyncError, as NCCL does when a peer is gone. ncclCommAbort
+// tells the other ranks at once. (Collectives complete inside the call
+// here, so this limit, not NcclCollective's timeout_ms, bounds a wait.)
+//
+// ncclAvg multiplies each rank's value by 1/nranks before the sum, as NCCL
+// does for floating types (its PreMulSum); every rank sums in rank order.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -76,14 +81,22 @@ struct ncclComm {
       return true;
     }
     const auto deadline = Clock::now() + wait_limit();
-    while (shared->generation.load() == gen) {
+    for (unsigned spins = 0; shared->generation.load() == gen; ++spins) {
       if (shared->aborted.load() != 0 || Clock::now() > deadline) {
+        // The count this rank added stays: the group is over for everyone.
+        const bool aborted = shared->aborted.exchange(1) != 0;
         failure = ncclRemoteError;
         emu::report(cat("NCCL rank ", rank, " of ", nranks, ": ",
-                        shared->aborted.load() != 0 ? "another rank aborted" : "a rank did not arrive in time"));
+                        aborted ? "another rank left the group" : "a rank did not arrive in time"));
         return false;
       }
-      sched_yield();
+      // Yield at first (ranks usually arrive together), then sleep: a late
+      // rank must not cost a waiting one a core.
+      if (spins < 1000) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
     return true;
   }
@@ -169,6 +182,7 @@ ncclResult_t check(const char* what, const void* send, const void* recv, std::si
   if (!live(comm)) return refuse(ncclInvalidArgument, cat(what, ": not a live communicator"));
   if (!emu::is_stream(stream)) return refuse(ncclInvalidArgument, cat(what, ": not a live stream"));
   if (emu::sticky_error() != cudaSuccess) return ncclUnhandledCudaError;
+  // A null `send` is allowed only where nothing is read from it (a broadcast's non-root ranks).
   if (bytes > 0 && ((send != nullptr && !emu::is_device(send, bytes)) || !emu::is_device(recv, bytes)))
     return refuse(ncclInvalidArgument, cat(what, ": the buffers (", send, ", ", recv, ") must be ", bytes,
                                            " bytes of device memory each"));
@@ -178,21 +192,24 @@ ncclResult_t check(const char* what, const void* send, const void* recv, std::si
 /// Sums (or maxes, …) the ranks' chunks in rank order into `out`.
 void reduce_chunk(const ncclComm& c, float* out, std::size_t n, ncclRedOp_t op) {
   const auto* first = reinterpret_cast<const float*>(c.slot(0));
-  std::copy(first, first + n, out);
+  const float scale = 1.0f / static_cast<float>(c.nranks);
+  if (op == ncclAvg) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = first[i] * scale;
+  } else {
+    std::copy(first, first + n, out);
+  }
   for (int r = 1; r < c.nranks; ++r) {
     const auto* in = reinterpret_cast<const float*>(c.slot(r));
     for (std::size_t i = 0; i < n; ++i) {
       switch (op) {
-        case ncclSum:
-        case ncclAvg: out[i] += in[i]; break;
+        case ncclSum: out[i] += in[i]; break;
+        case ncclAvg: out[i] += in[i] * scale; break;
         case ncclProd: out[i] *= in[i]; break;
         case ncclMax: out[i] = std::max(out[i], in[i]); break;
         case ncclMin: out[i] = std::min(out[i], in[i]); break;
       }
     }
   }
-  if (op == ncclAvg)
-    for (std::size_t i = 0; i < n; ++i) out[i] /= static_cast<float>(c.nranks);
 }
 
 }  // namespace
@@ -260,7 +277,10 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommDestroy(ncclComm_t comm) { return comms().destroy(comm) ? ncclSuccess : ncclInvalidArgument; }
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying nothing
+  return comms().destroy(comm) ? ncclSuccess : ncclInvalidArgument;
+}
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // NCCL accepts aborting nothing
@@ -276,6 +296,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   const std::size_t size = type_size(datatype);
   if (size == 0) return refuse(ncclInvalidArgument, "ncclAllReduce: unknown data type");
   const std::size_t bytes = count * size;
+  if (bytes > 0 && sendbuff == nullptr) return refuse(ncclInvalidArgument, "ncclAllReduce: null send buffer");
   if (const ncclResult_t r = check("ncclAllReduce", sendbuff, recvbuff, bytes, comm, stream); r != ncclSuccess) return r;
   if (comm->nranks == 1) {
     if (sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);
@@ -306,6 +327,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t cou
   const std::size_t bytes = count * size;
   // Only the root's send buffer is read.
   const void* send = comm->rank == root ? sendbuff : nullptr;
+  if (bytes > 0 && comm->rank == root && sendbuff == nullptr)
+    return refuse(ncclInvalidArgument, "ncclBroadcast: null send buffer on the root");
   if (const ncclResult_t r = check("ncclBroadcast", send, recvbuff, bytes, comm, stream); r != ncclSuccess) return r;
   if (comm->nranks == 1) {
     if (sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);

@@ -186,9 +186,9 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   if (const cudaError_t e = emu::sticky_error(); e != cudaSuccess) return e;
   if (attributes == nullptr) return emu::fail(cudaErrorInvalidValue, "cudaPointerGetAttributes: null attributes");
   *attributes = cudaPointerAttributes{};
-  if (emu::is_device(ptr, 0)) {
+  if (const int device = emu::device_of(ptr); device >= 0) {
     attributes->type = cudaMemoryTypeDevice;
-    attributes->device = emu::current_device();
+    attributes->device = device;
     attributes->devicePointer = const_cast<void*>(ptr);
   } else {
     attributes->type = cudaMemoryTypeUnregistered;  // plain host memory, as CUDA 11+ answers

@@ -9,9 +9,11 @@
 // and it fails the launch with a message saying what was seen:
 //   * __syncthreads that some threads of the block never reach (they
 //     returned, or wait at a shuffle);
-//   * a shuffle whose mask names lanes that returned or are elsewhere.
-// GEOLOCO_CUDA_EMULATOR_ORDER=reverse runs each phase's threads last to
-// first, to expose kernels whose result depends on the order (races).
+//   * a shuffle that leaves its own lane out of the mask, reads a lane that
+//     does not take part, or waits for lanes of its mask that never come.
+// GEOLOCO_CUDA_EMULATOR_ORDER=reverse runs the blocks, and each phase's
+// threads, last to first, to expose kernels whose result depends on the
+// order (races).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,7 +35,6 @@ namespace geoloco::cuda_emulator {
 namespace {
 
 constexpr unsigned kMaxThreads = 1024;
-constexpr unsigned kWarps = kMaxThreads / 32;
 // Small stacks keep a block's fibers within few pages (switching among a
 // thousand of them is what the emulator spends its time on); a kernel's
 // frames are small. AddressSanitizer's frames are several times larger.
@@ -48,8 +49,11 @@ enum class Wait : std::uint8_t { none, block, warp, done };
 struct Thread {
   Fiber fiber;
   Wait wait = Wait::none;
-  unsigned mask = 0;  // of the shuffle it waits at
-  uint3 index{};      // threadIdx
+  uint3 index{};  // threadIdx
+  // At a shuffle: its mask, the lane it reads, the value it offers; after
+  // the release, the value it got.
+  unsigned mask = 0, source = 0;
+  std::uint64_t offer = 0, got = 0;
 };
 
 /// One OS thread's block runner, made on its first launch and kept: the
@@ -81,6 +85,9 @@ class BlockRunner {
   unsigned lane() const { return current_ % 32; }
   const Coordinates& coordinates() const { return coordinates_; }
   void sync_block();
+  void undefined(const char* what) {
+    if (failure_.empty()) failure_ = what;
+  }
   std::uint64_t exchange(unsigned mask, std::uint64_t mine, unsigned source_lane);
 
  private:
@@ -99,8 +106,6 @@ class BlockRunner {
   Coordinates coordinates_{};
   void (*body_)(void*) = nullptr;
   void* context_ = nullptr;
-  std::array<unsigned, kWarps> generation_{};
-  std::array<std::array<std::array<std::uint64_t, 32>, 2>, kWarps> slots_{};  // [warp][parity][lane]
   std::string failure_;
 };
 
@@ -142,7 +147,6 @@ std::string BlockRunner::run(const char* name, uint3 block, dim3 block_dim, dim3
   body_ = body;
   context_ = context;
   failure_.clear();
-  generation_.fill(0);
   unsigned i = 0;  // linear thread index: x fastest, as CUDA numbers a block's threads (and warps)
   for (unsigned z = 0; z < block_dim.z; ++z)
     for (unsigned y = 0; y < block_dim.y; ++y)
@@ -163,35 +167,55 @@ std::string BlockRunner::run(const char* name, uint3 block, dim3 block_dim, dim3
     bool released = false;
     std::string why = release_warps(released);
     if (why.empty() && !released) why = release_block(released);
+    if (why.empty() && !released) why = failure_;  // every thread ended: did one do something undefined?
     if (!why.empty())
       return cat("kernel ", name, ", block (", block.x, ", ", block.y, ", ", block.z, "): ", why);
-    if (!released) return {};  // every thread ended
+    if (!released) return {};
   }
 }
 
+// CUDA's rule for __shfl_*_sync: the calling lane is in `mask`, every
+// non-exited lane named in `mask` executes the same shuffle with the same
+// mask, and a lane may read only a lane that takes part in it. A waiting
+// lane is released once every live lane of its mask waits at a shuffle too
+// (with one mask, the whole group is released together); it then gets its
+// source's offer, taken while the source still waits, so no value can be
+// overwritten before it is read.
 std::string BlockRunner::release_warps(bool& released) {
   for (unsigned w = 0; w * 32 < count_; ++w) {
     const unsigned first = w * 32, last = first + 32 < count_ ? first + 32 : count_;
-    unsigned waiting = 0, live = 0, ended = 0;
+    unsigned waiting = 0, live = 0;
     for (unsigned i = first; i < last; ++i) {
       live |= fibers_[i].wait != Wait::done ? 1u << (i - first) : 0u;
       waiting |= fibers_[i].wait == Wait::warp ? 1u << (i - first) : 0u;
-      ended |= fibers_[i].wait == Wait::done ? 1u << (i - first) : 0u;
     }
-    if (waiting == 0 || waiting != live) continue;  // none waits, or some lanes still run elsewhere
+    if (waiting == 0) continue;
+    unsigned ready = 0;
     for (unsigned i = first; i < last; ++i) {
-      if (fibers_[i].wait != Wait::warp) continue;
-      const unsigned mask = fibers_[i].mask;
-      if ((mask & waiting) != mask)
-        return cat("lane ", i - first, " of warp ", w, " shuffles with mask 0x", std::hex, mask, " but lanes 0x",
-                   mask & ~waiting, (mask & ~waiting & ended) != 0 ? " have returned" : " do not exist");
-      if ((mask & (1u << (i - first))) == 0)
-        return cat("lane ", i - first, " of warp ", w, " shuffles with a mask (0x", std::hex, mask,
+      const Thread& t = fibers_[i];
+      if (t.wait != Wait::warp) continue;
+      const unsigned lane = i - first;
+      if ((t.mask & (1u << lane)) == 0)
+        return cat("lane ", lane, " of warp ", w, " shuffles with a mask (0x", std::hex, t.mask,
                    ") that leaves itself out");
+      if ((t.mask & live & ~waiting) != 0) continue;  // a lane it names is still on its way
+      for (unsigned j = first; j < last; ++j)
+        if (((t.mask & waiting) >> (j - first)) & 1u && fibers_[j].mask != t.mask)
+          return cat("lanes ", lane, " and ", j - first, " of warp ", w, " shuffle with different masks (0x", std::hex,
+                     t.mask, ", 0x", fibers_[j].mask, "): undefined on a GPU");
+      if ((t.mask & waiting & (1u << t.source)) == 0)
+        return cat("lane ", lane, " of warp ", w, " reads lane ", t.source, ", which ",
+                   (t.mask & (1u << t.source)) == 0 ? "its mask leaves out"
+                   : (live & (1u << t.source)) == 0 ? "has returned or does not exist"
+                                                     : "is not at this shuffle",
+                   ": undefined on a GPU");
+      ready |= 1u << lane;
     }
+    if (ready == 0) continue;
     for (unsigned i = first; i < last; ++i)
-      if (fibers_[i].wait == Wait::warp) fibers_[i].wait = Wait::none;
-    ++generation_[w];
+      if ((ready >> (i - first)) & 1u) fibers_[i].got = fibers_[first + fibers_[i].source].offer;
+    for (unsigned i = first; i < last; ++i)
+      if ((ready >> (i - first)) & 1u) fibers_[i].wait = Wait::none;
     released = true;
   }
   return {};
@@ -206,7 +230,7 @@ std::string BlockRunner::release_block(bool& released) {
   }
   if (live == 0) return {};
   if (at_barrier == 0)
-    return cat(at_shuffle, " threads wait at a warp shuffle that the rest of their warp never reaches");
+    return cat(at_shuffle, " threads wait at a warp shuffle for lanes of their mask that never reach it");
   if (at_barrier != live)
     return cat(at_barrier, " threads wait at __syncthreads while ", at_shuffle,
                " wait at a warp shuffle: the block would hang");
@@ -221,15 +245,12 @@ std::string BlockRunner::release_block(bool& released) {
 void BlockRunner::sync_block() { yield(Wait::block); }
 
 std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t mine, unsigned source_lane) {
-  const unsigned w = current_ / 32, parity = generation_[w] & 1u;
-  slots_[w][parity][current_ % 32] = mine;
-  fibers_[current_].mask = mask;
+  Thread& t = fibers_[current_];
+  t.mask = mask;
+  t.source = source_lane % 32;
+  t.offer = mine;
   yield(Wait::warp);
-  // Released: every lane of the mask has written its slot of this parity.
-  // The next shuffle writes the other parity, and the one after that waits
-  // for this warp's next release, which every lane reaches only after
-  // reading here, so no slot is overwritten before it is read.
-  return slots_[w][parity][source_lane % 32];
+  return t.got;  // set by release_warps
 }
 
 std::atomic<ThreadOrder>& order_setting() {
@@ -254,6 +275,7 @@ void set_thread_order(ThreadOrder order) { order_setting().store(order); }
 const Coordinates& coordinates() { return t_running->coordinates(); }
 unsigned lane_id() { return t_running->lane(); }
 void sync_block() { t_running->sync_block(); }
+void undefined(const char* what) { t_running->undefined(what); }
 std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, unsigned source_lane) {
   return t_running->exchange(mask, mine, source_lane);
 }
@@ -291,13 +313,19 @@ void launch_kernel(const char* name, dim3 grid, dim3 block, cudaStream_t stream,
   // The emulator runs them in thread order, or in reverse when asked, so a
   // kernel whose result depends on that order (a race through shared or
   // global memory) gives different results in the two runs of the tests.
-  r.set_reverse(thread_order() == ThreadOrder::reverse);
+  const bool reverse = thread_order() == ThreadOrder::reverse;
+  r.set_reverse(reverse);
   t_running = &r;
   std::string failure;
-  for (unsigned z = 0; z < grid.z && failure.empty(); ++z)
-    for (unsigned y = 0; y < grid.y && failure.empty(); ++y)
-      for (unsigned x = 0; x < grid.x && failure.empty(); ++x)
-        failure = r.run(name, uint3{x, y, z}, block, grid, body, context);
+  // Blocks run one after another, last to first too in reverse order (a GPU
+  // promises no order among blocks either).
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  for (unsigned long long k = 0; k < blocks && failure.empty(); ++k) {
+    const unsigned long long b = reverse ? blocks - 1 - k : k;
+    const uint3 at{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                   static_cast<unsigned>(b / (1ull * grid.x * grid.y))};
+    failure = r.run(name, at, block, grid, body, context);
+  }
   t_running = nullptr;
   if (!failure.empty()) fault(cudaErrorLaunchFailure, failure);
 }

@@ -25,7 +25,11 @@ std::atomic<cudaError_t> g_sticky{cudaSuccess};
 
 struct Registry {
   std::mutex mutex;
-  std::map<std::uintptr_t, std::size_t> allocations;  // start → bytes
+  struct Allocation {
+    std::size_t bytes;
+    int device;
+  };
+  std::map<std::uintptr_t, Allocation> allocations;  // by start
   std::set<cudaStream_t> streams;
 };
 Registry& registry() {
@@ -78,7 +82,7 @@ void* allocate(std::size_t bytes) {
   std::memset(p, 0xff, bytes);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  r.allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  r.allocations[reinterpret_cast<std::uintptr_t>(p)] = Registry::Allocation{bytes, t_device};
   return p;
 }
 
@@ -102,7 +106,17 @@ bool is_device(const void* p, std::size_t bytes) {
   if (it == r.allocations.begin()) return false;
   --it;
   const std::size_t offset = c - it->first;
-  return offset <= it->second && bytes <= it->second - offset;
+  return offset <= it->second.bytes && bytes <= it->second.bytes - offset;
+}
+
+int device_of(const void* p) {
+  const auto c = reinterpret_cast<std::uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.allocations.upper_bound(c);
+  if (it == r.allocations.begin()) return -1;
+  --it;
+  return c - it->first < it->second.bytes ? it->second.device : -1;
 }
 
 cudaStream_t create_stream() {

@@ -38,6 +38,8 @@ void* allocate(std::size_t bytes);
 bool release(void* p);
 /// Whether [p, p + bytes) lies in one device allocation (bytes may be 0).
 bool is_device(const void* p, std::size_t bytes);
+/// The device whose allocation holds the byte at `p`, or -1.
+int device_of(const void* p);
 
 /// Streams: nullptr is the legacy default stream and always valid.
 cudaStream_t create_stream();

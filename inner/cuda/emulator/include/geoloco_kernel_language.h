@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 
 #include "cuda_runtime_api.h"
@@ -72,13 +73,23 @@ const void* pointer_argument(const Arg& arg) {
   }
 }
 
+/// Marks the running kernel as doing what CUDA leaves undefined: the launch
+/// fails (sticky) with `what` once the block has run.
+void undefined(const char* what);
+
+/// GEOLOCO_LAUNCH: the arguments are evaluated once, as by <<<...>>>, and
+/// every thread calls the kernel with its own copies of them.
 template <class Body, class... Args>
-void launch(const char* name, dim3 grid, dim3 block, cudaStream_t stream, Body&& body, const Args&... args) {
+void launch(const char* name, dim3 grid, dim3 block, cudaStream_t stream, Body body, const Args&... args) {
+  std::tuple<std::decay_t<Args>...> values(args...);
   const void* pointers[sizeof...(Args) + 1] = {pointer_argument(args)...};
-  using Callable = std::remove_reference_t<Body>;
+  struct Call {
+    Body* body;
+    std::tuple<std::decay_t<Args>...>* values;
+  } call{&body, &values};
   launch_kernel(
-      name, grid, block, stream, [](void* b) { (*static_cast<Callable*>(b))(); }, static_cast<void*>(&body),
-      pointers, sizeof...(Args));
+      name, grid, block, stream, [](void* c) { std::apply(*static_cast<Call*>(c)->body, *static_cast<Call*>(c)->values); },
+      static_cast<void*>(&call), pointers, sizeof...(Args));
 }
 
 }  // namespace geoloco::cuda_emulator
@@ -95,10 +106,12 @@ template <class T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "a shuffle moves one value of up to 8 bytes");
   const unsigned lane = ::geoloco::cuda_emulator::lane_id();
-  // Within a segment of `width` lanes, as CUDA: a partner outside it gives the lane its own value.
-  const unsigned segment = lane / static_cast<unsigned>(width) * static_cast<unsigned>(width);
-  unsigned source = lane ^ static_cast<unsigned>(lane_mask);
-  if (source / static_cast<unsigned>(width) * static_cast<unsigned>(width) != segment) source = lane;
+  const auto w = static_cast<unsigned>(width);
+  if (w == 0 || w > 32 || (w & (w - 1)) != 0) ::geoloco::cuda_emulator::undefined("shuffle width not a power of 2 up to 32");
+  // In groups of `width` lanes, as CUDA: a lane may read an earlier group, but
+  // a partner in a later group gives the lane its own value.
+  unsigned source = (lane ^ static_cast<unsigned>(lane_mask)) % 32;
+  if (w != 0 && source / w > lane / w) source = lane;
   std::uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
   bits = ::geoloco::cuda_emulator::warp_exchange(mask, bits, source);

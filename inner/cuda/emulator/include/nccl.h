@@ -1,8 +1,8 @@
-// The CUDA emulator's stand-in for NCCL: communicators of ONE rank (the
-// emulator has one device), with NCCL's types, result codes and the
-// non-blocking protocol (a non-blocking communicator reports ncclInProgress
-// once before it is ready), so inner/cuda/nccl_collective.cpp runs its
-// waits. A group of more ranks is refused with ncclInvalidUsage. See
+// The CUDA emulator's stand-in for NCCL, with NCCL's types, result codes and
+// the non-blocking protocol (a non-blocking communicator reports
+// ncclInProgress once before it is ready), so inner/cuda/nccl_collective.cpp
+// runs its waits. One rank copies; several ranks are processes (one per
+// emulated device) meeting in shared memory (nccl.cpp). See
 // inner/cuda/emulator/README.md.
 #pragma once
 

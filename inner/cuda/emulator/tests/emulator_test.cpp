@@ -73,9 +73,31 @@ __global__ void early_return_kernel(int* out) {
   out[threadIdx.x] = 1;
 }
 
-__global__ void partial_warp_shuffle_kernel(float* out) {
-  if (threadIdx.x % 32 >= 8) return;  // lanes 8..31 leave; 0..7 shuffle with the full mask
-  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+// Lanes 8..31 leave; 0..7 shuffle with the full mask (allowed: the mask may
+// name lanes that have exited) but read lanes 8..15, which take no part.
+__global__ void shuffle_from_exited_lane_kernel(float* out) {
+  if (threadIdx.x % 32 >= 8) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 8);
+}
+
+// Half a warp shuffles among itself while the other half goes on to the
+// barrier: valid CUDA, since only the lanes of the mask must take part.
+__global__ void half_warp_shuffle_kernel(unsigned* out) {
+  unsigned v = threadIdx.x;
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+  __syncthreads();
+  out[threadIdx.x] = v;
+}
+
+// width 16: lanes 0..15 xor 16 would read a later group (they get their own
+// value); lanes 16..31 read the earlier group, which CUDA allows.
+__global__ void shuffle_width_kernel(unsigned* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, threadIdx.x, 16, 16);
+}
+
+// Every block writes its index to one place: the last block to run wins.
+__global__ void last_block_wins_kernel(unsigned* out) {
+  if (threadIdx.x == 0) *out = blockIdx.x;
 }
 
 template <class T>
@@ -166,6 +188,35 @@ TEST_CASE("a butterfly of __shfl_xor_sync gives every lane its warp's sum", "[em
   cudaFree(d);
 }
 
+TEST_CASE("shuffles follow CUDA's rules for partial masks and widths", "[emulator]") {
+  unsigned* d = device_alloc<unsigned>(32);
+  GEOLOCO_LAUNCH(half_warp_shuffle_kernel, 1, 32, nullptr, d);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  auto out = download(d, 32);
+  for (unsigned i = 0; i < 32; ++i) REQUIRE(out[i] == (i < 16 ? i ^ 1u : i));
+  GEOLOCO_LAUNCH(shuffle_width_kernel, 1, 32, nullptr, d);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  out = download(d, 32);
+  for (unsigned i = 0; i < 32; ++i) REQUIRE(out[i] == (i < 16 ? i : i - 16));
+  cudaFree(d);
+}
+
+TEST_CASE("the reverse order runs blocks last to first too", "[emulator]") {
+  namespace emu = geoloco::cuda_emulator;
+  unsigned* d = device_alloc<unsigned>(1);
+  const emu::ThreadOrder before = emu::thread_order();
+  emu::set_thread_order(emu::ThreadOrder::forward);
+  GEOLOCO_LAUNCH(last_block_wins_kernel, 5, 32, nullptr, d);
+  const unsigned forward = download(d, 1)[0];
+  emu::set_thread_order(emu::ThreadOrder::reverse);
+  GEOLOCO_LAUNCH(last_block_wins_kernel, 5, 32, nullptr, d);
+  const unsigned reverse = download(d, 1)[0];
+  emu::set_thread_order(before);
+  CHECK(forward == 4);
+  CHECK(reverse == 0);
+  cudaFree(d);
+}
+
 TEST_CASE("a 3-D grid of 3-D blocks runs every thread once with its coordinates", "[emulator]") {
   const dim3 grid(3, 2, 2), block(4, 3, 2);
   const std::size_t n = 3 * 2 * 2 * 4 * 3 * 2;
@@ -249,7 +300,7 @@ TEST_CASE("a host pointer given to a kernel is a sticky illegal address, as a GP
           }) == 0);
 }
 
-TEST_CASE("__syncthreads that part of the block returned before, and a shuffle naming returned lanes, fail the launch",
+TEST_CASE("__syncthreads that part of the block returned before, and a shuffle reading a returned lane, fail the launch",
           "[emulator]") {
   REQUIRE(in_child([] {
             int* d = nullptr;
@@ -260,7 +311,7 @@ TEST_CASE("__syncthreads that part of the block returned before, and a shuffle n
   REQUIRE(in_child([] {
             float* d = nullptr;
             if (cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)) != cudaSuccess) return 1;
-            GEOLOCO_LAUNCH(partial_warp_shuffle_kernel, 1, 32, nullptr, d);
+            GEOLOCO_LAUNCH(shuffle_from_exited_lane_kernel, 1, 32, nullptr, d);
             return cudaGetLastError() == cudaErrorLaunchFailure ? 0 : 2;
           }) == 0);
 }
@@ -319,6 +370,22 @@ TEST_CASE("cublasGemmEx is column-major with leading dimensions, for every pair 
       REQUIRE(download(dc, c.size()) == ref);
       cudaFree(da), cudaFree(db), cudaFree(dc);
     }
+  {
+    std::vector<float> a(1, 1.0f);
+    float *da = upload(a), *dc = device_alloc<float>(1);
+    const float one = 1.0f;
+    REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, da, CUDA_R_32F, 1, da, CUDA_R_32F, 1, &one,
+                         dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+    // Host pointer mode with alpha in device memory: the host would read a device address.
+    REQUIRE(in_child([&] {
+              return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, da, da, CUDA_R_32F, 1, da, CUDA_R_32F, 1, &one,
+                                  dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_EXECUTION_FAILED
+                         ? 0
+                         : 1;
+            }) == 0);
+    cudaFree(da), cudaFree(dc);
+  }
   REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
   REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_NOT_INITIALIZED);
 }

@@ -34,8 +34,8 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Context& ctx, std::size_t parameter
   std::unique_ptr<AdamW> opt(new AdamW(options));
   std::vector<std::uint8_t> decay(parameters, 0);
   for (auto [begin, end] : decay_ranges) {
-    GEOLOCO_RETURN_IF(begin > end || end > parameters, Err::invalid_argument, "adamw: decay range [", begin, ", ",
-                      end, ") is not inside ", parameters, " parameters");
+    GEOLOCO_RETURN_IF(begin > end || end > parameters, Err::invalid_argument, "adamw: decay range [", begin, ", ", end,
+                      ") is not inside ", parameters, " parameters");
     for (std::size_t i = begin; i < end; ++i) decay[i] = 1;
   }
   GEOLOCO_TRY(opt->m_.allocate(parameters));
@@ -67,7 +67,8 @@ Status AdamW::step(Context& ctx, float* params, const float* grads, double lr) {
                     static_cast<float>(1.0 - lr * options_.weight_decay)};
   const std::size_t n = m_.size();
   if (n == 0) return {};
-  GEOLOCO_LAUNCH(adamw_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), params, m_.data(), v_.data(), grads, decay_.data(), n, k);
+  GEOLOCO_LAUNCH(adamw_kernel, detail::blocks_for(n), detail::kThreads, ctx.stream(), params, m_.data(), v_.data(),
+                 grads, decay_.data(), n, k);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -87,14 +87,16 @@ __global__ void causal_softmax_backward_kernel(float* datt, const float* att, st
 }
 
 Status split(Context& ctx, float* dst, const float* src, Shape s, std::size_t stride, std::size_t offset) {
-  GEOLOCO_LAUNCH(split_heads_kernel, detail::blocks_for(s.elements()), detail::kThreads, ctx.stream(), dst, src, s, stride, offset);
+  GEOLOCO_LAUNCH(split_heads_kernel, detail::blocks_for(s.elements()), detail::kThreads, ctx.stream(), dst, src, s,
+                 stride, offset);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
 
 Status merge(Context& ctx, float* dst, const float* src, Shape s, std::size_t stride, std::size_t offset,
              bool accumulate) {
-  GEOLOCO_LAUNCH(merge_heads_kernel, detail::blocks_for(s.elements()), detail::kThreads, ctx.stream(), dst, src, s, stride, offset, accumulate);
+  GEOLOCO_LAUNCH(merge_heads_kernel, detail::blocks_for(s.elements()), detail::kThreads, ctx.stream(), dst, src, s,
+                 stride, offset, accumulate);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -127,11 +129,12 @@ Status attention_forward(Context& ctx, float* out, float* att, const float* qkv,
   // computed and then masked, as the reference does.
   GEOLOCO_TRY(gemm_strided_batched(ctx, false, true, I(t), I(t), I(s.hs), scale, q, I(s.hs), th, k, I(s.hs), th, 0.0f,
                                    att, I(t), tt, bh));
-  GEOLOCO_LAUNCH(causal_softmax_forward_kernel, row_blocks(batch * heads * t), kWarpsPerBlock * 32, ctx.stream(), att, batch * heads * t, t);
+  GEOLOCO_LAUNCH(causal_softmax_forward_kernel, row_blocks(batch * heads * t), kWarpsPerBlock * 32, ctx.stream(), att,
+                 batch * heads * t, t);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   // y = att · v
-  GEOLOCO_TRY(gemm_strided_batched(ctx, false, false, I(t), I(s.hs), I(t), 1.0f, att, I(t), tt, v, I(s.hs), th, 0.0f,
-                                   y, I(s.hs), th, bh));
+  GEOLOCO_TRY(gemm_strided_batched(ctx, false, false, I(t), I(s.hs), I(t), 1.0f, att, I(t), tt, v, I(s.hs), th, 0.0f, y,
+                                   I(s.hs), th, bh));
   return merge(ctx, out, y, s, c, 0, false);
 }
 
@@ -165,7 +168,8 @@ Status attention_backward(Context& ctx, float* d_qkv, const float* d_out, const 
                                    datt, I(t), tt, bh));
   GEOLOCO_TRY(gemm_strided_batched(ctx, true, false, I(t), I(s.hs), I(t), 1.0f, att, I(t), tt, dy, I(s.hs), th, 0.0f,
                                    dv, I(s.hs), th, bh));
-  GEOLOCO_LAUNCH(causal_softmax_backward_kernel, row_blocks(rows), kWarpsPerBlock * 32, ctx.stream(), datt, att, rows, t);
+  GEOLOCO_LAUNCH(causal_softmax_backward_kernel, row_blocks(rows), kWarpsPerBlock * 32, ctx.stream(), datt, att, rows,
+                 t);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   // scores = scale · q · kᵀ  ⇒  dq = scale · d_score · k;  dk = scale · d_scoreᵀ · q
   GEOLOCO_TRY(gemm_strided_batched(ctx, false, false, I(t), I(s.hs), I(t), scale, datt, I(t), tt, k, I(s.hs), th, 0.0f,

@@ -9,7 +9,7 @@ using detail::block_sum;
 using detail::global_index;
 using detail::grid_stride;
 
-constexpr int kRowThreads = 256;   // one block per row of logits
+constexpr int kRowThreads = 256;    // one block per row of logits
 constexpr int kMeanThreads = 1024;  // the single block that averages the row losses
 
 __global__ void cross_entropy_forward_kernel(float* probs, double* row_loss, const float* logits,
@@ -85,14 +85,15 @@ __global__ void count_correct_kernel(unsigned long long* correct, const float* l
 }
 }  // namespace
 
-Status cross_entropy_forward(Context& ctx, float* probs, double* loss, const float* logits,
-                             const std::int32_t* targets, std::size_t n, std::size_t v) {
+Status cross_entropy_forward(Context& ctx, float* probs, double* loss, const float* logits, const std::int32_t* targets,
+                             std::size_t n, std::size_t v) {
   GEOLOCO_RETURN_IF(n == 0 || v == 0, Err::invalid_argument, "cross_entropy: empty logits (", n, " x ", v, ")");
   GEOLOCO_RETURN_IF(n > 0x7fffffffu, Err::invalid_argument, "cross_entropy: ", n, " rows exceed one grid");
   auto scratch = ctx.scratch(n * sizeof(double));
   if (!scratch.ok()) return scratch.status();
   double* row_loss = static_cast<double*>(*scratch);
-  GEOLOCO_LAUNCH(cross_entropy_forward_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), probs, row_loss, logits, targets, v);
+  GEOLOCO_LAUNCH(cross_entropy_forward_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), probs, row_loss,
+                 logits, targets, v);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   GEOLOCO_LAUNCH(mean_kernel, 1, kMeanThreads, ctx.stream(), loss, row_loss, n);
   GEOLOCO_CUDA_CHECK_LAUNCH();
@@ -103,7 +104,8 @@ Status cross_entropy_backward(Context& ctx, float* d_logits, const float* probs,
                               std::size_t n, std::size_t v, float d_loss) {
   if (n == 0 || v == 0) return {};
   const float scale = d_loss / static_cast<float>(n);
-  GEOLOCO_LAUNCH(cross_entropy_backward_kernel, detail::blocks_for(n * v), detail::kThreads, ctx.stream(), d_logits, probs, targets, n, v, scale);
+  GEOLOCO_LAUNCH(cross_entropy_backward_kernel, detail::blocks_for(n * v), detail::kThreads, ctx.stream(), d_logits,
+                 probs, targets, n, v, scale);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -112,7 +114,8 @@ Status count_correct(Context& ctx, unsigned long long* correct, const float* log
                      std::size_t n, std::size_t v) {
   if (n == 0 || v == 0) return {};
   GEOLOCO_RETURN_IF(n > 0x7fffffffu, Err::invalid_argument, "count_correct: ", n, " rows exceed one grid");
-  GEOLOCO_LAUNCH(count_correct_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), correct, logits, targets, v);
+  GEOLOCO_LAUNCH(count_correct_kernel, static_cast<unsigned>(n), kRowThreads, ctx.stream(), correct, logits, targets,
+                 v);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

@@ -50,7 +50,8 @@ TokenIndex build_token_index(std::span<const std::int32_t> tokens, std::size_t v
   std::vector<std::int32_t> next(index.offsets.begin(), index.offsets.end() - 1);
   index.positions.resize(tokens.size());
   for (std::size_t p = 0; p < tokens.size(); ++p)
-    index.positions[static_cast<std::size_t>(next[static_cast<std::size_t>(tokens[p])]++)] = static_cast<std::int32_t>(p);
+    index.positions[static_cast<std::size_t>(next[static_cast<std::size_t>(tokens[p])]++)] =
+        static_cast<std::int32_t>(p);
   return index;
 }
 
@@ -58,7 +59,8 @@ Status embedding_forward(Context& ctx, float* out, const std::int32_t* tokens, c
                          std::size_t batch, std::size_t t, std::size_t c) {
   const std::size_t n = batch * t;
   if (n == 0 || c == 0) return {};
-  GEOLOCO_LAUNCH(embedding_forward_kernel, detail::blocks_for(n * c), detail::kThreads, ctx.stream(), out, tokens, wte, wpe, n, t, c);
+  GEOLOCO_LAUNCH(embedding_forward_kernel, detail::blocks_for(n * c), detail::kThreads, ctx.stream(), out, tokens, wte,
+                 wpe, n, t, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -70,7 +72,8 @@ Status embedding_backward(Context& ctx, float* d_wte, float* d_wpe, const float*
   const dim3 grid(static_cast<unsigned>(vocab), static_cast<unsigned>((c + kColumns - 1) / kColumns));
   GEOLOCO_LAUNCH(embedding_backward_wte_kernel, grid, kColumns, ctx.stream(), d_wte, d_out, offsets, positions, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
-  GEOLOCO_LAUNCH(embedding_backward_wpe_kernel, detail::blocks_for(t * c), detail::kThreads, ctx.stream(), d_wpe, d_out, batch, t, c);
+  GEOLOCO_LAUNCH(embedding_backward_wpe_kernel, detail::blocks_for(t * c), detail::kThreads, ctx.stream(), d_wpe, d_out,
+                 batch, t, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }

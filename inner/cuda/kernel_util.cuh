@@ -25,9 +25,7 @@ inline unsigned blocks_for(std::size_t n, int threads = kThreads) {
 }
 
 /// Index of this thread in a 1-D grid-stride loop, and the stride.
-__device__ inline std::size_t global_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ inline std::size_t global_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 
 /// Butterfly (xor) reductions: every lane ends with the same bits, because

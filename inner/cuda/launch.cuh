@@ -9,9 +9,9 @@
 #pragma once
 
 #if defined(GEOLOCO_CUDA_EMULATOR)
-#define GEOLOCO_LAUNCH(kernel, grid, block, stream, ...)                                            \
-  ::geoloco::cuda_emulator::launch(#kernel, (grid), (block), (stream), [](auto&... a) { kernel(a...); }, \
-                                   __VA_ARGS__)
+#define GEOLOCO_LAUNCH(kernel, grid, block, stream, ...) \
+  ::geoloco::cuda_emulator::launch(                      \
+      #kernel, (grid), (block), (stream), [](auto&... a) { kernel(a...); }, __VA_ARGS__)
 #else
 #define GEOLOCO_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif

@@ -86,7 +86,8 @@ unsigned row_blocks(std::size_t n) { return static_cast<unsigned>((n + kWarpsPer
 Status layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* in, const float* w,
                          const float* b, std::size_t n, std::size_t c) {
   if (n == 0 || c == 0) return {};
-  GEOLOCO_LAUNCH(layernorm_forward_kernel, row_blocks(n), kWarpsPerBlock * 32, ctx.stream(), out, mean, rstd, in, w, b, n, c);
+  GEOLOCO_LAUNCH(layernorm_forward_kernel, row_blocks(n), kWarpsPerBlock * 32, ctx.stream(), out, mean, rstd, in, w, b,
+                 n, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -94,7 +95,8 @@ Status layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, con
 Status layernorm_backward(Context& ctx, float* d_in, float* d_w, float* d_b, const float* d_out, const float* in,
                           const float* w, const float* mean, const float* rstd, std::size_t n, std::size_t c) {
   if (n == 0 || c == 0) return {};
-  GEOLOCO_LAUNCH(layernorm_backward_in_kernel, row_blocks(n), kWarpsPerBlock * 32, ctx.stream(), d_in, d_out, in, w, mean, rstd, n, c);
+  GEOLOCO_LAUNCH(layernorm_backward_in_kernel, row_blocks(n), kWarpsPerBlock * 32, ctx.stream(), d_in, d_out, in, w,
+                 mean, rstd, n, c);
   GEOLOCO_CUDA_CHECK_LAUNCH();
   GEOLOCO_TRY(detail::column_sum(ctx, d_w, n, c, WeightGrad{d_out, in, mean, rstd, c}));
   return detail::column_sum(ctx, d_b, n, c, BiasGrad{d_out, c});

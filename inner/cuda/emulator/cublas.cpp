@@ -65,8 +65,8 @@ cublasStatus_t run(cublasHandle_t handle, const Gemm& g, const void* alpha_p, co
   const bool a_plain = g.transa == CUBLAS_OP_N, b_plain = g.transb == CUBLAS_OP_N;
   const long long a_rows = a_plain ? g.m : g.k, a_cols = a_plain ? g.k : g.m;
   const long long b_rows = b_plain ? g.k : g.n, b_cols = b_plain ? g.n : g.k;
-  if (g.k > 0 && (!emu::is_device(g.a, extent(a_rows, a_cols, g.lda)) ||
-                  !emu::is_device(g.b, extent(b_rows, b_cols, g.ldb)))) {
+  if (g.k > 0 &&
+      (!emu::is_device(g.a, extent(a_rows, a_cols, g.lda)) || !emu::is_device(g.b, extent(b_rows, b_cols, g.ldb)))) {
     emu::fault(cudaErrorIllegalAddress, cat(what, ": A or B is not within device memory"));
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
@@ -79,8 +79,8 @@ cublasStatus_t run(cublasHandle_t handle, const Gemm& g, const void* alpha_p, co
   // by the GPU; either faults on a real machine.
   const bool device_mode = handle->mode == CUBLAS_POINTER_MODE_DEVICE;
   if (emu::is_device(alpha_p, sizeof(float)) != device_mode || emu::is_device(beta_p, sizeof(float)) != device_mode) {
-    emu::fault(cudaErrorIllegalAddress, cat(what, ": alpha and beta must be ", device_mode ? "device" : "host",
-                                            " memory in this pointer mode"));
+    emu::fault(cudaErrorIllegalAddress,
+               cat(what, ": alpha and beta must be ", device_mode ? "device" : "host", " memory in this pointer mode"));
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
   float alpha, beta;
@@ -107,7 +107,9 @@ cublasStatus_t check(cublasHandle_t handle, cublasOperation_t transa, cublasOper
                      const void* alpha, const void* beta, int lda, int ldb, int ldc, int batch, cudaDataType at,
                      cudaDataType bt, cudaDataType ct, cublasComputeType_t compute, const char* what) {
   if (!live(handle)) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, cat(what, ": not a live handle"));
-  const auto valid_op = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
+  const auto valid_op = [](cublasOperation_t op) {
+    return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
+  };
   if (!valid_op(transa) || !valid_op(transb)) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": bad operation"));
   if (m < 0 || n < 0 || k < 0)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": negative size m ", m, " n ", n, " k ", k));
@@ -117,10 +119,12 @@ cublasStatus_t check(cublasHandle_t handle, cublasOperation_t transa, cublasOper
     return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": leading dimensions lda ", lda, " ldb ", ldb, " ldc ", ldc,
                                                    " below the rows stored (", a_rows, ", ", b_rows, ", ", m, ")"));
   if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": batchCount ", batch));
-  if (alpha == nullptr || beta == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": null alpha or beta"));
+  if (alpha == nullptr || beta == nullptr)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, cat(what, ": null alpha or beta"));
   if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F ||
       (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32))
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, cat(what, ": only fp32 data with 32F or 32F_FAST_TF32 compute is emulated"));
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  cat(what, ": only fp32 data with 32F or 32F_FAST_TF32 compute is emulated"));
   if (emu::sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -189,19 +193,29 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   const cublasStatus_t s = check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc, 1, Atype, Btype, Ctype,
                                  computeType, "cublasGemmEx");
   if (s != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return s;
-  const Gemm g{transa, transb, m, n, k, static_cast<const float*>(A), static_cast<const float*>(B),
-               static_cast<float*>(C), lda, ldb, ldc, computeType == CUBLAS_COMPUTE_32F_FAST_TF32};
+  const Gemm g{transa,
+               transb,
+               m,
+               n,
+               k,
+               static_cast<const float*>(A),
+               static_cast<const float*>(B),
+               static_cast<float*>(C),
+               lda,
+               ldb,
+               ldc,
+               computeType == CUBLAS_COMPUTE_32F_FAST_TF32};
   return run(handle, g, alpha, beta, "cublasGemmEx");
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                                           int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
                                           int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
-                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype,
-                                          int ldc, long long int strideC, int batchCount,
-                                          cublasComputeType_t computeType, cublasGemmAlgo_t) {
-  const cublasStatus_t s = check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc, batchCount, Atype,
-                                 Btype, Ctype, computeType, "cublasGemmStridedBatchedEx");
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t) {
+  const cublasStatus_t s = check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc, batchCount, Atype, Btype,
+                                 Ctype, computeType, "cublasGemmStridedBatchedEx");
   if (s != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return s;
   for (int i = 0; i < batchCount; ++i) {
     const Gemm g{transa,

@@ -51,7 +51,7 @@ void Fiber::switch_from(Fiber& from, bool final) {
 #if defined(GEOLOCO_EMULATOR_ASAN)
   __sanitizer_start_switch_fiber(final ? nullptr : &from.fake_stack_, stack_bottom_, stack_bytes_);
 #else
-  (void)final;
+  static_cast<void>(final);
 #endif
 #if defined(GEOLOCO_EMULATOR_FAST_FIBERS)
   geoloco_emulator_switch(&from.sp_, sp_);

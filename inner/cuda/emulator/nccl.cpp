@@ -69,7 +69,9 @@ struct ncclComm {
   Shared* shared = nullptr;
   std::size_t mapped = 0;
 
-  char* slot(int r) const { return reinterpret_cast<char*>(shared) + kHeadBytes + static_cast<std::size_t>(r) * kSlotBytes; }
+  char* slot(int r) const {
+    return reinterpret_cast<char*>(shared) + kHeadBytes + static_cast<std::size_t>(r) * kSlotBytes;
+  }
 
   /// Every rank arrives, or the group has failed (a rank aborted or did not come).
   bool barrier() {
@@ -184,8 +186,8 @@ ncclResult_t check(const char* what, const void* send, const void* recv, std::si
   if (emu::sticky_error() != cudaSuccess) return ncclUnhandledCudaError;
   // A null `send` is allowed only where nothing is read from it (a broadcast's non-root ranks).
   if (bytes > 0 && ((send != nullptr && !emu::is_device(send, bytes)) || !emu::is_device(recv, bytes)))
-    return refuse(ncclInvalidArgument, cat(what, ": the buffers (", send, ", ", recv, ") must be ", bytes,
-                                           " bytes of device memory each"));
+    return refuse(ncclInvalidArgument,
+                  cat(what, ": the buffers (", send, ", ", recv, ") must be ", bytes, " bytes of device memory each"));
   return ncclSuccess;
 }
 
@@ -235,8 +237,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                    ncclConfig_t* config) {
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
   if (comm == nullptr) return ncclInvalidArgument;
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return refuse(ncclInvalidArgument, cat("ncclCommInitRankConfig: rank ", rank, " of ", nranks));
@@ -297,7 +298,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   if (size == 0) return refuse(ncclInvalidArgument, "ncclAllReduce: unknown data type");
   const std::size_t bytes = count * size;
   if (bytes > 0 && sendbuff == nullptr) return refuse(ncclInvalidArgument, "ncclAllReduce: null send buffer");
-  if (const ncclResult_t r = check("ncclAllReduce", sendbuff, recvbuff, bytes, comm, stream); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check("ncclAllReduce", sendbuff, recvbuff, bytes, comm, stream); r != ncclSuccess)
+    return r;
   if (comm->nranks == 1) {
     if (sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);
     return ncclSuccess;

@@ -110,8 +110,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrClockRate: *value = 1000000; return cudaSuccess;  // kHz; the emulator has no real clock
     case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
   }
-  return emu::fail(cudaErrorInvalidValue, cat("cudaDeviceGetAttribute: attribute ", static_cast<int>(attr),
-                                                  " is not emulated"));
+  return emu::fail(cudaErrorInvalidValue,
+                   cat("cudaDeviceGetAttribute: attribute ", static_cast<int>(attr), " is not emulated"));
 }
 
 cudaError_t cudaDeviceSynchronize() { return emu::sticky_error(); }
@@ -120,8 +120,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t size) {
   if (const cudaError_t e = emu::sticky_error(); e != cudaSuccess) return e;
   if (ptr == nullptr) return emu::fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   *ptr = emu::allocate(size);
-  if (*ptr == nullptr)
-    return emu::fail(cudaErrorMemoryAllocation, cat("cudaMalloc: cannot allocate ", size, " bytes"));
+  if (*ptr == nullptr) return emu::fail(cudaErrorMemoryAllocation, cat("cudaMalloc: cannot allocate ", size, " bytes"));
   return cudaSuccess;
 }
 
@@ -160,10 +159,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaM
     default: ok = false;
   }
   if (!ok)
-    return emu::fail(cudaErrorInvalidValue,
-                     cat("cudaMemcpyAsync(", dst, " <- ", src, ", ", count, " bytes, kind ", static_cast<int>(kind),
-                         "): the destination ", dst_device ? "is" : "is not", " device memory, the source ",
-                         src_device ? "is" : "is not", dst_overrun || src_overrun ? " (a range runs past its end)" : ""));
+    return emu::fail(
+        cudaErrorInvalidValue,
+        cat("cudaMemcpyAsync(", dst, " <- ", src, ", ", count, " bytes, kind ", static_cast<int>(kind),
+            "): the destination ", dst_device ? "is" : "is not", " device memory, the source ",
+            src_device ? "is" : "is not", dst_overrun || src_overrun ? " (a range runs past its end)" : ""));
   std::memmove(dst, src, count);
   return cudaSuccess;
 }
@@ -176,8 +176,8 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t count, cudaStream_
   if (const cudaError_t e = precheck("cudaMemsetAsync", stream); e != cudaSuccess) return e;
   if (count == 0) return cudaSuccess;
   if (!emu::is_device(ptr, count))
-    return emu::fail(cudaErrorInvalidValue, cat("cudaMemsetAsync(", ptr, ", ", count,
-                                                  " bytes): not within one device allocation"));
+    return emu::fail(cudaErrorInvalidValue,
+                     cat("cudaMemsetAsync(", ptr, ", ", count, " bytes): not within one device allocation"));
   std::memset(ptr, value, count);
   return cudaSuccess;
 }

@@ -63,8 +63,8 @@ class BlockRunner {
   BlockRunner() {
     page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     slot_ = kStackBytes + page_;
-    void* p = mmap(nullptr, slot_ * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, slot_ * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return;
     stacks_ = static_cast<char*>(p);
     for (unsigned i = 0; i < kMaxThreads; ++i) mprotect(stacks_ + i * slot_, page_, PROT_NONE);
@@ -168,8 +168,7 @@ std::string BlockRunner::run(const char* name, uint3 block, dim3 block_dim, dim3
     std::string why = release_warps(released);
     if (why.empty() && !released) why = release_block(released);
     if (why.empty() && !released) why = failure_;  // every thread ended: did one do something undefined?
-    if (!why.empty())
-      return cat("kernel ", name, ", block (", block.x, ", ", block.y, ", ", block.z, "): ", why);
+    if (!why.empty()) return cat("kernel ", name, ", block (", block.x, ", ", block.y, ", ", block.z, "): ", why);
     if (!released) return {};
   }
 }
@@ -207,7 +206,7 @@ std::string BlockRunner::release_warps(bool& released) {
         return cat("lane ", lane, " of warp ", w, " reads lane ", t.source, ", which ",
                    (t.mask & (1u << t.source)) == 0 ? "its mask leaves out"
                    : (live & (1u << t.source)) == 0 ? "has returned or does not exist"
-                                                     : "is not at this shuffle",
+                                                    : "is not at this shuffle",
                    ": undefined on a GPU");
       ready |= 1u << lane;
     }
@@ -263,8 +262,8 @@ std::atomic<ThreadOrder>& order_setting() {
 
 bool valid_configuration(dim3 grid, dim3 block) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
-  return threads >= 1 && threads <= kMaxThreads && block.x <= 1024 && block.y <= 1024 && block.z <= 64 &&
-         grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 && grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535;
+  return threads >= 1 && threads <= kMaxThreads && block.x <= 1024 && block.y <= 1024 && block.z <= 64 && grid.x >= 1 &&
+         grid.x <= 0x7fffffffu && grid.y >= 1 && grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535;
 }
 
 }  // namespace

@@ -50,9 +50,9 @@ void sync_block();
 /// `mask` has offered, and gets `source_lane`'s offer.
 std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, unsigned source_lane);
 
-/// The order in which a block's threads run between two barriers: thread
-/// order, or last to first. A GPU promises neither, so a kernel must give
-/// the same result in both. The default comes from the environment
+/// The order in which blocks run, and a block's threads between two
+/// barriers: first to last, or last to first. A GPU promises neither, so a
+/// kernel must give the same result in both. The default comes from the environment
 /// (GEOLOCO_CUDA_EMULATOR_ORDER=reverse); tests may change it.
 enum class ThreadOrder { forward, reverse };
 ThreadOrder thread_order();
@@ -86,10 +86,9 @@ void launch(const char* name, dim3 grid, dim3 block, cudaStream_t stream, Body b
   struct Call {
     Body* body;
     std::tuple<std::decay_t<Args>...>* values;
+    static void run(void* c) { std::apply(*static_cast<Call*>(c)->body, *static_cast<Call*>(c)->values); }
   } call{&body, &values};
-  launch_kernel(
-      name, grid, block, stream, [](void* c) { std::apply(*static_cast<Call*>(c)->body, *static_cast<Call*>(c)->values); },
-      static_cast<void*>(&call), pointers, sizeof...(Args));
+  launch_kernel(name, grid, block, stream, &Call::run, static_cast<void*>(&call), pointers, sizeof...(Args));
 }
 
 }  // namespace geoloco::cuda_emulator
@@ -107,7 +106,8 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "a shuffle moves one value of up to 8 bytes");
   const unsigned lane = ::geoloco::cuda_emulator::lane_id();
   const auto w = static_cast<unsigned>(width);
-  if (w == 0 || w > 32 || (w & (w - 1)) != 0) ::geoloco::cuda_emulator::undefined("shuffle width not a power of 2 up to 32");
+  if (w == 0 || w > 32 || (w & (w - 1)) != 0)
+    ::geoloco::cuda_emulator::undefined("a shuffle's width is not a power of 2 up to 32");
   // In groups of `width` lanes, as CUDA: a lane may read an earlier group, but
   // a partner in a later group gives the lane its own value.
   unsigned source = (lane ^ static_cast<unsigned>(lane_mask)) % 32;

@@ -255,7 +255,7 @@ TEST_CASE("a launch with a bad configuration fails through cudaGetLastError, run
   REQUIRE(cudaMemsetAsync(total, 0, sizeof(unsigned long long), nullptr) == cudaSuccess);
   GEOLOCO_LAUNCH(count_kernel, 1, 2048, nullptr, total);  // over 1024 threads per block
   REQUIRE(cudaGetLastError() == cudaErrorInvalidConfiguration);
-  REQUIRE(cudaGetLastError() == cudaSuccess);  // read once, then cleared
+  REQUIRE(cudaGetLastError() == cudaSuccess);                        // read once, then cleared
   GEOLOCO_LAUNCH(count_kernel, dim3(1, 70000), 32, nullptr, total);  // grid.y over 65535
   REQUIRE(cudaGetLastError() == cudaErrorInvalidConfiguration);
   GEOLOCO_LAUNCH(count_kernel, 0, 32, nullptr, total);  // an empty grid
@@ -300,8 +300,9 @@ TEST_CASE("a host pointer given to a kernel is a sticky illegal address, as a GP
           }) == 0);
 }
 
-TEST_CASE("__syncthreads that part of the block returned before, and a shuffle reading a returned lane, fail the launch",
-          "[emulator]") {
+TEST_CASE(
+    "__syncthreads that part of the block returned before, and a shuffle reading a returned lane, fail the launch",
+    "[emulator]") {
   REQUIRE(in_child([] {
             int* d = nullptr;
             if (cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(int)) != cudaSuccess) return 1;
@@ -350,7 +351,8 @@ TEST_CASE("cublasGemmEx is column-major with leading dimensions, for every pair 
   for (const bool ta : {false, true})
     for (const bool tb : {false, true}) {
       const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
-      std::vector<float> a(static_cast<std::size_t>(lda * (ta ? m : k))), b(static_cast<std::size_t>(ldb * (tb ? k : n)));
+      std::vector<float> a(static_cast<std::size_t>(lda * (ta ? m : k))),
+          b(static_cast<std::size_t>(ldb * (tb ? k : n)));
       std::vector<float> c(static_cast<std::size_t>(ldc * n));
       for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) - 3.0f;
       for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.5f;
@@ -374,8 +376,8 @@ TEST_CASE("cublasGemmEx is column-major with leading dimensions, for every pair 
     std::vector<float> a(1, 1.0f);
     float *da = upload(a), *dc = device_alloc<float>(1);
     const float one = 1.0f;
-    REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, da, CUDA_R_32F, 1, da, CUDA_R_32F, 1, &one,
-                         dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+    REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, da, CUDA_R_32F, 1, da, CUDA_R_32F, 1, &one, dc,
+                         CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
     // Host pointer mode with alpha in device memory: the host would read a device address.
     REQUIRE(in_child([&] {
               return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, da, da, CUDA_R_32F, 1, da, CUDA_R_32F, 1, &one,
@@ -402,8 +404,8 @@ TEST_CASE("strided batched GEMM multiplies each batch, and TF32 compute rounds i
   float *da = upload(a), *db = upload(b), *dc = device_alloc<float>(3);
   const float one = 1.0f, zero = 0.0f;
   const auto product = [&](cublasComputeType_t compute) {
-    REQUIRE(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, da, CUDA_R_32F, 1, 1, db,
-                                       CUDA_R_32F, 1, 1, &zero, dc, CUDA_R_32F, 1, 1, 3, compute,
+    REQUIRE(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, da, CUDA_R_32F, 1, 1, db, CUDA_R_32F,
+                                       1, 1, &zero, dc, CUDA_R_32F, 1, 1, 3, compute,
                                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
     return download(dc, 3);
   };
@@ -415,17 +417,16 @@ TEST_CASE("strided batched GEMM multiplies each batch, and TF32 compute rounds i
   // A host pointer where cuBLAS reads device memory: the GPU would fault.
   REQUIRE(in_child([&] {
             std::vector<float> host(1, 2.0f);
-            const cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, host.data(), CUDA_R_32F, 1,
-                                                  db, CUDA_R_32F, 1, &zero, dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
-                                                  CUBLAS_GEMM_DEFAULT);
+            const cublasStatus_t s =
+                cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, host.data(), CUDA_R_32F, 1, db, CUDA_R_32F, 1,
+                             &zero, dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             return s == CUBLAS_STATUS_EXECUTION_FAILED && cudaGetLastError() == cudaErrorIllegalAddress ? 0 : 1;
           }) == 0);
   cudaFree(da), cudaFree(db), cudaFree(dc);
   cublasDestroy(h);
 }
 
-TEST_CASE("one-rank NCCL: non-blocking init reports in-progress first, collectives copy",
-          "[emulator]") {
+TEST_CASE("one-rank NCCL: non-blocking init reports in-progress first, collectives copy", "[emulator]") {
   ncclUniqueId id{};
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   ncclComm_t comm = nullptr;

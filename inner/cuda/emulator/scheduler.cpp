@@ -2,8 +2,8 @@
 // thread, switched only at __syncthreads and warp shuffles.
 //
 // Fibers are fiber.h's (no system call per switch). A block's fibers run
-// in thread order until each has ended or waits. Then a
-// warp whose live lanes all wait at a shuffle is released (its values are
+// in thread order until each has ended or waits. Then the lanes at a
+// shuffle whose mask's live lanes all wait there are released (their values
 // exchanged), or else, when every live thread waits at __syncthreads, the
 // block is. Anything else is a kernel that would hang or misbehave on a GPU,
 // and it fails the launch with a message saying what was seen:

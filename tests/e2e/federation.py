@@ -57,7 +57,7 @@ log_format: {self.fed.log_format}
 heartbeat: {{interval: {self.fed.heartbeat_interval}, timeout: {self.fed.heartbeat_timeout}}}
 transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, keepalive_interval: 0.5s, connect_timeout: 3s,
             reconnect_max: 0.5s{self.fed.transport_extra}}}
-""")
+{self.fed.site_extra}""")
 
     def start(self, extra_env=None):
         assert self.process is None or self.process.poll() is not None, f"{self.name} already runs"
@@ -137,11 +137,15 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
 
 class Federation:
     def __init__(self, names=("site-a", "site-b", "site-c"), build=None, log_format="text",
-                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit_mbit=0):
+                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit_mbit=0,
+                 trainer=None, site_extra=""):
+        """trainer: the built-in trainer's program, relative to the build folder
+        (default bin/geoloco-train); site_extra: lines added to every site file."""
         build = build or os.environ.get("GEOLOCO_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
         self.geolocod = os.path.join(build, "bin", "geolocod")
         self.geoloco = os.path.join(build, "bin", "geoloco")
-        self.trainer = os.path.join(build, "bin", "geoloco-train")
+        self.trainer = os.path.join(build, trainer or os.path.join("bin", "geoloco-train"))
+        self.site_extra = site_extra
         for p in (self.geolocod, self.geoloco, self.trainer):
             assert os.path.exists(p), f"{p} is missing: build first (cmake --build build)"
         self.root = tempfile.mkdtemp(prefix="geoloco-e2e-")

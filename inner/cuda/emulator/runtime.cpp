@@ -68,6 +68,8 @@ cudaError_t cudaPeekAtLastError() { return emu::last_error(false); }
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return emu::fail(cudaErrorInvalidValue, "cudaGetDeviceCount: null count");
   *count = emu::device_count();
+  if (*count == 0)
+    return emu::fail(cudaErrorNoDevice, "cudaGetDeviceCount: CUDA_VISIBLE_DEVICES shows none of the emulated devices");
   return cudaSuccess;
 }
 

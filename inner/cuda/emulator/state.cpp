@@ -43,9 +43,27 @@ void report(const std::string& detail) { std::fprintf(stderr, "geoloco CUDA emul
 
 int device_count() {
   static const int count = [] {
+    // Installed: GEOLOCO_CUDA_EMULATOR_DEVICES; without it, 1, or all 8
+    // when CUDA_VISIBLE_DEVICES names devices (the emulated machine has the
+    // ones a launcher hands out: geolocod sets it to the site's gpus, and
+    // drops GEOLOCO_* variables from the trainer's environment).
     const char* env = std::getenv("GEOLOCO_CUDA_EMULATOR_DEVICES");
-    const int n = env != nullptr ? std::atoi(env) : 1;
-    return n >= 1 && n <= 8 ? n : 1;
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const int n = env != nullptr ? std::atoi(env) : visible != nullptr ? 8 : 1;
+    const int installed = n >= 1 && n <= 8 ? n : 1;
+    // CUDA_VISIBLE_DEVICES as the CUDA runtime reads it: the listed ordinals,
+    // up to the first that is not an installed device.
+    if (visible == nullptr) return installed;
+    int shown = 0;
+    for (const char* p = visible; *p != '\0';) {
+      char* end = nullptr;
+      const long id = std::strtol(p, &end, 10);
+      if (end == p || id < 0 || id >= installed) break;
+      ++shown;
+      p = *end == ',' ? end + 1 : end;
+      if (*end != ',' && *end != '\0') break;
+    }
+    return shown;
   }();
   return count;
 }

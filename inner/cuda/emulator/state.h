@@ -13,8 +13,11 @@
 namespace geoloco::cuda_emulator {
 
 /// How many devices the emulator shows: GEOLOCO_CUDA_EMULATOR_DEVICES (1 to
-/// 8, default 1). They share the host's memory; what they allow is one
-/// worker process per "device", as NCCL requires, to run multi-rank groups.
+/// 8) are installed (default 1, or 8 when CUDA_VISIBLE_DEVICES is set), of
+/// which CUDA_VISIBLE_DEVICES, when set, shows the listed ones (as the CUDA
+/// runtime; 0 when the list names none).
+/// They share the host's memory; what they allow is one worker process per
+/// "device", as NCCL requires, to run multi-rank groups.
 int device_count();
 
 /// Prints `detail` to stderr as the emulator's diagnostic.

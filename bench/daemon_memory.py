@@ -62,6 +62,13 @@ def trainer(sock, job, layout, rounds, initial, errors, first_result):
         errors.append(f"{sock}: {e!r}")
 
 
+def matrix_layout(params):
+    """One (params / 1024) x 1024 fp32 tensor, and its parameter count
+    (params rounded down to a multiple of 1024)."""
+    rows = params // 1024
+    return sync_client.layout_of([("w", (rows, 1024))]), rows * 1024
+
+
 def run_external_job(fed, job, layout, rounds, initial, first_result):
     """Runs `trainer` for every site of `fed` on job `job` and waits until
     the job has finished on all of them."""
@@ -86,10 +93,7 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--raw", action="store_true", help="raw fp32 exchange (no compression, no error feedback)")
     args = ap.parse_args()
-    P = args.params
-    rows = P // 1024
-    layout = sync_client.layout_of([("w", (rows, 1024))])
-    P = rows * 1024
+    layout, P = matrix_layout(args.params)
 
     with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s",
                     read_timeout="20s") as fed:

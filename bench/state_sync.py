@@ -28,8 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "../tests/e2e"))
 sys.path.insert(0, os.path.join(HERE, "../python"))
 sys.path.insert(0, HERE)
 from federation import Federation  # noqa: E402
-from geoloco import sync_client  # noqa: E402
-from daemon_memory import run_external_job  # noqa: E402
+from daemon_memory import matrix_layout, run_external_job  # noqa: E402
 import numpy as np  # noqa: E402
 
 RECEIVED = re.compile(r"state of round (\d+) received from (\S+): (\d+) parameters, (\d+) bytes in ([0-9.]+) s")
@@ -43,9 +42,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "../build"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = args.params // 1024
-    layout = sync_client.layout_of([("w", (rows, 1024))])
-    P = rows * 1024
+    layout, P = matrix_layout(args.params)
 
     with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s", read_timeout="20s",
                     rate_limit_mbit=args.rate_mbit) as fed:

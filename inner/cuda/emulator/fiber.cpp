@@ -67,14 +67,13 @@ void Fiber::arrived() {
 #endif
 }
 
-void Fiber::started(Fiber& self, Fiber& from) {
+void Fiber::started(Fiber& from) {
 #if defined(GEOLOCO_EMULATOR_ASAN)
   // The stack we came from is `from`'s: learn it, so switching back is announced with it.
   __sanitizer_finish_switch_fiber(nullptr, &from.stack_bottom_, &from.stack_bytes_);
 #else
   (void)from;
 #endif
-  (void)self;
 }
 
 #if defined(GEOLOCO_EMULATOR_FAST_FIBERS)

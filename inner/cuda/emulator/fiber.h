@@ -39,7 +39,7 @@ class Fiber {
   /// Leaves `from` for good (it is never resumed) and runs this fiber.
   void finish_from(Fiber& from);
   /// The first thing a fiber's entry does: ends the switch into it.
-  static void started(Fiber& self, Fiber& from);
+  static void started(Fiber& from);
 
  private:
   void switch_from(Fiber& from, bool final);

@@ -121,7 +121,7 @@ BlockRunner& runner() {
 
 void BlockRunner::fiber_main() {
   BlockRunner& r = *t_running;
-  Fiber::started(r.fibers_[r.current_].fiber, r.scheduler_);
+  Fiber::started(r.scheduler_);
   r.body_(r.context_);
   Thread& self = r.fibers_[r.current_];
   self.wait = Wait::done;

@@ -55,13 +55,13 @@ int device_count() {
     // up to the first that is not an installed device.
     if (visible == nullptr) return installed;
     int shown = 0;
-    for (const char* p = visible; *p != '\0';) {
+    for (const char* p = visible;; ++p) {
       char* end = nullptr;
       const long id = std::strtol(p, &end, 10);
       if (end == p || id < 0 || id >= installed) break;
       ++shown;
-      p = *end == ',' ? end + 1 : end;
-      if (*end != ',' && *end != '\0') break;
+      if (*end != ',') break;
+      p = end;
     }
     return shown;
   }();

@@ -42,25 +42,7 @@ using gpu::testing::ok;
 
 namespace {
 
-constexpr std::uint64_t kSteps = 6;
-
-TrainOptions mlp_options() {
-  TrainOptions o;
-  o.model = "mlp";
-  o.mlp.inputs = 16;  // the synthetic 4×4 images
-  o.mlp.hidden = {32, 24};
-  o.mlp.classes = 10;
-  o.batch = 16;
-  o.micro_batches = 2;
-  o.steps = kSteps;
-  o.schedule = ScheduleOptions{1e-3, 2, kSteps, 0.1};
-  // Far below any gradient norm of an untrained network: every step clips
-  // (the test checks it), so the device's norm and scaling both run.
-  o.clip_norm = 1e-3;
-  o.eval_batch = 50;  // 128 evaluation images: chunks of 50, 50, 28
-  o.seed = 5;
-  return o;
-}
+constexpr std::uint64_t kSteps = gpu::testing::kMlpSteps;  // the gpt trains as long as the mlp
 
 TrainOptions gpt_options() {
   TrainOptions o;
@@ -206,7 +188,7 @@ void compare_with_cpu(gpu::Context& ctx, const TrainOptions& o) {
 TEST_CASE("device trainer: mlp steps match the CPU Trainer", "[cuda][trainer]") {
   auto ctx = gpu_or_skip();
   if (!ctx) return;
-  compare_with_cpu(*ctx, mlp_options());
+  compare_with_cpu(*ctx, gpu::testing::small_mlp_options());
 }
 
 TEST_CASE("device trainer: gpt steps match the CPU Trainer", "[cuda][trainer]") {
@@ -218,7 +200,7 @@ TEST_CASE("device trainer: gpt steps match the CPU Trainer", "[cuda][trainer]") 
 TEST_CASE("device trainer: runs repeat bit for bit, and a restored trainer continues them", "[cuda][trainer]") {
   auto ctx = gpu_or_skip();
   if (!ctx) return;
-  for (const TrainOptions& o : {mlp_options(), gpt_options()}) {
+  for (const TrainOptions& o : {gpu::testing::small_mlp_options(), gpt_options()}) {
     INFO(o.model);
     auto data = dataset_for(o);
     SingleCollective one;
@@ -263,7 +245,7 @@ TEST_CASE("device trainer: runs repeat bit for bit, and a restored trainer conti
 TEST_CASE("device trainer in run_training with NCCL: the sync goes through host memory", "[cuda][trainer][nccl]") {
   auto ctx = gpu_or_skip();
   if (!ctx) return;
-  const TrainOptions o = mlp_options();
+  const TrainOptions o = gpu::testing::small_mlp_options();
   auto data = dataset_for(o);
   LaunchInfo launch;  // one worker
   launch.run_id = "device-trainer-test";
@@ -331,7 +313,7 @@ TEST_CASE("device trainer refuses a collective that does not work on device memo
     Status broadcast(std::span<float>, int) override { return {}; }
     Status barrier() override { return {}; }
   } host_only;
-  const TrainOptions o = mlp_options();
+  const TrainOptions o = gpu::testing::small_mlp_options();
   auto refused = gpu::DeviceTrainer::create(*ctx, o, host_only, dataset_for(o));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == Err::invalid_argument);

@@ -1,14 +1,16 @@
 // What the CUDA tests share: the device or a visible skip, a Status check,
-// and NMSE. Header-only, test code only.
+// NMSE, and the small mlp they train. Header-only, test code only.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "inner/cuda/device.h"
+#include "inner/train/train_options.h"
 
 namespace geoloco::inner::cuda::testing {
 
@@ -32,6 +34,28 @@ inline std::unique_ptr<Context> gpu_or_skip() {
 inline void ok(const Status& s) {
   INFO(s.to_string());
   REQUIRE(s.ok());
+}
+
+inline constexpr std::uint64_t kMlpSteps = 6;
+
+/// The mlp of the synthetic 4×4 images that the device trainer tests train:
+/// kMlpSteps steps of batch 16 in 2 micro-batches, and a clip norm far
+/// below any gradient norm of an untrained network, so every step clips
+/// (the device's norm and scaling both run).
+inline TrainOptions small_mlp_options() {
+  TrainOptions o;
+  o.model = "mlp";
+  o.mlp.inputs = 16;  // the synthetic 4×4 images
+  o.mlp.hidden = {32, 24};
+  o.mlp.classes = 10;
+  o.batch = 16;
+  o.micro_batches = 2;
+  o.steps = kMlpSteps;
+  o.schedule = ScheduleOptions{1e-3, 2, kMlpSteps, 0.1};
+  o.clip_norm = 1e-3;
+  o.eval_batch = 50;  // 128 evaluation images: chunks of 50, 50, 28
+  o.seed = 5;
+  return o;
 }
 
 /// Σ(got − ref)² / Σref² (Σ(got − ref)² when ref is all zero).

@@ -124,6 +124,7 @@ std::string_view control_type_name(const ControlMessage& m) {
                              [](const CommitMessage&) { return "commit"; },
                              [](const CommittedMessage&) { return "committed"; },
                              [](const AbortMessage&) { return "abort"; },
+                             [](const FailedMessage&) { return "failed"; },
                              [](const JobStartMessage&) { return "job_start"; },
                              [](const JobCancelMessage&) { return "job_cancel"; },
                              [](const StateRequestMessage&) { return "state_request"; },
@@ -147,11 +148,14 @@ std::string encode_control(const ControlMessage& message) {
             return json{{"round", m.round}, {"participants", m.participants}, {"weights", m.weights},
                         {"late", m.late},   {"attempt", m.attempt}, {"loss", m.loss}, {"tokens", m.tokens}};
           },
-          [](const CommitMessage& m) { return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}}; },
+          [](const CommitMessage& m) {
+            return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"attempt", m.attempt}};
+          },
           [](const CommittedMessage& m) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
           },
           [](const AbortMessage& m) { return json{{"round", m.round}, {"reason", m.reason}}; },
+          [](const FailedMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
           [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
@@ -220,19 +224,28 @@ Result<ControlMessage> decode_control(std::string_view text) {
     for (double w : m.weights) f.check(w > 0, "weights must be > 0");
     out = m;
   } else if (type == "commit" || type == "committed") {
-    std::uint64_t round = 0;
+    std::uint64_t round = 0, attempt = 0;
     std::string digest;
     bool final = false;
     f.u64("round", round);
     f.str("anchor_digest", digest);
     if (type == "committed") f.opt_bool("final", final);
+    if (type == "commit") f.opt_u64("attempt", attempt);
     f.check(is_digest(digest), "anchor_digest must be 16 hex digits");
-    if (type == "commit") out = CommitMessage{round, digest};
+    f.check(attempt < 1000000, "attempt must be < 1000000");
+    if (type == "commit") out = CommitMessage{round, digest, attempt};
     else out = CommittedMessage{round, digest, final};
   } else if (type == "abort") {
     AbortMessage m;
     f.u64("round", m.round);
     f.str("reason", m.reason, 4096);
+    out = m;
+  } else if (type == "failed") {
+    FailedMessage m;
+    f.u64("round", m.round);
+    f.u64("attempt", m.attempt);
+    f.str("reason", m.reason, 4096);
+    f.check(m.attempt < 1000000, "attempt must be < 1000000");
     out = m;
   } else if (type == "job_start") {
     JobStartMessage m;

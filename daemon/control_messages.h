@@ -42,10 +42,12 @@ struct PlanMessage {
   double loss = 0;                        ///< participants' mean training loss, weighted like Δ (for watch)
   std::uint64_t tokens = 0;               ///< tokens of the round's contributions
 };
-/// A site applied the outer step of `round`; its anchor's digest.
+/// A participant computed the outer step of `round` (the plan's `attempt`):
+/// the digest of the anchor it would apply.
 struct CommitMessage {
   std::uint64_t round = 0;
   std::string anchor_digest;  ///< 16 hex digits
+  std::uint64_t attempt = 0;  ///< the PLAN's attempt it answers
 };
 /// The coordinator saw the same digest from every participant.
 struct CommittedMessage {
@@ -56,6 +58,14 @@ struct CommittedMessage {
 /// The round is abandoned (a participant failed); sites keep their anchor.
 struct AbortMessage {
   std::uint64_t round = 0;
+  std::string reason;
+};
+/// A participant could not finish attempt `attempt` of `round` (its
+/// exchange failed, or it had nothing to contribute): the coordinator
+/// aborts that attempt. A report of an older attempt changes nothing.
+struct FailedMessage {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
   std::string reason;
 };
 
@@ -110,7 +120,7 @@ struct StateAcceptMessage {
 };
 
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
-                                    CommittedMessage, AbortMessage, JobStartMessage, JobCancelMessage,
+                                    CommittedMessage, AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage,
                                     StateRequestMessage, StateOfferMessage, StateAcceptMessage>;
 
 /// The JSON text of a message.

@@ -101,9 +101,10 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                  note_(cat(site, " joined (last committed round ", m.last_committed_round, ")"));
                  // A participant that (re)joins mid-exchange lost that exchange: it will never COMMIT.
                  const auto& parts = coordinator_.participants();
-                 if (coordinator_.phase() == Coordinator::Phase::planned &&
+                 if (coordinator_.phase() == CoordinatorMachine::Phase::planned &&
                      std::find(parts.begin(), parts.end(), site) != parts.end())
-                   (void)coordinator_.on_failed(site, AbortMessage{coordinator_.round(), "it restarted during the exchange"});
+                   (void)coordinator_.on_failed(
+                       site, FailedMessage{coordinator_.round(), coordinator_.attempt(), "it restarted during the exchange"});
                  return coordinator_.on_heartbeat(site, now);
                },
                [&](const HeartbeatMessage&) { return coordinator_.on_heartbeat(site, now); },
@@ -129,7 +130,14 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                  }
                  return r;
                },
-               [&](const AbortMessage& m) { return coordinator_.on_failed(site, m); },
+               [&](const FailedMessage& m) {
+                 Status r = coordinator_.on_failed(site, m);
+                 if (r.code() == Err::mismatch) {
+                   spdlog::debug("[{}] coordinator: {}", job_.name, r.message());  // of an attempt already over
+                   return Status{};
+                 }
+                 return r;
+               },
                [&](const auto& m) {
                  return Status(Err::invalid_argument,
                                cat(control_type_name(ControlMessage(m)), " is not for the coordinator"));
@@ -161,12 +169,13 @@ asio::awaitable<void> CoordinatorRole::run() {
   std::optional<Clock::time_point> planned_at;
   while (!stopped_ && !finished()) {
     poked_ = false;
-    if (coordinator_.phase() == Coordinator::Phase::planned && planned_at &&
+    if (coordinator_.phase() == CoordinatorMachine::Phase::planned && planned_at &&
         Clock::now() - *planned_at > exchange_limit && !coordinator_.participants().empty())
       (void)coordinator_.on_failed(coordinator_.participants().front(),
-                                   AbortMessage{coordinator_.round(), cat("no COMMIT from every participant within ",
-                                                                          exchange_limit.count() / 1000, " s")});
-    const bool collecting = coordinator_.phase() == Coordinator::Phase::collecting;
+                                   FailedMessage{coordinator_.round(), coordinator_.attempt(),
+                                                 cat("no COMMIT from every participant within ",
+                                                     exchange_limit.count() / 1000, " s")});
+    const bool collecting = coordinator_.phase() == CoordinatorMachine::Phase::collecting;
     auto actions = coordinator_.step(Clock::now());
     // Standing conditions (a silent site, a paused job) are decided again at
     // every step: log them when they start, not every second.

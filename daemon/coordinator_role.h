@@ -1,5 +1,5 @@
 // The coordinator role of one job on the site the job names (DESIGN §3-§4):
-// the Coordinator state machine (coordinator.h) wired to the clock, the
+// the CoordinatorMachine state machine (coordinator.h) wired to the clock, the
 // journal and the sites. Every decision is journaled (fsync) before it is
 // sent, so a coordinator restarted after kill -9 resumes at the journaled
 // round: it re-announces the last COMMITTED (a site that missed it applies
@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "daemon/control_messages.h"
-#include "daemon/coordinator.h"
+#include "daemon/coordinator_machine.h"
 #include "daemon/job_spec.h"
 #include "daemon/journal.h"
 
@@ -51,7 +51,7 @@ class CoordinatorRole {
   const std::string& committed_digest() const { return committed_digest_; }
   /// True when the journal already held records: this is a resumed coordinator.
   bool resumed() const { return resumed_; }
-  bool finished() const { return coordinator_.phase() == Coordinator::Phase::finished || finished_in_journal_; }
+  bool finished() const { return coordinator_.phase() == CoordinatorMachine::Phase::finished || finished_in_journal_; }
   /// Sites heard from within the heartbeat timeout.
   std::vector<std::string> live_sites() const;
   /// Sites the last plan left out.
@@ -74,7 +74,7 @@ class CoordinatorRole {
   bool committed_final_ = false;
   bool finished_in_journal_ = false;
   bool resumed_ = false;
-  Coordinator coordinator_;
+  CoordinatorMachine coordinator_;
   std::set<std::string> greeted_;
   std::map<std::string, Clock::time_point> heard_;
   std::vector<std::string> lagging_;

@@ -1,9 +1,10 @@
-// One round of a job on this site (job_run.h), from its PLAN to its end:
-// the exchange (Δ = anchor − replica through the all-reduce, or the average
-// only for a late site), the outer step computed aside for the COMMIT digest,
-// then COMMITTED (the step applied, the residual stored, the trainer
-// released) or ABORT (nothing to undo). With streaming, the round's values
-// are one fragment (round_range()). The rest of the engine is job_run.cpp.
+// One round of a job on this site (job_run.h), as the participant machine
+// orders it: the exchange (Δ = anchor − replica through the all-reduce, or
+// the average only for a late site) and the outer step computed aside for
+// the COMMIT digest; then, once COMMITTED names that digest, the step
+// applied for real and the residual stored. With streaming, the round's
+// values are one fragment (round_range()). The rest of the engine is
+// job_run.cpp.
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <cmath>
@@ -21,60 +22,30 @@ namespace geoloco::daemon {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-}  // namespace
-
-void JobRun::on_plan(const PlanMessage& plan) {
-  if (!have_state_ || need_state_) return;  // catching up: this round goes on without us
-  if (plan.round <= state_.round) return;    // an old plan
-  if (plan.round > state_.round + 1) {
-    need_state_ = true;
-    request_state();
-    return;
-  }
-  if (!contains(plan.participants, self()) && !contains(plan.late, self())) return;
-  if (step_ == Step::exchanging) {
-    queued_plan_ = plan;  // a retry while the aborted attempt still unwinds
-    return;
-  }
-  if (step_ == Step::committing) {
-    // Our COMMITTED was lost and the coordinator planned the round again: an abort in effect.
-    on_abort(AbortMessage{plan.round, "planned again"});
-  }
-  if (contains(plan.participants, self()) && (!phase_ || phase_->round > plan.round)) {
-    spdlog::warn("[{}] named a participant of round {} without a finished phase here; sitting it out", spec_.name,
-                 plan.round);
-    return;
-  }
-  asio::co_spawn(env_.executor, exchange(plan), asio::detached);
-}
-
-asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
+asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
-  step_ = Step::exchanging;
   plan_ = plan;
   plan_at_ = Clock::now();
-  plan_participant_ = contains(plan.participants, self());
-  aborted_ = false;
-  early_commit_.reset();
+  auto finish = [&](const Result<std::string>& digest) {
+    if (!digest.ok()) delta_.clear();
+    machine_->on_exchange_done(plan.round, plan.attempt, digest);
+    drive();
+  };
   auto range = round_range(plan.round);
   if (!range.ok()) {
-    spdlog::error("[{}] round {}: {}", spec_.name, plan.round, range.status().message());
-    if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", range.status().message())});
-    step_ = Step::idle;
+    finish(range.status());
     co_return;
   }
   const std::size_t n = range->length;
   delta_offset_ = range->offset;
   std::span<const float> base, replica;  // Δ = base − replica, made chunk by chunk by the all-reduce
-  if (plan_participant_) {
-    base = host_->anchor();
-    replica = phase_->replica;
-    if (base.size() != state_.anchor.size() || replica.size() != n || phase_->offset != delta_offset_) {
-      spdlog::error("[{}] the trainer's replica holds {} values at {}, round {} syncs {} at {} of the anchor's {}",
-                    spec_.name, replica.size(), phase_->offset, plan.round, n, delta_offset_, base.size());
-      send(spec_.coordinator, AbortMessage{plan.round, "failure: the replica does not match the round's values"});
-      step_ = Step::idle;
+  if (participant) {
+    base = trainer_anchor();
+    replica = phase_ ? phase_->replica : std::span<const float>();
+    if (base.size() != state_.anchor.size() || replica.size() != n || !phase_ || phase_->offset != delta_offset_) {
+      finish(GEOLOCO_ERROR(Err::internal, "the trainer's replica holds ", replica.size(), " values at ",
+                           phase_ ? phase_->offset : 0, ", round ", plan.round, " syncs ", n, " at ", delta_offset_,
+                           " of the anchor's ", base.size()));
       co_return;
     }
     base = base.subspan(delta_offset_, n);
@@ -91,50 +62,26 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan) {
   request.input = replica;
   request.input_base = base;
   request.encoded_output = &delta_;
-  request.feedback = plan_participant_ ? feedback_.get() : nullptr;
+  request.feedback = participant ? feedback_.get() : nullptr;
   request.feedback_offset = delta_offset_;
-  // The residual changes only when the round is kept (apply()): an ABORT has nothing to undo.
+  // The residual changes only when the round is kept (apply_round()): an ABORT has nothing to undo.
   request.defer_feedback = true;
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
   auto result = co_await transport::all_reduce(*env_.mesh, request);
-
-  if (done()) co_return;
-  if (aborted_ || !result.ok()) {
-    if (!aborted_) {
-      spdlog::warn("[{}] the exchange of round {} failed: {}", spec_.name, plan.round, result.status().message());
-      if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", result.status().message())});
-    }
-    delta_.clear();
-    step_ = Step::idle;
-    ready_sent_round_ = 0;
-    if (queued_plan_) {
-      auto next = *queued_plan_;
-      queued_plan_.reset();
-      on_plan(next);
-    }
-    maybe_ready();
+  if (!result.ok()) {
+    finish(result.status());
     co_return;
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
+  finish(exchange_digest());
+}
+
+Result<std::string> JobRun::exchange_digest() const {
   auto scale = clip_scale_of_delta();
-  auto digest = scale.ok() ? next_anchor_digest(*scale) : Result<std::string>(scale.status());
-  if (!digest.ok()) {
-    spdlog::error("[{}] round {}: {}", spec_.name, plan.round, digest.status().message());
-    if (plan_participant_) send(spec_.coordinator, AbortMessage{plan.round, cat("failure: ", digest.status().message())});
-    step_ = Step::idle;
-    co_return;
-  }
-  pending_digest_ = *digest;
-  step_ = Step::committing;
-  if (plan_participant_) send(spec_.coordinator, CommitMessage{plan.round, pending_digest_});
-  if (early_commit_) {
-    auto c = *early_commit_;
-    early_commit_.reset();
-    on_committed(c);
-  }
-  changed_.notify_all();
+  if (!scale.ok()) return scale.status();
+  return next_anchor_digest(*scale);
 }
 
 Result<float> JobRun::clip_scale_of_delta() const {
@@ -190,36 +137,11 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
   return (*table)[inner::protocol::fragment_of_round(round, spec_.fragments())];
 }
 
-void JobRun::on_committed(const CommittedMessage& c) {
-  if (c.final) final_seen_ = true;
-  known_committed_ = std::max(known_committed_, c.round);
-  if (c.round <= state_.round) {
-    if (final_seen_ && c.round == state_.round && job_state_ != JobState::finished && !stopping_)
-      asio::co_spawn(env_.executor, finish_job(), asio::detached);
-    return;
-  }
-  if (c.round == state_.round + 1 && step_ != Step::idle && plan_.round == c.round) {
-    if (step_ == Step::exchanging) {
-      early_commit_ = c;  // an observer still receiving: apply when it is in
-      return;
-    }
-    apply(c);
-    return;
-  }
-  // A round this site had no part in: catch up.
-  need_state_ = true;
-  request_state();
-}
-
-void JobRun::apply(const CommittedMessage& c) {
+Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   const auto scale = clip_scale_of_delta();
-  // A site whose work is not in this round keeps training from the anchor it
-  // has: keep that anchor (the base of its late Δ) before the step moves it.
-  // (With streaming late work is dropped, so no such anchor is needed.)
-  if (!plan_participant_ && late_anchor_.empty() && !streaming()) late_anchor_ = state_.anchor;
   // The round is kept: this site's residual takes what its encodes dropped
   // (replayed from the base and replica, which the step has not moved yet).
-  if (plan_participant_ && feedback_) {
+  if (participant && feedback_) {
     if (Status fb = transport::commit_feedback(*env_.mesh, request_); !fb.ok())
       spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.message());
   }
@@ -231,6 +153,11 @@ void JobRun::apply(const CommittedMessage& c) {
                                std::span<float>(state_.momentum).subspan(from, d.size()), d, spec_.outer.outer, *scale);
     });
   const std::string digest = digest_hex(state_.anchor_digest());
+  const std::uint64_t values = delta_.values;
+  delta_.clear();
+  if (!stepped.ok()) return stepped;
+  GEOLOCO_RETURN_IF(digest != c.anchor_digest, Err::mismatch, "after round ", c.round, " this site's anchor is ",
+                    digest, ", the committed one ", c.anchor_digest);
   const auto now = Clock::now();
   RoundRecord r;
   r.round = c.round;
@@ -243,22 +170,13 @@ void JobRun::apply(const CommittedMessage& c) {
   r.bytes_sent = round_bytes_sent_;
   r.bytes_received = round_bytes_received_;
   const double parts = static_cast<double>(plan_.participants.size());
-  const double raw = plan_participant_ ? 4.0 * static_cast<double>(delta_.values) * 2.0 * (parts - 1) / parts : 0;
+  const double raw = participant ? 4.0 * static_cast<double>(values) * 2.0 * (parts - 1) / parts : 0;
   r.compression_ratio = round_bytes_sent_ > 0 ? raw / static_cast<double>(round_bytes_sent_) : 0;
-  r.compute_seconds = plan_participant_ ? seconds_between(phase_started_, phase_at_) : 0;
-  r.waiting_seconds = plan_participant_ ? seconds_between(phase_at_, plan_at_) : 0;
+  r.compute_seconds = participant ? seconds_between(phase_started_, phase_at_) : 0;
+  r.waiting_seconds = participant ? seconds_between(phase_at_, plan_at_) : 0;
   r.exchange_seconds = seconds_between(plan_at_, now);
   r.digest = digest;
-  r.contributed = plan_participant_;
-  delta_.clear();
-  step_ = Step::idle;
-  if (!stepped.ok() || digest != c.anchor_digest) {
-    spdlog::error("[{}] after round {} this site's anchor is {}, the committed one {}: fetching the state", spec_.name,
-                  c.round, stepped.ok() ? digest : stepped.message(), c.anchor_digest);
-    need_state_ = true;
-    request_state();
-    return;
-  }
+  r.contributed = participant;
   state_.round = c.round;
   bytes_sent_ += round_bytes_sent_;
   bytes_received_ += round_bytes_received_;
@@ -280,31 +198,8 @@ void JobRun::apply(const CommittedMessage& c) {
     (void)m->set("geoloco_round_exchange_seconds", job, r.exchange_seconds);
     (void)m->add("geoloco_tokens_total", job, double(plan_.tokens));
   }
-  if (plan_participant_) release_phase(c.final);
-  if (spec_.checkpoint_every() > 0 && c.round % spec_.checkpoint_every() == 0 && !c.final) {
-    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
-  }
   set_state(JobState::running, cat("round ", c.round, " committed"));
-  if (c.final) asio::co_spawn(env_.executor, finish_job(), asio::detached);
-  if (queued_plan_) {
-    auto next = *queued_plan_;
-    queued_plan_.reset();
-    on_plan(next);
-  }
-}
-
-void JobRun::on_abort(const AbortMessage& a) {
-  if (a.round != state_.round + 1) return;
-  note(cat("round ", a.round, " aborted: ", a.reason));
-  ready_sent_round_ = 0;  // READY again
-  if (step_ == Step::exchanging) {
-    aborted_ = true;  // exchange() discards its result
-    return;
-  }
-  if (step_ == Step::committing) {
-    delta_.clear();
-    step_ = Step::idle;
-  }
+  return {};
 }
 
 }  // namespace geoloco::daemon

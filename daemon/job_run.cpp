@@ -31,16 +31,46 @@ asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
   co_await t.async_wait(as_tuple(use_awaitable));
 }
 
-// Which messages a coordinator site hands to its coordinator role rather
-// than to its own participant: what sites say to the coordinator, and a
-// participant's failure report (an ABORT from a peer; from this site, one
-// whose reason says "failure: ", since the role's own ABORTs come here too).
-bool for_coordinator(const ControlMessage& m, bool from_self) {
+// What sites say to the coordinator; everything else is for this site's
+// participant machine (PLAN, COMMITTED and ABORT come from the coordinator,
+// the coordinator's own site included; STATE_SYNC from any peer).
+bool for_coordinator(const ControlMessage& m) {
   return std::visit(Overload{[](const JoinMessage&) { return true; }, [](const HeartbeatMessage&) { return true; },
                              [](const ReadyMessage&) { return true; }, [](const CommitMessage&) { return true; },
-                             [&](const AbortMessage& a) { return !from_self || a.reason.rfind("failure: ", 0) == 0; },
-                             [](const auto&) { return false; }},
+                             [](const FailedMessage&) { return true; }, [](const auto&) { return false; }},
                     m);
+}
+
+// The completion of a job coroutine: an exception that escapes one is a bug;
+// say so loudly rather than let it vanish (asio::detached drops it).
+auto logged(const char* what) {
+  return [what](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      spdlog::critical("internal: {} stopped: {}", what, x.what());
+    }
+  };
+}
+
+JobEnd end_of(JobState s) {
+  switch (s) {
+    case JobState::cancelled: return JobEnd::cancelled;
+    case JobState::failed: return JobEnd::failed;
+    case JobState::finished: return JobEnd::finished;
+    default: return JobEnd::stopped;
+  }
+}
+
+JobState state_of(JobEnd e) {
+  switch (e) {
+    case JobEnd::finished: return JobState::finished;
+    case JobEnd::cancelled: return JobState::cancelled;
+    case JobEnd::failed: return JobState::failed;
+    case JobEnd::stopped: return JobState::stopped;
+  }
+  return JobState::failed;
 }
 
 }  // namespace
@@ -136,11 +166,7 @@ void JobRun::persist_state() const {
 void JobRun::send(const std::string& site, const ControlMessage& message) {
   if (site == self()) {
     // Local delivery, after the current handler returns (no re-entrance).
-    asio::post(env_.executor, [self = shared_from_this(), message] {
-      if (self->done()) return;
-      if (self->role_ && for_coordinator(message, /*from_self=*/true)) self->role_->on_message(self->self(), message);
-      else self->handle_for_participant(self->self(), message);
-    });
+    asio::post(env_.executor, [self = shared_from_this(), message] { self->deliver(self->self(), message); });
     return;
   }
   send_frame(site, control_header(), encode_control(message));
@@ -193,78 +219,130 @@ asio::awaitable<void> JobRun::drain(std::string site) {
 
 Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& header,
                         std::span<const std::byte> payload) {
-  if (done()) {
-    // The job ended here. A site that comes back late still gets the final
-    // state, and then the final COMMITTED, so it ends the job too.
-    if (header.type != transport::FrameType::control || job_state_ != JobState::finished) return {};
-    auto message = decode_control(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
-    if (message.ok() && std::holds_alternative<StateRequestMessage>(*message)) {
-      on_state_request(peer);
-      send(peer, CommittedMessage{state_.round, digest_hex(state_.anchor_digest()), true});
-    }
-    if (message.ok() && std::holds_alternative<StateAcceptMessage>(*message))
-      on_state_accept(peer, std::get<StateAcceptMessage>(*message));
-    return {};
-  }
   if (header.type == transport::FrameType::state) {
-    if (!receiving_ || peer != receiving_->peer()) {
-      // The rest of a transfer this site no longer wants (an answer to an
-      // earlier request, or from another peer): dropped, nothing changes.
-      // Not refused: the frame is authentic, and closing the connection
-      // would cut the heartbeats that share it.
-      spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
-                    peer);
-      return {};
-    }
-    Status added = receiving_->add(peer, header, payload);
-    if (!added.ok()) {
-      // Two transfers from the same peer interleaved, or a broken one: this
-      // one is void (the digest would have caught it); the site asks again.
-      spdlog::warn("[{}] state transfer from {} abandoned: {}", spec_.name, peer, added.message());
-      receiving_.reset();
-      return {};
-    }
-    state_progress_at_ = Clock::now();
-    if (receiving_->complete()) {
-      Status ok = receiving_->verify();
-      if (ok.ok()) install_state(*receiving_);
-      else spdlog::warn("[{}] {}", spec_.name, ok.message());
-      receiving_.reset();
-    }
+    on_state_frame(peer, header, payload);
     return {};
   }
   auto message = decode_control(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
   if (!message.ok()) return message.status();
-  if (role_ && for_coordinator(*message, /*from_self=*/false)) role_->on_message(peer, *message);
-  else handle_for_participant(peer, *message);
+  deliver(peer, *message);
   return {};
 }
 
-void JobRun::handle_for_participant(const std::string& from, const ControlMessage& message) {
-  if (done()) return;
-  const bool from_coordinator = from == spec_.coordinator;
-  std::visit(Overload{[&](const PlanMessage& m) {
-                        if (from_coordinator) on_plan(m);
-                      },
-                      [&](const CommittedMessage& m) {
-                        if (from_coordinator) on_committed(m);
-                      },
-                      [&](const AbortMessage& m) {
-                        if (from_coordinator) on_abort(m);
-                      },
-                      [&](const StateRequestMessage&) { on_state_request(from); },
-                      [&](const StateOfferMessage& m) { on_state_offer(from, m); },
-                      [&](const StateAcceptMessage& m) { on_state_accept(from, m); },
-                      [&](const auto& m) {
-                        spdlog::warn("[{}] {} sent {}, which only the coordinator takes", spec_.name, from,
-                                     control_type_name(ControlMessage(m)));
-                      }},
-             message);
-  maybe_ready();
-  changed_.notify_all();
+void JobRun::deliver(const std::string& from, const ControlMessage& message) {
+  if (!machine_) return;
+  if (for_coordinator(message)) {
+    if (role_ && !done()) role_->on_message(from, message);
+    return;
+  }
+  ParticipantMachine& m = *machine_;
+  const auto now = Clock::now();
+  Status s = std::visit(
+      Overload{[&](const PlanMessage& p) { return m.on_plan(from, p); },
+               [&](const CommittedMessage& c) { return m.on_committed(from, c); },
+               [&](const AbortMessage& a) { return m.on_abort(from, a); },
+               [&](const StateRequestMessage&) {
+                 m.on_state_request(from);
+                 return Status();
+               },
+               [&](const StateOfferMessage& o) {
+                 if (o.reason.empty() && !state_.anchor.empty() && o.values != state_.anchor.size())
+                   return Status(Err::invalid_argument, cat("a state offer of ", o.values,
+                                                            " values, this site's model has ", state_.anchor.size()));
+                 m.on_state_offer(from, o, now);
+                 return Status();
+               },
+               [&](const StateAcceptMessage& a) {
+                 on_state_accept(from, a);
+                 return Status();
+               },
+               [&](const auto& other) {
+                 return Status(Err::invalid_argument, cat(control_type_name(ControlMessage(other)),
+                                                          " is not for a site's rounds"));
+               }},
+      message);
+  if (!s.ok()) spdlog::warn("[{}] refused a message from {}: {}", spec_.name, from, s.message());
+  drive();
 }
 
 // ------------------------------------------------------------------ engine
+
+void JobRun::drive() {
+  if (!machine_) return;
+  // An action can feed the machine again (ApplyRound answers with
+  // on_applied()): the outer loop takes what that queued, in order.
+  if (driving_) {
+    drive_again_ = true;
+    return;
+  }
+  driving_ = true;
+  do {
+    drive_again_ = false;
+    auto step = machine_->step(Clock::now());
+    for (const auto& line : step.notes) note(line);
+    for (auto& action : step.actions) execute(action);
+    if (!step.actions.empty() || !step.notes.empty()) drive_again_ = true;
+    if (step.wake_at && (!wake_at_ || *step.wake_at < *wake_at_)) {
+      wake_at_ = step.wake_at;
+      if (wake_) wake_->cancel();  // the ticker sleeps until then at the latest
+    }
+  } while (drive_again_);
+  driving_ = false;
+  changed_.notify_all();
+}
+
+void JobRun::execute(ParticipantAction& action) {
+  using namespace participant;
+  std::visit(
+      Overload{
+          [&](Send& s) {
+            if (std::holds_alternative<StateRequestMessage>(s.message)) state_requested_at_ = Clock::now();
+            if (s.now) send_now(s.to, s.message);
+            else send(s.to, s.message);
+          },
+          [&](StartExchange& e) { asio::co_spawn(env_.executor, exchange(e.plan, e.participant), asio::detached); },
+          [&](DeclineExchange& d) { env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)}); },
+          [&](ApplyRound& a) { machine_->on_applied(apply_round(a.committed, a.participant)); },
+          [&](KeepTrainerAnchor& k) {
+            if (!late_anchor_.empty()) {
+              spdlog::error("[{}] internal: the trainer's older anchor is kept already", spec_.name);
+              return;
+            }
+            // Installing a new state replaces the anchor: move it. Stepping it in place: copy.
+            if (k.replaced) late_anchor_ = std::move(state_.anchor);
+            else late_anchor_ = state_.anchor;
+          },
+          [&](ReleaseTrainer& r) {
+            Status s = host_->finish_round(state_.anchor, r.stop, r.next_round);
+            if (!s.ok()) spdlog::warn("[{}] finish_round: {}", spec_.name, s.message());
+            late_anchor_ = std::vector<float>();  // the trainer continues from state_.anchor
+            phase_.reset();
+            phase_started_ = Clock::now();
+          },
+          [&](DropWork& d) {
+            if (env_.metrics)
+              (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(d.tokens));
+          },
+          [&](WelcomeTrainer& w) {
+            if (Status s = host_->set_anchor(state_.anchor, w.round); !s.ok())
+              spdlog::error("[{}] set_anchor: {}", spec_.name, s.message());
+            if (job_state_ == JobState::starting) set_state(JobState::running, cat("round ", w.round));
+          },
+          [&](PublishInitial&) {
+            if (Status s = host_->publish_initial(state_.anchor); !s.ok()) machine_->on_trainer_failed(s.message());
+            else if (job_state_ == JobState::starting) set_state(JobState::running, cat("round ", state_.round + 1));
+          },
+          [&](InstallState&) { install_state(); },
+          [&](ReceiveState& r) { receive_state(r.peer, r.offer); },
+          [&](DropTransfer&) { receiving_.reset(); },
+          [&](OfferState& o) { offer_state(o.peer, o.reason); },
+          [&](SaveCheckpoint&) {
+            if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+          },
+          [&](EndJob& e) { asio::co_spawn(env_.executor, end_job(e), asio::detached); },
+      },
+      action);
+}
 
 Status JobRun::start() {
   TrainerHostOptions h;
@@ -274,9 +352,7 @@ Status JobRun::start() {
   h.streaming = streaming();
   h.first_round = state_.round + 1;
   h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
-  // Only the coordinator's trainer may supply the job's initialization, and
-  // only when nothing was ever committed; every other site waits for the
-  // anchor (STATE_SYNC from the coordinator).
+  std::optional<HeldState> journal;
   if (is_coordinator()) {
     auto role = CoordinatorRole::open(
         env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), (fs::path(dir_) / "journal").string(),
@@ -291,9 +367,22 @@ Status JobRun::start() {
         });
     if (!role.ok()) return role.status();
     role_ = std::move(*role);
-    known_committed_ = role_->committed_round();
+    journal = HeldState{role_->committed_round(), role_->committed_digest()};
   }
-  h.ask_for_initial = is_coordinator() && known_committed_ == 0 && !have_state_;
+  ParticipantOptions o;
+  o.job = spec_.name;
+  o.self = self();
+  o.coordinator = spec_.coordinator;
+  o.sites = spec_.sites;
+  o.fragments = spec_.fragments();
+  o.straggler = spec_.outer.straggler;
+  o.inner_steps = spec_.outer.inner.steps;
+  o.ready_resend_ms = Millis(env_.site.heartbeat_interval_ms);
+  machine_.emplace(o, checkpoint_, journal, spec_.checkpoint_every(), Clock::now());
+  // Only the coordinator's trainer may supply the job's initialization, and
+  // only when nothing was ever committed; every other trainer waits for the
+  // anchor its site holds (STATE_SYNC).
+  h.ask_for_initial = machine_->where() == ParticipantMachine::Where::awaiting_initial;
   auto host = TrainerHost::open(env_.executor, h);
   if (!host.ok()) return host.status();
   host_ = std::move(*host);
@@ -313,7 +402,8 @@ Status JobRun::start() {
     if (!process.ok()) return process.status();
     process_ = std::move(*process);
   }
-  asio::co_spawn(env_.executor, run(), asio::detached);
+  wake_.emplace(env_.executor);
+  asio::co_spawn(env_.executor, run(), logged("the job's engine"));
   return {};
 }
 
@@ -321,58 +411,45 @@ asio::awaitable<void> JobRun::run() {
   auto keep = shared_from_this();
   if (role_) asio::co_spawn(env_.executor, [keep]() -> asio::awaitable<void> { co_await keep->role_->run(); },
                             asio::detached);
-  asio::co_spawn(env_.executor, heartbeats(), asio::detached);
-  send(spec_.coordinator, JoinMessage{spec_.name, have_state_ ? state_.round : 0,
-                                      have_state_ ? digest_hex(state_.anchor_digest()) : std::string()});
-
-  // Where the anchor comes from.
-  if (is_coordinator() && known_committed_ == 0 && !have_state_) {
-    note("waiting for the trainer's initial parameters");
+  phase_started_ = Clock::now();
+  drive();  // JOIN, and the anchor: the checkpoint's, or asking a peer for it
+  asio::co_spawn(env_.executor, ticker(), logged("the job's ticker"));
+  if (machine_->where() == ParticipantMachine::Where::awaiting_initial) {
     auto initial = co_await host_->initial_parameters();
     if (done()) co_return;
-    if (!initial.ok()) {
-      set_state(JobState::failed, cat("no initial parameters: ", initial.status().message()));
-      co_return;
-    }
-    auto created = outer::OuterState::create(spec_.name, outer_layout(host_->snapshot().layout, initial->size()),
-                                             std::move(*initial));
+    auto created = initial.ok() ? outer::OuterState::create(
+                                      spec_.name, outer_layout(host_->snapshot().layout, initial->size()),
+                                      std::move(*initial))
+                                : Result<outer::OuterState>(initial.status());
     if (!created.ok()) {
-      set_state(JobState::failed, created.status().message());
+      machine_->on_trainer_failed(cat("no initial parameters: ", created.status().message()));
+      drive();
       co_return;
     }
     state_ = std::move(*created);
-    have_state_ = true;
-    if (Status p = host_->publish_initial(state_.anchor); !p.ok()) {
-      set_state(JobState::failed, p.message());
-      co_return;
-    }
-    note(cat("initial anchor from the trainer: ", state_.anchor.size(), " parameters, digest ",
-             digest_hex(state_.anchor_digest())));
-  } else if (!is_coordinator() || !have_state_ || state_.round != known_committed_) {
-    // A joining site, or a coordinator whose checkpoint is older than its journal.
-    need_state_ = true;
-    request_state();
-    while (need_state_ && !done()) {
-      co_await sleep_for(std::chrono::milliseconds(500));
-      // Asked again after a second of silence, not while a transfer is coming in
-      // (another request would start the whole transfer over).
-      if (need_state_ && Clock::now() - std::max(state_requested_at_, state_progress_at_) > std::chrono::seconds(1))
-        request_state();
-    }
-    if (done()) co_return;
-  } else {
-    if (Status s = host_->set_anchor(state_.anchor, state_.round + 1); !s.ok()) {
-      set_state(JobState::failed, s.message());
-      co_return;
-    }
-    note(cat("resumed from the checkpoint of round ", state_.round));
+    machine_->on_initial_parameters(HeldState{0, digest_hex(state_.anchor_digest())});
+    drive();
   }
-  if (!feedback_ && compression::uses_error_feedback(spec_.compression)) {
+  if (!feedback_ && compression::uses_error_feedback(spec_.compression) && !state_.anchor.empty())
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
-  }
-  set_state(JobState::running, cat("round ", state_.round + 1));
-  phase_started_ = Clock::now();
   co_await watch_trainer();
+}
+
+asio::awaitable<void> JobRun::ticker() {
+  auto keep = shared_from_this();
+  const auto interval = Millis(env_.site.heartbeat_interval_ms);
+  auto heartbeat_at = Clock::now();
+  while (!done()) {
+    const auto now = Clock::now();
+    if (now >= heartbeat_at) {
+      send(spec_.coordinator, HeartbeatMessage{state_.round + 1, std::string(machine_->heartbeat_phase())});
+      heartbeat_at = now + interval;
+    }
+    if (wake_at_ && *wake_at_ <= now) wake_at_.reset();
+    drive();  // READY, COMMIT or a state request again, when due
+    wake_->expires_at(wake_at_ ? std::min(*wake_at_, heartbeat_at) : heartbeat_at);
+    co_await wake_->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
 }
 
 asio::awaitable<void> JobRun::watch_trainer() {
@@ -380,116 +457,58 @@ asio::awaitable<void> JobRun::watch_trainer() {
   while (!done()) {
     auto phase = co_await host_->next_phase();
     if (done()) co_return;
-    // After the job's last round the trainer was told to stop: no phase follows.
-    if (!phase.ok() && (final_seen_ || stopping_ || trainer_told_stop_)) co_return;
+    const auto where = machine_->where();
+    if (where == ParticipantMachine::Where::finished || where == ParticipantMachine::Where::ended) co_return;
     if (!phase.ok()) {
-      co_await stop(JobState::failed, cat("the trainer failed: ", phase.status().message()));
+      machine_->on_trainer_failed(phase.status().message());
+      drive();
       co_return;
     }
     phase_ = *phase;
     phase_at_ = Clock::now();
-    maybe_ready();
+    machine_->on_phase(PhaseReport{phase->round, phase->fragment, phase->tokens, phase->loss});
+    drive();
     while (phase_ && !done()) co_await changed_.wait();
   }
 }
 
-asio::awaitable<void> JobRun::heartbeats() {
+asio::awaitable<void> JobRun::end_job(participant::EndJob end) {
   auto keep = shared_from_this();
-  const auto interval = std::chrono::milliseconds(env_.site.heartbeat_interval_ms);
-  while (!done()) {
-    const char* phase = step_ == Step::exchanging ? "exchange" : phase_ ? "ready" : have_state_ ? "inner" : "idle";
-    send(spec_.coordinator, HeartbeatMessage{state_.round + 1, phase});
-    if (step_ == Step::committing && plan_participant_) send(spec_.coordinator, CommitMessage{plan_.round, pending_digest_});
-    maybe_ready();
-    co_await sleep_for(interval);
+  if (end.end == JobEnd::finished) {
+    if (process_) {
+      // A trainer that got stop with its RESULT exits on its own; one still
+      // training (a straggler's) is stopped now: its work can join no round.
+      for (int i = 0; i < 100 && host_->stopped() && process_->state() == TrainerProcess::State::running; ++i)
+        co_await sleep_for(std::chrono::milliseconds(100));
+      co_await process_->stop();
+    }
+    if (role_) role_->stop();
+    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] final checkpoint: {}", spec_.name, s.message());
+    host_->close();
+    set_state(JobState::finished, cat("finished after round ", state_.round, "; checkpoint ",
+                                      (fs::path(dir_) / "checkpoint.safetensors").string()));
+    co_return;
   }
-}
-
-void JobRun::maybe_ready() {
-  if (!have_state_ || done() || need_state_ || step_ != Step::idle || !phase_) return;
-  const std::uint64_t round = state_.round + 1;
-  if (phase_->round > round) {
-    // The trainer is ahead of our state: we missed commits.
-    need_state_ = true;
-    request_state();
-    return;
-  }
-  const std::uint64_t late = round - phase_->round;
-  const auto& straggler = spec_.outer.straggler;
-  if (late > 0 && streaming()) {
-    // Round `round` syncs another fragment: this one can join no round.
-    note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
-             phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
-    if (env_.metrics) (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(phase_->tokens));
-    release_phase(false);
-    return;
-  }
-  if ((late > 0 && straggler.policy == outer::StragglerPolicy::drop) || late > straggler.max_rounds_late) {
-    note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
-             phase_->round, " (", late, " round(s) late, policy ",
-             straggler.policy == outer::StragglerPolicy::drop ? "drop" : "carry", ")"));
-    if (env_.metrics) (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(phase_->tokens));
-    release_phase(false);
-    return;
-  }
-  const auto now = Clock::now();
-  if (ready_sent_round_ == round && now - ready_sent_at_ < std::chrono::milliseconds(env_.site.heartbeat_interval_ms))
-    return;
-  if (ready_sent_round_ != round && late > 0)
-    note(cat("late work joins round ", round, ": trained from the anchor of round ", phase_->round));
-  ready_sent_round_ = round;
-  ready_sent_at_ = now;
-  const double loss = std::isfinite(phase_->loss) ? phase_->loss : 0.0;
-  send(spec_.coordinator, ReadyMessage{round, phase_->round, std::max<std::uint64_t>(phase_->tokens, 1),
-                                       spec_.outer.inner.steps, loss});
-}
-
-void JobRun::release_phase(bool stop) {
-  if (!phase_) return;
-  // A phase trained from a newer anchor than our state (only at the job's
-  // end, for a site that just caught up) still needs a later next round.
-  Status s = host_->finish_round(state_.anchor, stop, std::max(state_.round + 1, phase_->round + 1));
-  if (s.ok() && stop) trainer_told_stop_ = true;
-  late_anchor_.clear();  // the trainer continues from state_.anchor
-  late_anchor_.shrink_to_fit();
-  if (!s.ok()) spdlog::warn("[{}] finish_round: {}", spec_.name, s.message());
-  phase_.reset();
-  phase_started_ = Clock::now();
-  changed_.notify_all();
-}
-
-asio::awaitable<void> JobRun::finish_job() {
-  auto keep = shared_from_this();
-  if (stopping_) co_return;
-  stopping_ = true;
-  note(cat("job finished after round ", state_.round));
-  if (phase_) release_phase(true);
-  if (process_) {
-    // A trainer that got stop with its RESULT exits on its own; one still
-    // training (a straggler's) is stopped now: its work can join no round.
-    for (int i = 0; i < 100 && trainer_told_stop_ && process_->state() == TrainerProcess::State::running; ++i)
-      co_await sleep_for(std::chrono::milliseconds(100));
-    co_await process_->stop();
-  }
+  note(cat("stopping: ", end.reason));
   if (role_) role_->stop();
-  if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] final checkpoint: {}", spec_.name, s.message());
-  host_->close();
-  set_state(JobState::finished, cat("finished after round ", state_.round, "; checkpoint ",
-                                    (fs::path(dir_) / "checkpoint.safetensors").string()));
+  if (process_) co_await process_->stop();
+  if (host_) host_->close();
+  if (end.checkpoint) {
+    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+  }
+  set_state(state_of(end.end), end.reason);
 }
 
 asio::awaitable<void> JobRun::stop(JobState final_state, std::string reason) {
   auto keep = shared_from_this();
   if (done()) co_return;
-  stopping_ = true;
-  note(cat("stopping: ", reason));
-  if (role_) role_->stop();
-  if (process_) co_await process_->stop();
-  if (host_) host_->close();
-  if (have_state_ && !need_state_) {
-    if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+  if (!machine_) {
+    set_state(final_state, reason);
+    co_return;
   }
-  set_state(final_state, reason);
+  machine_->on_stop(end_of(final_state), reason);
+  drive();
+  while (!done()) co_await changed_.wait();
 }
 
 }  // namespace geoloco::daemon

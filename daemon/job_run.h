@@ -1,45 +1,48 @@
-// One job on this site (DESIGN §1, §3, §4): the round engine that joins the
-// site's trainer (trainer/), the cross-site transport (all-reduce, control
-// frames) and the outer step, plus the coordinator role when the job names
-// this site. One JobRun per running job; everything runs on the daemon's
-// single-threaded executor.
+// One job on this site: the wiring of its round engine. Every decision is
+// the participant machine's (participant_machine.h: where the site is, what
+// to send, when to exchange, apply, catch up or release the trainer); JobRun
+// carries its actions out against the trainer (trainer/: TrainerHost hosts
+// the sync protocol, TrainerProcess runs geoloco-train), the cross-site
+// transport (the all-reduce, control and state frames), the outer state and
+// the job's files, and feeds back what happened. When the job names this site
+// as coordinator it also runs the coordinator role (coordinator_role.h). One
+// JobRun per running job; everything runs on the daemon's single-threaded
+// executor. The files: job_run.cpp the lifecycle, messages and the machine's
+// actions; job_round.cpp one round's exchange and step; job_state.cpp
+// STATE_SYNC, checkpoints and status.
 //
-// A round r as this site lives it:
-//   inner     the trainer trains from the anchor θ_r (TrainerHost)
-//   ready     its SYNC is in: READY(r, anchor_round, tokens, loss) to the coordinator
-//   exchange  PLAN(r): Δ = θ_anchor − θ_s through the all-reduce (participant),
-//             or receive the average only (a straggler left out: observer);
-//             the outer step is computed aside to get the digest → COMMIT
-//   commit    COMMITTED(r, digest): the outer step is applied for real, the
-//             trainer continues from θ_{r+1}; ABORT(r): nothing was applied,
-//             the residual is restored, READY again
-// So the anchor and momentum always hold the last committed round: that is
-// what checkpoints save and what STATE_SYNC hands to a (re)joining site.
+// A round as this site lives it: the trainer trains from the anchor θ_r; its
+// SYNC makes READY; PLAN(r) starts the all-reduce of Δ = θ_r − θ_s
+// (participant) or only receives the average (a straggler left out: an
+// observer); the outer step is computed aside for the digest → COMMIT;
+// COMMITTED(r, digest) applies it for real and the trainer continues from
+// θ_{r+1}; ABORT(r) applied nothing, READY again. So the anchor and momentum
+// always hold the last committed round: what checkpoints save and what
+// STATE_SYNC hands to a (re)joining site.
 //
 // Streaming DiLoCo (streaming.fragments F > 1): round r syncs only fragment
 // fragment_of_round(r, F) (inner/protocol/streaming_schedule.h): Δ, the
 // all-reduce, the outer step and the residual are that fragment's range, the
 // digest is still the whole anchor's. The trainer keeps training while the
-// round runs and merges the fragment τ steps later (geoloco-train). Late
-// work cannot join a later round (that round syncs another fragment), so a
-// late fragment is dropped, logged and counted, under either policy.
+// round runs and merges the fragment τ steps later (geoloco-train).
 //
 // Memory: anchor, momentum and the error-feedback residual (12 bytes per
-// parameter, DESIGN §10) between rounds; during a round also the averaged Δ,
-// held as the all-gather's encoded chunks (at most about 1 B/param with q8,
-// 4 raw; streaming: of the round's fragment only) and decoded one chunk at a
-// time for its norm, the digest and the step. This site's own Δ = anchor −
+// parameter) between rounds; during a round also the averaged Δ, held as the
+// all-gather's encoded chunks (at most about 1 B/param with q8, 4 raw;
+// streaming: of the round's fragment only) and decoded one chunk at a time
+// for its norm, the digest and the step. This site's own Δ = anchor −
 // replica is never whole: the all-reduce makes it one chunk at a time
 // (AllReduceRequest::input_base). The residual is not backed up for an
-// ABORT: the exchange encodes through it without changing it, and apply()
-// replays the encodes into it when the round is kept (defer_feedback). A straggler also keeps the
-// anchor its trainer started from (4), the base of its late Δ, until that
-// work is in; the trainer host keeps no copy of its own (it reads
-// trainer_anchor()).
+// ABORT: the exchange encodes through it without changing it, and
+// apply_round() replays the encodes into it when the round is kept
+// (defer_feedback). A straggler also keeps the anchor its trainer started
+// from, the base of its late Δ, until that work is in; the trainer host
+// keeps no copy of its own (it reads trainer_anchor()).
 #pragma once
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
 #include <deque>
 #include <map>
 #include <memory>
@@ -54,6 +57,7 @@
 #include "daemon/coordinator_role.h"
 #include "daemon/job_spec.h"
 #include "daemon/metrics.h"
+#include "daemon/participant_machine.h"
 #include "daemon/site_config.h"
 #include "daemon/state_sync.h"
 #include "daemon/trainer/trainer_host.h"
@@ -107,9 +111,10 @@ struct JobEnvironment {
 class JobRun : public std::enable_shared_from_this<JobRun> {
  public:
   /// Prepares the job's folder (<data_dir>/jobs/<name>: job.yaml, status,
-  /// checkpoint, journal, trainer log, eval log). Errors: invalid_argument
-  /// (this site is not in the job; a checkpoint of another configuration
-  /// under the same name), io.
+  /// checkpoint, journal, trainer log, eval log). A checkpoint that cannot
+  /// be read is set aside (checkpoint.safetensors.damaged) and the state
+  /// comes from a peer. Errors: invalid_argument (this site is not in the
+  /// job; a checkpoint of another configuration under the same name), io.
   static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file);
   ~JobRun();
 
@@ -120,7 +125,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Ends the job on this site: the round in flight is abandoned (nothing of
   /// it was applied), the trainer is stopped, the state checkpointed. `state`
   /// is cancelled (geoloco cancel) or stopped (the daemon stops; the job
-  /// resumes when it starts again).
+  /// resumes when it starts again). Returns once the job has ended.
   asio::awaitable<void> stop(JobState state, std::string reason);
 
   nlohmann::json status() const;
@@ -138,16 +143,15 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   const std::string& message() const { return message_; }
 
  private:
-  enum class Step { idle, exchanging, committing };
-
   JobRun(JobEnvironment env, JobSpec spec, std::string yaml, std::string file, std::string dir);
   const std::string& self() const { return env_.site.name; }
   bool is_coordinator() const { return spec_.coordinator == self(); }
+  bool streaming() const { return spec_.fragments() > 1; }
   void note(const std::string& line);
   void set_state(JobState state, const std::string& message);
   void persist_state() const;
 
-  // Messages.
+  // Messages (job_run.cpp).
   void send(const std::string& site, const ControlMessage& message);
   /// Sends at once, not behind the site's outbox (where messages to a peer
   /// that was down wait their retries): STATE_SYNC's offer and accept, which
@@ -158,37 +162,38 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   transport::FrameHeader control_header() const;
   void send_frame(const std::string& site, transport::FrameHeader header, std::string payload);
   asio::awaitable<void> drain(std::string site);
-  void handle_for_participant(const std::string& from, const ControlMessage& message);
+  void deliver(const std::string& from, const ControlMessage& message);
+  void on_state_frame(const std::string& peer, const transport::FrameHeader& header,
+                      std::span<const std::byte> payload);
 
-  // The engine.
+  // The engine: the participant machine's steps carried out (job_run.cpp).
+  void drive();
+  void execute(ParticipantAction& action);
   asio::awaitable<void> run();
+  asio::awaitable<void> ticker();
   asio::awaitable<void> watch_trainer();
-  asio::awaitable<void> heartbeats();
-  asio::awaitable<void> exchange(PlanMessage plan);
-  asio::awaitable<void> finish_job();
-  void on_plan(const PlanMessage& plan);
-  void on_committed(const CommittedMessage& committed);
-  void on_abort(const AbortMessage& abort);
-  void apply(const CommittedMessage& committed);
-  void maybe_ready();
-  void release_phase(bool stop);
+  asio::awaitable<void> end_job(participant::EndJob end);
+
+  // One round (job_round.cpp).
+  asio::awaitable<void> exchange(PlanMessage plan, bool participant);
+  Result<std::string> exchange_digest() const;
+  /// Applies the exchanged round's outer step and records the round.
+  /// Errors: the step's, and mismatch (the anchor is not the committed one).
+  Status apply_round(const CommittedMessage& committed, bool participant);
   Result<std::string> next_anchor_digest(float scale) const;
   /// The values round `round` syncs: the whole model, or with streaming the
   /// fragment fragment_of_round(round) cut from the layout as the trainer's
   /// table is. Errors: invalid_argument (a layout that cannot be cut so).
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
-  bool streaming() const { return spec_.fragments() > 1; }
   Result<float> clip_scale_of_delta() const;
 
-  // STATE_SYNC.
-  void request_state();
-  void on_state_request(const std::string& from);
-  void on_state_offer(const std::string& from, const StateOfferMessage& offer);
+  // STATE_SYNC and checkpoints (job_state.cpp).
+  void offer_state(const std::string& peer, const std::string& reason);
   void on_state_accept(const std::string& from, const StateAcceptMessage& accept);
-  void install_state(StateReceiver& received);
-
-  // Checkpoints.
+  void receive_state(const std::string& peer, const StateOfferMessage& offer);
+  void install_state();
   Status save_checkpoint();
+  /// Errors: invalid_argument (a checkpoint of another configuration).
   Status load_checkpoint();
 
   JobEnvironment env_;
@@ -205,8 +210,15 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::unique_ptr<CoordinatorRole> role_;
   std::unique_ptr<TrainerHost> host_;
   std::unique_ptr<TrainerProcess> process_;
+  /// Where this site is in the job's rounds; every decision is its.
+  std::optional<ParticipantMachine> machine_;
+  std::optional<HeldState> checkpoint_;  ///< the loaded checkpoint's round and digest
+  std::optional<asio::steady_timer> wake_;  ///< the ticker's sleep, cut short when the machine wants a step sooner
+  std::optional<Clock::time_point> wake_at_;
+  bool driving_ = false;  ///< drive() is running: a nested call only asks it to look again
+  bool drive_again_ = false;
 
-  outer::OuterState state_;  ///< the last committed round (round = rounds committed)
+  outer::OuterState state_;  ///< the held state (round = rounds committed)
   /// The anchor the trainer trains from when it is older than state_'s (a
   /// straggler, or a site that caught up while its trainer trained); empty
   /// when the trainer trains from state_.anchor.
@@ -214,39 +226,26 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::span<const float> trainer_anchor() const {
     return late_anchor_.empty() ? std::span<const float>(state_.anchor) : std::span<const float>(late_anchor_);
   }
-  bool have_state_ = false;
   std::unique_ptr<compression::ErrorFeedback> feedback_;
-  /// The exchange of plan_.round as it ran: apply() replays its encodes into
-  /// the residual (transport::commit_feedback) once the round is kept.
-  transport::AllReduceRequest request_;
 
-  std::optional<InnerPhase> phase_;  ///< the trainer's finished phase, until released
-  std::chrono::steady_clock::time_point phase_started_, phase_at_, plan_at_;
-  std::uint64_t ready_sent_round_ = 0;
-  std::chrono::steady_clock::time_point ready_sent_at_;
+  std::optional<InnerPhase> phase_;  ///< the trainer's finished phase (its replica), until released
+  Clock::time_point phase_started_, phase_at_, plan_at_;
 
-  Step step_ = Step::idle;
+  // The exchange of plan_ (one at a time: the machine starts the next only
+  // after this one ended).
   PlanMessage plan_;
-  bool plan_participant_ = false;
-  bool aborted_ = false;
-  std::optional<PlanMessage> queued_plan_;
-  std::optional<CommittedMessage> early_commit_;
+  /// apply_round() replays its encodes into the residual (transport::commit_feedback).
+  transport::AllReduceRequest request_;
   /// The averaged Δ of plan_.round's values (delta_offset_ onwards), kept as
   /// the all-gather's encoded chunks and decoded again piece by piece.
   transport::EncodedOutput delta_;
   std::uint64_t delta_offset_ = 0;
-  std::string pending_digest_;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
 
-  bool need_state_ = false;
-  std::string state_source_;
-  std::chrono::steady_clock::time_point state_requested_at_;
-  std::chrono::steady_clock::time_point state_progress_at_;  ///< the last state frame received
+  // STATE_SYNC.
+  Clock::time_point state_requested_at_;
   std::optional<StateReceiver> receiving_;
   std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
-  std::uint64_t known_committed_ = 0;
-  bool final_seen_ = false;
-  bool trainer_told_stop_ = false;
 
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
@@ -256,7 +255,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
     bool draining = false;
   };
   std::map<std::string, Outbox> outboxes_;
-  bool stopping_ = false;
 };
 
 }  // namespace geoloco::daemon

@@ -31,36 +31,19 @@ std::string transfer_summary(std::uint64_t bytes, double seconds) {
 }
 }  // namespace
 
-void JobRun::request_state() {
-  // One transfer at a time: while one is arriving, asking again (or another
-  // site) would only start a second one over the same links.
-  if (receiving_ && Clock::now() - state_progress_at_ < std::chrono::seconds(2)) return;
-  // Ask the coordinator; a coordinator catching up asks the other sites in turn.
-  std::vector<std::string> sources;
-  if (!is_coordinator()) sources.push_back(spec_.coordinator);
-  for (const auto& s : spec_.sites)
-    if (s != self() && s != spec_.coordinator) sources.push_back(s);
-  if (sources.empty()) return;
-  auto it = std::find(sources.begin(), sources.end(), state_source_);
-  state_source_ = (it == sources.end() || std::next(it) == sources.end()) ? sources.front() : *std::next(it);
-  if (!is_coordinator()) state_source_ = spec_.coordinator;
-  state_requested_at_ = Clock::now();
-  send(state_source_, StateRequestMessage{spec_.name});
-}
-
-void JobRun::on_state_request(const std::string& from) {
+void JobRun::offer_state(const std::string& peer, const std::string& reason) {
   StateOfferMessage offer;
   offer.job = spec_.name;
-  if (!have_state_ || need_state_ || (role_ && state_.round < known_committed_ && !done())) {
-    offer.reason = have_state_ ? "this site is catching up itself" : "no committed state yet";
-    send_now(from, offer);
+  if (!reason.empty()) {
+    offer.reason = reason;
+    send_now(peer, offer);
     return;
   }
   offer.round = state_.round;
   offer.anchor_digest = digest_hex(state_.anchor_digest());
   for (const auto& t : state_.layout) offer.layout.push_back({t.name, t.shape});
-  send_now(from, sized_offer(std::move(offer), state_.anchor.size()));
-  offered_[from] = state_.round;  // the frames follow the peer's state_accept
+  send_now(peer, sized_offer(std::move(offer), state_.anchor.size()));
+  offered_[peer] = state_.round;  // the frames follow the peer's state_accept
 }
 
 void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
@@ -70,7 +53,7 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
     return;
   }
   offered_.erase(offered);
-  if (!have_state_ || state_.round != accept.round) {
+  if (state_.anchor.empty() || state_.round != accept.round) {
     spdlog::info("[{}] {} accepts the state of round {}, but this site moved on to round {}; it asks again", spec_.name,
                  from, accept.round, state_.round);
     return;
@@ -97,67 +80,62 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
       asio::detached);
 }
 
-void JobRun::on_state_offer(const std::string& from, const StateOfferMessage& offer) {
-  if (!need_state_) return;
-  if (!offer.reason.empty()) {
-    spdlog::info("[{}] {} has no state to give yet: {}", spec_.name, from, offer.reason);
-    return;
-  }
-  if (offer.round < known_committed_) {
-    spdlog::info("[{}] {} offers round {}, but round {} is committed; asking again", spec_.name, from, offer.round,
-                 known_committed_);
-    return;
-  }
-  if (receiving_ && receiving_->peer() == from && receiving_->offer().round == offer.round &&
-      Clock::now() - state_progress_at_ < std::chrono::seconds(2))
-    return;  // the same state again (the answer to an earlier request): its transfer is under way
-  if (receiving_ && receiving_->peer() != from && Clock::now() - state_progress_at_ < std::chrono::seconds(2)) {
-    spdlog::info("[{}] {} offers round {}; a transfer from {} is arriving", spec_.name, from, offer.round,
-                 receiving_->peer());
-    return;
-  }
-  if (have_state_ && offer.values != state_.anchor.size()) {
-    spdlog::error("[{}] {} offers a state of {} values, this site's model has {}: refused", spec_.name, from,
-                  offer.values, state_.anchor.size());
-    return;
-  }
-  auto receiver = StateReceiver::start(from, offer);
+void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
+  auto receiver = StateReceiver::start(peer, offer);
   if (!receiver.ok()) {
-    spdlog::warn("[{}] {}", spec_.name, receiver.status().message());
+    machine_->on_state_failed(receiver.status().message());
     return;
   }
   receiving_ = std::move(*receiver);
-  state_progress_at_ = Clock::now();
-  send_now(from, StateAcceptMessage{spec_.name, offer.round});  // now the frames may come, on every connection
+  send_now(peer, StateAcceptMessage{spec_.name, offer.round});  // now the frames may come, on every connection
 }
 
-void JobRun::install_state(StateReceiver& received) {
-  const auto& offer = received.offer();
-  if (have_state_ && state_.anchor.size() != offer.values) {
-    spdlog::error("[{}] the state from {} has {} values, this site's model {}: refused", spec_.name, received.peer(),
-                  offer.values, state_.anchor.size());
+void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
+                            std::span<const std::byte> payload) {
+  if (!receiving_ || peer != receiving_->peer()) {
+    // The rest of a transfer this site no longer wants (an answer to an
+    // earlier request, or from another peer): dropped, nothing changes.
+    // Not refused: the frame is authentic, and closing the connection would
+    // cut the heartbeats that share it.
+    spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
+                  peer);
     return;
   }
+  Status added = receiving_->add(peer, header, payload);
+  if (added.ok() && receiving_->complete()) added = receiving_->verify();
+  if (!added.ok()) {
+    // Two transfers from the same peer interleaved, or a broken one: this
+    // one is void; the site asks again.
+    receiving_.reset();
+    machine_->on_state_failed(added.message());
+  } else if (receiving_->complete()) {
+    machine_->on_state_arrived(HeldState{receiving_->offer().round, receiving_->offer().anchor_digest});
+  } else {
+    machine_->on_state_progress(Clock::now());
+  }
+  drive();
+}
+
+void JobRun::install_state() {
+  if (!receiving_ || !receiving_->complete()) {
+    spdlog::error("[{}] internal: no complete state transfer to install", spec_.name);
+    return;
+  }
+  StateReceiver& received = *receiving_;
+  const auto& offer = received.offer();
   // The layout: the sender's (the offer checked that it adds up), else the
   // trainer's if it said HELLO, else one flat tensor.
   if (!offer.layout.empty()) {
     state_.layout.clear();
     for (const auto& t : offer.layout) state_.layout.push_back({t.name, t.shape});
-  } else if (!have_state_) {
+  } else if (state_.anchor.empty() || outer::total_size(state_.layout) != offer.values) {
     state_.layout = outer_layout(host_->snapshot().layout, offer.values);
     if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
   }
-  if (!have_state_) state_.job = spec_.name;
-  // A trainer training from our old anchor keeps it as its base.
-  if (have_state_ && late_anchor_.empty()) late_anchor_ = std::move(state_.anchor);
+  state_.job = spec_.name;
   state_.anchor = std::move(received.anchor());
   state_.momentum = std::move(received.momentum());
   state_.round = offer.round;
-  known_committed_ = std::max(known_committed_, offer.round);
-  const bool first = !have_state_;
-  have_state_ = true;
-  need_state_ = false;
-  step_ = Step::idle;
   delta_.clear();
   // From this site's request to the state in place: what a (re)joining site waits.
   const double seconds = std::chrono::duration<double>(Clock::now() - state_requested_at_).count();
@@ -170,22 +148,13 @@ void JobRun::install_state(StateReceiver& received) {
   }
   if (!feedback_ && compression::uses_error_feedback(spec_.compression))
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
-  // A trainer that has not started training yet starts from this anchor;
-  // one that trains already finishes its phase from the old one (late work).
-  if (!phase_) {
-    Status s = host_->set_anchor(state_.anchor, state_.round + 1);
-    if (s.ok()) late_anchor_.clear();  // no trainer trains yet: it starts from the new anchor
-    else if (first) spdlog::warn("[{}] set_anchor: {}", spec_.name, s.message());
-  }
-  if (final_seen_ && state_.round >= known_committed_)
-    asio::co_spawn(env_.executor, finish_job(), asio::detached);
-  changed_.notify_all();
+  receiving_.reset();
 }
 
 // ------------------------------------------------------------- checkpoints
 
 Status JobRun::save_checkpoint() {
-  if (!have_state_) return {};
+  if (state_.anchor.empty()) return {};
   outer::OuterState copy;
   copy.job = state_.job.empty() ? spec_.name : state_.job;
   copy.round = state_.round;
@@ -210,17 +179,27 @@ Status JobRun::load_checkpoint() {
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
   if (!fs::exists(path)) return {};
   auto loaded = outer::load_checkpoint(path);
-  if (!loaded.ok()) return loaded.status();
+  if (!loaded.ok()) {
+    // Damaged (torn, truncated, a failed digest): never loaded, kept for a
+    // look, and the committed state comes from a peer.
+    const fs::path aside = fs::path(dir_) / "checkpoint.safetensors.damaged";
+    std::error_code ec;
+    fs::rename(path, aside, ec);
+    spdlog::error("[{}] the checkpoint {} cannot be used ({}); {}; the state comes from a peer", spec_.name,
+                  path.string(), loaded.status().message(),
+                  ec ? cat("it could not be moved aside: ", ec.message()) : cat("it is kept as ", aside.string()));
+    return {};
+  }
   GEOLOCO_RETURN_IF(loaded->config_hash != config_hash_, Err::invalid_argument, "a checkpoint of another "
                     "configuration of job '", spec_.name, "' is at ", path.string(),
                     ": remove that folder, or give the changed job another name");
   state_ = std::move(loaded->state);
-  have_state_ = true;
   for (auto& r : state_.residuals) {
     if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
     feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(r.values));
   }
   state_.residuals.clear();
+  checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
   return {};
 }
@@ -308,8 +287,10 @@ nlohmann::json JobRun::status() const {
     j["live_sites"] = live;
     j["lagging"] = records_.empty() ? std::vector<std::string>{} : records_.back().late;
   }
-  j["anchor_digest"] = have_state_ ? nlohmann::json(digest_hex(state_.anchor_digest())) : nlohmann::json(nullptr);
+  j["anchor_digest"] = state_.anchor.empty() ? nlohmann::json(nullptr) : nlohmann::json(digest_hex(state_.anchor_digest()));
   j["job_dir"] = dir_;
+  // Where this site is in the rounds (the participant machine's state).
+  j["where"] = machine_ ? std::string(ParticipantMachine::where_name(machine_->where())) : std::string("starting");
   return j;
 }
 

@@ -14,6 +14,13 @@ Status StragglerOptions::validate() const {
   return {};
 }
 
+LateWork late_work(std::uint64_t rounds_late, const StragglerOptions& options, std::uint32_t fragments) {
+  if (rounds_late == 0) return LateWork::on_time;
+  if (fragments > 1 || options.policy == StragglerPolicy::drop || rounds_late > options.max_rounds_late)
+    return LateWork::drop;
+  return LateWork::carry;
+}
+
 Result<ContributionDecision> decide_contribution(const Contribution& c, std::uint64_t round, Weighting weighting,
                                                  const StragglerOptions& options) {
   GEOLOCO_TRY(options.validate());
@@ -30,7 +37,8 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
     return d;
   }
   const double base = weighting == Weighting::tokens ? static_cast<double>(c.tokens) : 1.0;
-  if (d.rounds_late == 0) {
+  const LateWork fate = late_work(d.rounds_late, options);
+  if (fate == LateWork::on_time) {
     d.included = true;
     d.weight = base;
     d.reason = cat("site ", c.site, ": on time, weight ", base,
@@ -38,12 +46,12 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
     return d;
   }
   const std::string work = cat(c.inner_steps, " inner steps, ", c.tokens, " tokens");
-  if (options.policy == StragglerPolicy::drop) {
+  if (fate == LateWork::drop && options.policy == StragglerPolicy::drop) {
     d.reason = cat("site ", c.site, ": ", d.rounds_late, " round(s) late, policy drop: discarding ", work,
                    "; the site restarts from anchor ", round);
     return d;
   }
-  if (d.rounds_late > options.max_rounds_late) {
+  if (fate == LateWork::drop) {
     d.reason = cat("site ", c.site, ": ", d.rounds_late, " rounds late, over max_rounds_late ",
                    options.max_rounds_late, ": discarding ", work, "; the site restarts from anchor ", round);
     return d;

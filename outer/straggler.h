@@ -41,6 +41,15 @@ struct StragglerOptions {
   Status validate() const;
 };
 
+/// What becomes of work trained from an anchor `rounds_late` rounds older
+/// than the round it would join: the rule the coordinator's weights and a
+/// site's READY both follow. On time (0 rounds late) it counts in full.
+/// Late, it is carried under `carry` up to max_rounds_late rounds, and
+/// dropped otherwise; with Streaming DiLoCo (fragments > 1) late work is
+/// always dropped: the next round syncs another fragment, so it cannot join.
+enum class LateWork { on_time, carry, drop };
+LateWork late_work(std::uint64_t rounds_late, const StragglerOptions& options, std::uint32_t fragments = 1);
+
 /// What one site brings to a round.
 struct Contribution {
   std::uint32_t site = 0;          ///< site index in the job

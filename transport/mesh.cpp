@@ -299,10 +299,18 @@ void Mesh::begin(OpKey key, FrameSink* sink) {
   op_changed_.notify_all();
 }
 
+void Mesh::decline(OpKey key) {
+  if (have_current_ && key <= current_) return;
+  declined_.insert(key);
+  while (declined_.size() > 64) declined_.erase(declined_.begin());
+  op_changed_.notify_all();
+}
+
 void Mesh::set_job(std::uint64_t job) {
   options_.job = job;
   current_ = {};
   have_current_ = false;
+  declined_.clear();
   sink_ = nullptr;
   op_changed_.notify_all();
 }
@@ -312,7 +320,7 @@ void Mesh::end(OpKey key) {
   op_changed_.notify_all();
 }
 
-asio::awaitable<Status> Mesh::admit(const std::string& peer, const FrameHeader& h, Connection& conn) {
+asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHeader& h, Connection& conn) {
   if (h.type == FrameType::hello)
     co_return GEOLOCO_ERROR(Err::malformed, "unexpected hello from ", peer, " on an established connection");
   if (h.job != options_.job)
@@ -321,13 +329,16 @@ asio::awaitable<Status> Mesh::admit(const std::string& peer, const FrameHeader& 
   const OpKey key{h.round, h.fragment};
   // A frame of an operation this site has not begun yet waits for it; the
   // reader stops reading meanwhile, so nothing piles up in memory.
-  while (running_ && conn.is_open() && (!have_current_ || key > current_)) co_await op_changed_.wait();
+  while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined_.count(key))
+    co_await op_changed_.wait();
   if (!conn.is_open()) co_return conn.close_reason();
+  if (declined_.count(key)) co_return false;
   if (key < current_ || sink_ == nullptr)
     co_return GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": ", frame_type_name(h.type), " of round ",
                             h.round, " fragment ", h.fragment, ", which is over (current: round ", current_.round,
                             " fragment ", current_.fragment, ")");
-  co_return sink_->admit(peer, h);
+  if (Status s = sink_->admit(peer, h); !s.ok()) co_return s;
+  co_return true;
 }
 
 asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connection> conn) {
@@ -360,16 +371,21 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connecti
       }
       continue;
     }
-    Status admitted = co_await admit(peer, *header, *conn);
+    auto admitted = co_await admit(peer, *header, *conn);
     if (!conn->is_open()) break;  // closed while waiting: not the peer's fault
     if (!admitted.ok()) {
-      reject(peer, conn.get(), admitted);
+      reject(peer, conn.get(), admitted.status());
       break;
     }
     auto payload = co_await conn->read_payload(*header);
     if (!payload.ok()) {
       if (conn->is_open()) reject(peer, conn.get(), payload.status());
       break;
+    }
+    if (!*admitted) {
+      ++declined_frames_;  // an operation this site does not run: read (its hash checked) and dropped
+      pool_.release(std::move(*payload));
+      continue;
     }
     // The operation may have ended while the payload was on the wire.
     if (sink_ == nullptr || OpKey{header->round, header->fragment} != current_) {

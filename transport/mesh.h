@@ -7,8 +7,11 @@
 //
 // Frames for the job's current operation (round, fragment) go to the
 // registered FrameSink; frames for a later operation wait (the reader stops
-// reading, so TCP flow control bounds memory) until this site begins it;
-// frames for an earlier one, another job, or that the sink refuses are
+// reading, so TCP flow control bounds memory) until this site begins it, or
+// declines it: a declined operation's frames are read and dropped, so an
+// operation this site will never run (it is catching up, or the plan was
+// superseded) cannot stop a reader and the control frames behind it. Frames
+// for an earlier operation, another job, or that the sink refuses are
 // refused: logged, counted, and the connection closed. Nothing of the sink's
 // state changes for a refused frame.
 //
@@ -27,6 +30,7 @@
 #include <compare>
 #include <cstdint>
 #include <deque>
+#include <set>
 #include <functional>
 #include <map>
 #include <memory>
@@ -112,6 +116,12 @@ class Mesh {
   void begin(OpKey key, FrameSink* sink);
   /// Ends the current operation: its late frames are refused as stale.
   void end(OpKey key);
+  /// This site will not run operation `key` (a later one than the current):
+  /// its frames are dropped as they come, and any that wait are released.
+  /// The newest 64 declined keys are remembered.
+  void decline(OpKey key);
+  /// Frames dropped because their operation was declined.
+  std::uint64_t declined_frames() const { return declined_frames_; }
 
   /// Makes `job` the job whose data and control frames are accepted; frames
   /// of any other job (but the federation's, 0) are refused from now on.
@@ -158,7 +168,8 @@ class Mesh {
   asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
   asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot);
   asio::awaitable<void> read_loop(std::string peer, std::shared_ptr<Connection> conn);
-  asio::awaitable<Status> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
+  /// True: deliver the frame to the sink; false: its operation was declined, drop it.
+  asio::awaitable<Result<bool>> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
   std::shared_ptr<Connection> wrap(asio::ip::tcp::socket socket);
   asio::any_io_executor connection_strand() const;
   void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn);
@@ -183,6 +194,8 @@ class Mesh {
   OpKey current_{};
   bool have_current_ = false;
   FrameSink* sink_ = nullptr;
+  std::set<OpKey> declined_;
+  std::uint64_t declined_frames_ = 0;
   Signal op_changed_;
   ControlHandler control_handler_;
 

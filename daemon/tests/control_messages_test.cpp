@@ -11,9 +11,10 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       HeartbeatMessage{5, "inner"},
       ReadyMessage{5, 5, 12800, 100, 0.75},
       PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}, 2, 0.5, 19200},
-      CommitMessage{5, "0123456789abcdef"},
+      CommitMessage{5, "0123456789abcdef", 3},
       CommittedMessage{5, "0123456789abcdef", true},
       AbortMessage{5, "peer c: no data for 20000 ms"},
+      FailedMessage{5, 3, "peer c: no data for 20000 ms"},
       JobStartMessage{"demo", "configs/jobs/demo.yaml", "name: demo\nsites: [a, b]\n"},
       JobCancelMessage{"demo", "cancelled by uid 1000"},
       StateRequestMessage{"demo"},
@@ -35,11 +36,14 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(plan.tokens == 19200);
   CHECK(plan.attempt == 2);
   CHECK(std::get<CommittedMessage>(*decode_control(encode_control(messages[5]))).final);
-  auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[10])));
+  CHECK(std::get<CommitMessage>(*decode_control(encode_control(messages[4]))).attempt == 3);
+  auto failed = std::get<FailedMessage>(*decode_control(encode_control(messages[7])));
+  CHECK((failed.round == 5 && failed.attempt == 3 && failed.reason == "peer c: no data for 20000 ms"));
+  auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[11])));
   CHECK(offer.values == 101770);
   CHECK(offer.round == 7);
   CHECK(offer.layout == std::vector<TensorShape>{{"w", {100, 1017}}, {"b", {70}}});
-  CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[12]))).round == 7);
+  CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {
@@ -47,6 +51,7 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg("not json") == "control message is not a JSON object");
   CHECK(msg("{}") == "control message has no type");
   CHECK(msg(R"({"type":"gossip"})") == "unknown control message type 'gossip'");
+  CHECK(msg(R"({"type":"failed","round":3,"reason":"x"})") == "failed message: field 'attempt' must be present");
   CHECK(msg(R"({"type":"ready","round":3,"anchor_round":3,"tokens":-5,"inner_steps":1,"loss":0.1})") ==
         "ready message: field 'tokens' must be a non-negative integer");
   CHECK(msg(R"({"type":"ready","round":3,"anchor_round":4,"tokens":5,"inner_steps":1,"loss":0.1})") ==

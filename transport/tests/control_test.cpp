@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "transport/allreduce.h"
 #include "transport/loopback.h"
 
 using namespace geoloco;
@@ -56,4 +57,68 @@ TEST_CASE("control frames reach the peer's handler in order, outside any all-red
     });
   }
   CHECK(refused);
+}
+
+TEST_CASE("a declined operation's frames are dropped, so the control frames behind them still arrive") {
+  // b is named an observer of round 5 but never runs it (a site catching
+  // up): a's gather frames for round 5 would hold b's reader, and with it
+  // every control frame behind them on that connection, until b declines it.
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto options = loopback::test_options();
+  options.connections_per_peer = 1;  // one connection: control frames queue behind the data
+  auto made = loopback::make_sites(**federation, {"a", "b"}, options);
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  std::vector<std::string> received;  // touched on b's thread only
+  sites[1]->call([&] {
+    sites[1]->mesh().set_control_handler([&](const std::string& peer, const FrameHeader&, Buffer payload) {
+      received.push_back(cat(peer, ":", std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
+      return Status();
+    });
+    return 0;
+  });
+  std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
+  AllReduceRequest r;
+  r.key = {5, 0};
+  r.participants = {"a"};
+  r.weights = {1};
+  r.observers = {"b"};
+  r.input = in;
+  r.output = out;
+  r.timeout = 20s;
+  Mesh& ma = sites[0]->mesh();
+  REQUIRE(sites[0]->spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
+  auto* a = sites[0].get();
+  REQUIRE(a->spawn([a]() -> asio::awaitable<Status> {
+               const std::string text = "offer";
+               co_return co_await a->mesh().send_control("b", 5, std::as_bytes(std::span(text.data(), text.size())));
+             }).get().ok());
+  auto got = [&] { return sites[1]->call([&] { return received; }); };
+  std::this_thread::sleep_for(500ms);
+  CHECK(got().empty());  // held behind round 5's frames, which wait for b to begin round 5
+  sites[1]->call([&] {
+    sites[1]->mesh().decline({5, 0});
+    return 0;
+  });
+  for (int tries = 0; tries < 200 && got().empty(); ++tries) std::this_thread::sleep_for(10ms);
+  CHECK(got() == std::vector<std::string>{"a:offer"});
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) >= 1);
+  // Nothing was refused: the connection stays, and the next round runs over it.
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().rejections().size(); }) == 0);
+  std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 1.0f)), outs(2, std::vector<float>(3000, 0.0f));
+  std::vector<std::future<Result<AllReduceStats>>> round6;
+  for (int s = 0; s < 2; ++s) {
+    AllReduceRequest q;
+    q.key = {6, 0};
+    q.participants = {"a", "b"};
+    q.weights = {1, 1};
+    q.input = ins[s];
+    q.output = outs[s];
+    q.timeout = 20s;
+    Mesh& mesh = sites[s]->mesh();
+    round6.push_back(sites[s]->spawn([&mesh, q]() { return all_reduce(mesh, q); }));
+  }
+  for (auto& f : round6) REQUIRE(f.get().ok());
+  CHECK(outs[1] == ins[1]);
 }

@@ -1,6 +1,7 @@
-// The coordinator's round logic (DESIGN §3-§4) as a state machine without
-// I/O: the daemon feeds it what sites say (READY, COMMIT, heartbeats) and
-// the time, and carries out what step() returns (journal, then send).
+// The coordinator's round logic as a state machine without I/O, the twin of
+// participant_machine.h (the site's side): the daemon feeds it what sites
+// say (READY, COMMIT, FAILED, heartbeats) and the time, and carries out what
+// step() returns (journal, then send). coordinator_role.h is that wiring.
 //
 // A round r, with anchor θ_r:
 //   collecting  READYs arrive; decide_round() says when to close
@@ -36,13 +37,13 @@ struct CoordinatorOptions {
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
 };
 
-class Coordinator {
+class CoordinatorMachine {
  public:
   enum class Phase { collecting, planned, finished };
 
   /// Starts at round `round` (1 for a new job; the journal's last committed
   /// round + 1 after a restart). Every site counts as heard from at `now`.
-  Coordinator(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
+  CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
 
   /// Errors: invalid_argument (unknown site).
   Status on_heartbeat(const std::string& site, Clock::time_point now);
@@ -50,11 +51,12 @@ class Coordinator {
   /// reason (the site learns the current round from the next PLAN). Errors:
   /// invalid_argument, mismatch.
   Status on_ready(const std::string& site, const ReadyMessage& ready, Clock::time_point now);
-  /// Errors: invalid_argument (not a participant), mismatch (another round).
+  /// Errors: invalid_argument (not a participant), mismatch (another round
+  /// or attempt).
   Status on_commit(const std::string& site, const CommitMessage& commit);
   /// A participant could not finish the exchange (its all-reduce failed):
   /// the round is aborted at the next step(). Errors: as on_commit.
-  Status on_failed(const std::string& site, const AbortMessage& failure);
+  Status on_failed(const std::string& site, const FailedMessage& failure);
 
   struct Actions {
     std::optional<PlanMessage> plan;            ///< journal, then send to every site
@@ -68,6 +70,8 @@ class Coordinator {
 
   Phase phase() const { return phase_; }
   std::uint64_t round() const { return round_; }
+  /// The current round's attempt: its plans so far, less one.
+  std::uint64_t attempt() const { return attempt_; }
   /// The participants of the current plan (planned phase).
   const std::vector<std::string>& participants() const { return participants_; }
   /// Tokens of every committed round.

@@ -1,15 +1,15 @@
-#include "daemon/coordinator.h"
+#include "daemon/coordinator_machine.h"
 
 #include <algorithm>
 
 namespace geoloco::daemon {
 
-Coordinator::Coordinator(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
+CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
     : options_(std::move(options)), round_(round), tokens_(options_.tokens_so_far) {
   for (const auto& s : options_.sites) heard_[s] = now;
 }
 
-void Coordinator::start_collecting(std::uint64_t round) {
+void CoordinatorMachine::start_collecting(std::uint64_t round) {
   attempt_ = round == round_ ? attempt_ + 1 : 0;
   failure_.reset();
   round_ = round;
@@ -20,14 +20,14 @@ void Coordinator::start_collecting(std::uint64_t round) {
   commits_.clear();
 }
 
-Status Coordinator::on_heartbeat(const std::string& site, Clock::time_point now) {
+Status CoordinatorMachine::on_heartbeat(const std::string& site, Clock::time_point now) {
   auto it = heard_.find(site);
   GEOLOCO_RETURN_IF(it == heard_.end(), Err::invalid_argument, "heartbeat from '", site, "', not a site of this job");
   it->second = now;
   return {};
 }
 
-Status Coordinator::on_ready(const std::string& site, const ReadyMessage& r, Clock::time_point now) {
+Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage& r, Clock::time_point now) {
   GEOLOCO_RETURN_IF(!heard_.count(site), Err::invalid_argument, "READY from '", site, "', not a site of this job");
   heard_[site] = now;
   GEOLOCO_RETURN_IF(phase_ != Phase::collecting || r.round != round_, Err::mismatch, "READY of round ", r.round,
@@ -42,18 +42,21 @@ Status Coordinator::on_ready(const std::string& site, const ReadyMessage& r, Clo
   return {};
 }
 
-Status Coordinator::on_commit(const std::string& site, const CommitMessage& c) {
+Status CoordinatorMachine::on_commit(const std::string& site, const CommitMessage& c) {
   GEOLOCO_RETURN_IF(phase_ != Phase::planned || c.round != round_, Err::mismatch, "COMMIT of round ", c.round,
                     " from ", site, ", but round ", round_, " is not being exchanged");
+  GEOLOCO_RETURN_IF(c.attempt != attempt_, Err::mismatch, "COMMIT of round ", c.round, " attempt ", c.attempt,
+                    " from ", site, ", but attempt ", attempt_, " is being exchanged");
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
                     Err::invalid_argument, "COMMIT from ", site, ", which is not a participant of round ", round_);
   commits_[site] = c.anchor_digest;
   return {};
 }
 
-Status Coordinator::on_failed(const std::string& site, const AbortMessage& f) {
-  GEOLOCO_RETURN_IF(phase_ != Phase::planned || f.round != round_, Err::mismatch, "failure report of round ", f.round,
-                    " from ", site, ", but round ", round_, " is not being exchanged");
+Status CoordinatorMachine::on_failed(const std::string& site, const FailedMessage& f) {
+  GEOLOCO_RETURN_IF(phase_ != Phase::planned || f.round != round_ || f.attempt != attempt_, Err::mismatch,
+                    "failure report of round ", f.round, " attempt ", f.attempt, " from ", site, ", but round ",
+                    round_, " attempt ", attempt_, " is not being exchanged");
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
                     Err::invalid_argument, "failure report from ", site, ", which is not a participant of round ",
                     round_);
@@ -61,7 +64,7 @@ Status Coordinator::on_failed(const std::string& site, const AbortMessage& f) {
   return {};
 }
 
-std::map<std::string, SiteReport> Coordinator::reports() const {
+std::map<std::string, SiteReport> CoordinatorMachine::reports() const {
   std::map<std::string, SiteReport> out;
   for (const auto& [site, at] : heard_) {
     SiteReport r;
@@ -73,7 +76,7 @@ std::map<std::string, SiteReport> Coordinator::reports() const {
   return out;
 }
 
-Coordinator::Actions Coordinator::step(Clock::time_point now) {
+CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   Actions a;
   if (phase_ == Phase::finished) return a;
 

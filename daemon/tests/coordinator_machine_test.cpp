@@ -2,7 +2,7 @@
 // aborts, stragglers and the end of the job, each checked by value.
 #include <catch2/catch.hpp>
 
-#include "daemon/coordinator.h"
+#include "daemon/coordinator_machine.h"
 
 using namespace geoloco;
 using namespace geoloco::daemon;
@@ -27,7 +27,7 @@ ReadyMessage ready(std::uint64_t round, std::uint64_t tokens, std::uint64_t anch
 }  // namespace
 
 TEST_CASE("a round plans with token weights, commits on equal digests, and the job ends at its last round") {
-  Coordinator c(three_sites(), 1, t0);
+  CoordinatorMachine c(three_sites(), 1, t0);
   CHECK_FALSE(c.step(t0).plan);
   REQUIRE(c.on_ready("b", ready(1, 200), t0 + 1s).ok());
   REQUIRE(c.on_ready("a", ready(1, 100), t0 + 2s).ok());
@@ -39,7 +39,7 @@ TEST_CASE("a round plans with token weights, commits on equal digests, and the j
   CHECK(a.plan->participants == std::vector<std::string>{"a", "b", "c"});
   CHECK(a.plan->weights == std::vector<double>{100, 200, 300});
   CHECK(a.plan->late.empty());
-  CHECK(c.phase() == Coordinator::Phase::planned);
+  CHECK(c.phase() == CoordinatorMachine::Phase::planned);
 
   // A READY or COMMIT out of turn is refused with the reason.
   CHECK(c.on_ready("a", ready(1, 1), t0 + 4s).message() == "READY of round 1 from a, but round 1 is being exchanged");
@@ -52,14 +52,14 @@ TEST_CASE("a round plans with token weights, commits on equal digests, and the j
   REQUIRE(done.committed);
   CHECK(done.committed->anchor_digest == "0123456789abcdef");
   CHECK(c.round() == 2);
-  CHECK(c.phase() == Coordinator::Phase::collecting);
+  CHECK(c.phase() == CoordinatorMachine::Phase::collecting);
 
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 10), t0 + 7s).ok());
   REQUIRE(c.step(t0 + 7s).plan);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {2, "00000000000000aa"}).ok());
   auto last = c.step(t0 + 8s);
   REQUIRE(last.committed);
-  CHECK(c.phase() == Coordinator::Phase::finished);
+  CHECK(c.phase() == CoordinatorMachine::Phase::finished);
   CHECK(last.notes.back() == "job finished after round 2 (630 tokens)");
 }
 
@@ -67,7 +67,7 @@ TEST_CASE("with a quorum the deadline leaves a straggler out; its carried work j
   auto o = three_sites(2);
   o.straggler.decay = 0.5;
   o.stop_after_round = 0;
-  Coordinator c(o, 1, t0);
+  CoordinatorMachine c(o, 1, t0);
   REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
   REQUIRE(c.on_ready("b", ready(1, 100), t0 + 2s).ok());
   CHECK(c.on_heartbeat("c", t0 + 5s).ok());
@@ -96,7 +96,7 @@ TEST_CASE("with a quorum the deadline leaves a straggler out; its carried work j
 TEST_CASE("drop discards late work and names the site as late") {
   auto o = three_sites(1);
   o.straggler.policy = outer::StragglerPolicy::drop;
-  Coordinator c(o, 3, t0);
+  CoordinatorMachine c(o, 3, t0);
   REQUIRE(c.on_ready("a", ready(3, 100), t0).ok());
   REQUIRE(c.on_ready("b", ready(3, 100), t0).ok());
   REQUIRE(c.on_ready("c", ready(3, 100, 2), t0).ok());
@@ -110,7 +110,7 @@ TEST_CASE("drop discards late work and names the site as late") {
 }
 
 TEST_CASE("a silent participant or differing digests abort the round, which is collected again") {
-  Coordinator c(three_sites(), 1, t0);
+  CoordinatorMachine c(three_sites(), 1, t0);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0).ok());
   REQUIRE(c.step(t0).plan);
   REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa"}).ok());
@@ -123,13 +123,16 @@ TEST_CASE("a silent participant or differing digests abort the round, which is c
   REQUIRE(aborted.abort);
   CHECK(aborted.abort->reason == "participant b stopped sending heartbeats during the exchange");
   CHECK(c.round() == 1);
-  CHECK(c.phase() == Coordinator::Phase::collecting);
+  CHECK(c.phase() == CoordinatorMachine::Phase::collecting);
 
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0 + 31s).ok());
   REQUIRE(c.step(t0 + 31s).plan);
-  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa"}).ok());
-  REQUIRE(c.on_commit("b", {1, "aaaaaaaaaaaaaaaa"}).ok());
-  REQUIRE(c.on_commit("c", {1, "cccccccccccccccc"}).ok());
+  // A COMMIT of the aborted attempt counts for nothing in the new one.
+  CHECK(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa", 0}).message() ==
+        "COMMIT of round 1 attempt 0 from a, but attempt 1 is being exchanged");
+  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
+  REQUIRE(c.on_commit("b", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
+  REQUIRE(c.on_commit("c", {1, "cccccccccccccccc", 1}).ok());
   auto mismatch = c.step(t0 + 32s);
   REQUIRE(mismatch.abort);
   CHECK(mismatch.abort->reason ==
@@ -137,7 +140,7 @@ TEST_CASE("a silent participant or differing digests abort the round, which is c
 }
 
 TEST_CASE("messages from strangers or for other rounds are refused") {
-  Coordinator c(three_sites(), 5, t0);
+  CoordinatorMachine c(three_sites(), 5, t0);
   CHECK(c.on_ready("mallory", ready(5, 1), t0).message() == "READY from 'mallory', not a site of this job");
   CHECK(c.on_ready("a", ready(4, 1), t0).message() == "READY of round 4 from a, but round 5 is collecting");
   CHECK(c.on_heartbeat("zed", t0).code() == Err::invalid_argument);
@@ -149,7 +152,7 @@ TEST_CASE("a repeated READY keeps the time of the first, so the deadline still f
   // Sites resend READY every heartbeat until a PLAN comes; if each resend
   // restarted the deadline clock, a straggler would hold every round up.
   auto o = three_sites(2);
-  Coordinator c(o, 1, t0);
+  CoordinatorMachine c(o, 1, t0);
   REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
   REQUIRE(c.on_ready("b", ready(1, 100), t0 + 2s).ok());
   for (auto t : {4s, 6s, 8s, 10s, 11s}) {
@@ -163,15 +166,15 @@ TEST_CASE("a repeated READY keeps the time of the first, so the deadline still f
 }
 
 TEST_CASE("a participant's failure report aborts the round; the next plan is a new attempt") {
-  Coordinator c(three_sites(), 1, t0);
+  CoordinatorMachine c(three_sites(), 1, t0);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t0).ok());
   auto p = c.step(t0);
   REQUIRE(p.plan);
   CHECK(p.plan->attempt == 0);
   CHECK(p.plan->tokens == 300);
-  CHECK(c.on_failed("x", AbortMessage{1, "?"}).code() == Err::invalid_argument);
-  CHECK(c.on_failed("b", AbortMessage{2, "?"}).code() == Err::mismatch);
-  REQUIRE(c.on_failed("b", AbortMessage{1, "peer c: no data for 2000 ms"}).ok());
+  CHECK(c.on_failed("x", FailedMessage{1, 0, "?"}).code() == Err::invalid_argument);
+  CHECK(c.on_failed("b", FailedMessage{2, 0, "?"}).code() == Err::mismatch);
+  REQUIRE(c.on_failed("b", FailedMessage{1, 0, "peer c: no data for 2000 ms"}).ok());
   auto a = c.step(t0 + 1s);
   REQUIRE(a.abort);
   CHECK(a.abort->round == 1);
@@ -181,6 +184,10 @@ TEST_CASE("a participant's failure report aborts the round; the next plan is a n
   REQUIRE(again.plan);
   CHECK(again.plan->round == 1);
   CHECK(again.plan->attempt == 1);
+  // A late report of the first attempt does not abort the second.
+  CHECK(c.on_failed("c", FailedMessage{1, 0, "peer b: reset"}).message() ==
+        "failure report of round 1 attempt 0 from c, but round 1 attempt 1 is not being exchanged");
+  CHECK_FALSE(c.step(t0 + 3s).abort);
 }
 
 TEST_CASE("a token stop ends the job with the round that reaches it, marked final") {
@@ -188,7 +195,7 @@ TEST_CASE("a token stop ends the job with the round that reaches it, marked fina
   o.stop_after_round = 0;
   o.stop_after_tokens = 500;
   o.tokens_so_far = 250;  // a resumed job
-  Coordinator c(o, 3, t0);
+  CoordinatorMachine c(o, 3, t0);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(3, 100), t0).ok());
   REQUIRE(c.step(t0).plan);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {3, "2222222222222222"}).ok());
@@ -196,5 +203,5 @@ TEST_CASE("a token stop ends the job with the round that reaches it, marked fina
   REQUIRE(done.committed);
   CHECK(done.committed->final);
   CHECK(c.tokens() == 550);
-  CHECK(c.phase() == Coordinator::Phase::finished);
+  CHECK(c.phase() == CoordinatorMachine::Phase::finished);
 }

@@ -1,0 +1,516 @@
+#include "daemon/participant_machine.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace geoloco::daemon {
+
+using namespace participant;
+
+namespace {
+bool named(const std::vector<std::string>& names, const std::string& site) {
+  return std::find(names.begin(), names.end(), site) != names.end();
+}
+}  // namespace
+
+std::string_view ParticipantMachine::where_name(Where w) {
+  switch (w) {
+    case Where::awaiting_initial: return "awaiting_initial";
+    case Where::catching_up: return "catching_up";
+    case Where::idle: return "idle";
+    case Where::exchanging: return "exchanging";
+    case Where::unwinding: return "unwinding";
+    case Where::committing: return "committing";
+    case Where::applying: return "applying";
+    case Where::finished: return "finished";
+    case Where::ended: return "ended";
+  }
+  return "unknown";
+}
+
+ParticipantMachine::ParticipantMachine(ParticipantOptions options, std::optional<HeldState> checkpoint,
+                                       std::optional<HeldState> journal, std::uint64_t checkpoint_every,
+                                       Clock::time_point)
+    : options_(std::move(options)), checkpoint_every_(checkpoint_every), where_(Where::awaiting_initial),
+      held_(std::move(checkpoint)) {
+  send_coordinator(JoinMessage{options_.job, held_ ? held_->round : 0, held_ ? held_->digest : std::string()});
+  if (!is_coordinator()) {
+    // Every other site takes the committed state from the coordinator: its
+    // own checkpoint may be any number of rounds old.
+    catch_up(held_ ? cat("this site's checkpoint holds round ", held_->round, "; asking ", options_.coordinator,
+                         " for the committed state")
+                   : cat("asking ", options_.coordinator, " for the committed state"));
+    return;
+  }
+  const std::uint64_t committed = journal ? journal->round : 0;
+  known_committed_ = committed;
+  if (!held_ && committed == 0) {
+    where_ = Where::awaiting_initial;
+    note("waiting for the trainer's initial parameters");
+    return;
+  }
+  if (held_ && held_->round == committed && (committed == 0 || held_->digest == journal->digest)) {
+    where_ = Where::idle;
+    welcome_trainer();
+    note(cat("resumed from the checkpoint of round ", held_->round));
+    return;
+  }
+  // The journal is the truth: a checkpoint behind it, or one whose anchor is
+  // not the committed one, is not used; the state comes from a peer.
+  if (!held_) catch_up(cat("the journal's last committed round is ", committed, " and no usable checkpoint is here"));
+  else if (held_->round != committed)
+    catch_up(cat("the checkpoint holds round ", held_->round, ", the journal's last committed round is ", committed));
+  else
+    catch_up(cat("the checkpoint's anchor of round ", committed, " is ", held_->digest, ", the journal committed ",
+                 journal->digest));
+}
+
+bool ParticipantMachine::holds_current() const {
+  return held_ && where_ != Where::catching_up && where_ != Where::awaiting_initial && where_ != Where::ended;
+}
+
+std::string_view ParticipantMachine::heartbeat_phase() const {
+  if (where_ == Where::exchanging || where_ == Where::unwinding || where_ == Where::committing ||
+      where_ == Where::applying)
+    return "exchange";
+  if (phase_) return "ready";
+  return holds_current() ? "inner" : "idle";
+}
+
+// ------------------------------------------------------------------ inputs
+
+void ParticipantMachine::on_initial_parameters(const HeldState& initial) {
+  if (where_ != Where::awaiting_initial) return;
+  held_ = initial;
+  act(PublishInitial{});
+  trainer_round_ = initial.round + 1;
+  where_ = Where::idle;
+  note(cat("initial anchor from the trainer, digest ", initial.digest));
+  offer_to_waiting();
+}
+
+void ParticipantMachine::on_phase(const PhaseReport& phase) {
+  if (where_ == Where::finished || where_ == Where::ended) return;
+  phase_ = phase;
+}
+
+Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& plan) {
+  GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "PLAN of round ", plan.round, " from ", from,
+                    ", which is not the coordinator (", options_.coordinator, ")");
+  if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
+    decline(plan);  // catching up: the round goes on without us
+    return {};
+  }
+  const std::uint64_t r = held_->round;
+  if (plan.round <= r) {
+    decline(plan);  // an old plan
+    return {};
+  }
+  if (plan.round > r + 1) {
+    decline(plan);
+    catch_up(cat("PLAN of round ", plan.round, " while this site holds round ", r));
+    return {};
+  }
+  const bool same_attempt = plan_ && plan_->round == plan.round && plan_->attempt == plan.attempt;
+  switch (where_) {
+    case Where::exchanging:
+      if (same_attempt) return {};
+      // A new attempt: the coordinator aborted ours (its ABORT was lost or
+      // is behind this). Our exchange unwinds first; then this plan.
+      where_ = Where::unwinding;
+      after_ = After::plan;
+      next_plan_ = plan;
+      return {};
+    case Where::unwinding:
+      if (after_ == After::catch_up) {
+        decline(plan);
+        return {};
+      }
+      if (next_plan_) decline(*next_plan_);  // superseded before it began
+      after_ = After::plan;
+      next_plan_ = plan;
+      return {};
+    case Where::committing:
+      if (same_attempt) return {};
+      // Our COMMITTED was lost and the coordinator planned the round again: an abort in effect.
+      note(cat("round ", plan.round, " is planned again (attempt ", plan.attempt, "): this site's attempt ",
+               plan_->attempt, " is void"));
+      become_idle();
+      break;
+    default: break;
+  }
+  start_plan(plan);
+  return {};
+}
+
+void ParticipantMachine::decline(const PlanMessage& plan) {
+  if (named(plan.participants, options_.self) || named(plan.late, options_.self))
+    act(DeclineExchange{plan.round, plan.attempt});
+}
+
+void ParticipantMachine::start_plan(const PlanMessage& plan) {
+  const bool participant = named(plan.participants, options_.self);
+  if (!participant && !named(plan.late, options_.self)) return;  // not ours to take part in
+  if (participant && (!phase_ || phase_->round > plan.round)) {
+    // The coordinator counts on a Δ this site does not have (e.g. its READY
+    // came from before a restart): say so, so the round is planned again now.
+    const std::string why = cat(options_.self, " has no finished phase for round ", plan.round);
+    note(cat("named a participant of round ", plan.round, " without a finished phase here; reported"));
+    send_coordinator(FailedMessage{plan.round, plan.attempt, why});
+    decline(plan);
+    return;
+  }
+  plan_ = plan;
+  participant_ = participant;
+  early_commit_.reset();
+  where_ = Where::exchanging;
+  act(StartExchange{plan, participant});
+}
+
+Status ParticipantMachine::on_committed(const std::string& from, const CommittedMessage& c) {
+  GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
+                    from, ", which is not the coordinator (", options_.coordinator, ")");
+  if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
+  if (c.final) final_round_ = c.round;
+  known_committed_ = std::max(known_committed_, c.round);
+  if (!holds_current()) return {};  // catching up: what arrives next is at least this round
+  const std::uint64_t r = held_->round;
+  if (c.round <= r) {
+    if (final_round_ && *final_round_ == r) finish();
+    return {};
+  }
+  const bool ours = c.round == r + 1 && plan_ && plan_->round == c.round;
+  if (ours && where_ == Where::exchanging) {
+    early_commit_ = c;  // an observer still receiving the average: applied once it is in
+    return {};
+  }
+  if (ours && where_ == Where::committing) {
+    if (digest_ == c.anchor_digest) {
+      apply(c);
+      return {};
+    }
+    catch_up(cat("this site computed anchor ", digest_, " for round ", c.round, ", the committed one is ",
+                 c.anchor_digest));
+    return {};
+  }
+  // A round this site had no part in.
+  catch_up(cat("round ", c.round, " was committed without this site"));
+  return {};
+}
+
+Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage& a) {
+  GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "ABORT of round ", a.round, " from ", from,
+                    ", which is not the coordinator (", options_.coordinator, ")");
+  if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
+    return {};
+  note(cat("round ", a.round, " aborted: ", a.reason));
+  ready_round_ = 0;  // READY again at once
+  if (where_ == Where::exchanging || where_ == Where::unwinding) {
+    // The ABORT is of the latest plan: one queued behind the exchange goes too.
+    if (where_ == Where::unwinding && next_plan_) decline(*next_plan_);
+    where_ = Where::unwinding;
+    after_ = After::idle;
+    next_plan_.reset();
+  } else if (where_ == Where::committing) {
+    become_idle();
+  }
+  return {};
+}
+
+void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t attempt,
+                                          const Result<std::string>& digest) {
+  if (!plan_ || plan_->round != round || plan_->attempt != attempt) return;
+  if (where_ == Where::unwinding) {
+    const After after = after_;
+    std::optional<PlanMessage> next = std::move(next_plan_);
+    become_idle();
+    if (after == After::catch_up) catch_up(catch_up_why_);
+    else if (after == After::plan && next) start_plan(*next);
+    return;
+  }
+  if (where_ != Where::exchanging) return;
+  if (!digest.ok()) {
+    note(cat("the exchange of round ", round, " failed: ", digest.status().message()));
+    if (participant_) send_coordinator(FailedMessage{round, attempt, digest.status().message()});
+    become_idle();
+    return;
+  }
+  digest_ = *digest;
+  where_ = Where::committing;
+  commit_sent_at_.reset();  // COMMIT at the next step
+  if (early_commit_) {
+    const CommittedMessage c = *early_commit_;
+    early_commit_.reset();
+    (void)on_committed(options_.coordinator, c);
+  }
+}
+
+void ParticipantMachine::on_applied(const Status& applied) {
+  if (where_ != Where::applying) return;
+  if (!applied.ok()) {
+    // The step computed aside gave the committed digest; in place it did
+    // not: the state is no longer any round's. Nothing of it is saved, and
+    // the site resumes from its last checkpoint and the peers when restarted.
+    where_ = Where::ended;
+    act(EndJob{JobEnd::failed, cat("internal error applying round ", plan_->round, ": ", applied.message()), false});
+    return;
+  }
+  const PlanMessage plan = *plan_;
+  const bool participant = participant_;
+  const bool final = final_round_ && *final_round_ == plan.round;
+  held_ = HeldState{plan.round, digest_};
+  become_idle();
+  if (participant) release_trainer(final);
+  if (final) {
+    finish();
+    return;
+  }
+  if (checkpoint_every_ > 0 && plan.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
+}
+
+void ParticipantMachine::on_state_request(const std::string& from) {
+  if (where_ == Where::ended) return;
+  if (where_ == Where::finished) {
+    // The job ended here: a site that comes back late still gets the final
+    // state, and then the final COMMITTED, so it ends the job too.
+    act(OfferState{from, ""});
+    act(Send{from, CommittedMessage{held_->round, held_->digest, true}});
+    return;
+  }
+  if (holds_current()) {
+    act(OfferState{from, ""});
+    return;
+  }
+  act(OfferState{from, held_ ? "this site is catching up itself" : "no committed state yet"});
+  // Offered as soon as this site holds it: the asker need not poll for it.
+  waiting_for_state_.insert(from);
+}
+
+void ParticipantMachine::offer_to_waiting() {
+  for (const auto& peer : waiting_for_state_) act(OfferState{peer, ""});
+  waiting_for_state_.clear();
+}
+
+void ParticipantMachine::on_state_offer(const std::string& from, const StateOfferMessage& offer,
+                                        Clock::time_point now) {
+  if (where_ != Where::catching_up) return;
+  if (!offer.reason.empty()) {
+    note(cat(from, " has no state to give yet: ", offer.reason));
+    return;
+  }
+  if (offer.round < known_committed_) {
+    note(cat(from, " offers round ", offer.round, ", but round ", known_committed_, " is committed; asking again"));
+    return;
+  }
+  const bool arriving = transfer_peer_ && now - progress_at_ < options_.state_stall_ms;
+  if (arriving && *transfer_peer_ == from && transfer_round_ == offer.round) return;  // the same state again
+  if (arriving) {
+    note(cat(from, " offers round ", offer.round, "; a transfer from ", *transfer_peer_, " is arriving"));
+    return;
+  }
+  if (transfer_peer_) act(DropTransfer{});
+  transfer_peer_ = from;
+  transfer_round_ = offer.round;
+  progress_at_ = now;
+  act(ReceiveState{from, offer});
+}
+
+void ParticipantMachine::on_state_progress(Clock::time_point now) {
+  if (transfer_peer_) progress_at_ = now;
+}
+
+void ParticipantMachine::on_state_arrived(const HeldState& state) {
+  if (where_ != Where::catching_up || !transfer_peer_) return;
+  transfer_peer_.reset();
+  // The trainer trains from the anchor held now: keep it as its base.
+  if (held_ && trainer_round_ == held_->round + 1) act(KeepTrainerAnchor{true});
+  act(InstallState{});
+  held_ = state;
+  known_committed_ = std::max(known_committed_, state.round);
+  become_idle();
+  if (trainer_round_ == 0) welcome_trainer();
+  offer_to_waiting();
+  if (final_round_ && state.round >= *final_round_) finish();
+}
+
+void ParticipantMachine::on_state_failed(const std::string& why) {
+  if (!transfer_peer_) return;
+  note(cat("state transfer from ", *transfer_peer_, " abandoned: ", why));
+  transfer_peer_.reset();
+}
+
+void ParticipantMachine::on_trainer_failed(const std::string& why) {
+  if (where_ == Where::finished || where_ == Where::ended) return;
+  end(JobEnd::failed, cat("the trainer failed: ", why));
+}
+
+void ParticipantMachine::on_stop(JobEnd how, const std::string& reason) {
+  if (where_ == Where::finished || where_ == Where::ended) return;
+  end(how, reason);
+}
+
+// ------------------------------------------------------------- transitions
+
+void ParticipantMachine::welcome_trainer() {
+  trainer_round_ = held_->round + 1;
+  act(WelcomeTrainer{trainer_round_});
+}
+
+void ParticipantMachine::become_idle() {
+  where_ = Where::idle;
+  plan_.reset();
+  participant_ = false;
+  early_commit_.reset();
+  next_plan_.reset();
+  after_ = After::idle;
+  digest_.clear();
+  ready_round_ = 0;  // READY again at once
+}
+
+void ParticipantMachine::catch_up(const std::string& why) {
+  if (where_ == Where::exchanging || where_ == Where::unwinding) {
+    // Installing a state now would pull the buffers from under the exchange:
+    // wait for it to end.
+    if (where_ == Where::unwinding && next_plan_) decline(*next_plan_);
+    where_ = Where::unwinding;
+    after_ = After::catch_up;
+    catch_up_why_ = why;
+    next_plan_.reset();
+    return;
+  }
+  if (where_ == Where::catching_up) return;
+  note(cat("catching up: ", why));
+  if (where_ != Where::awaiting_initial) {
+    plan_.reset();
+    participant_ = false;
+    early_commit_.reset();
+    digest_.clear();
+  }
+  where_ = Where::catching_up;
+  asked_at_.reset();  // ask at the next step
+}
+
+void ParticipantMachine::apply(const CommittedMessage& c) {
+  // A site whose work is not in this round keeps training from the anchor
+  // it has: keep that anchor (the base of its late Δ) before the step moves
+  // it. (Streaming drops late work, so it needs none.)
+  if (!participant_ && trainer_round_ == held_->round + 1 && !streaming()) act(KeepTrainerAnchor{false});
+
+  act(ApplyRound{c, participant_});
+  where_ = Where::applying;
+}
+
+void ParticipantMachine::release_trainer(bool stop) {
+  if (!phase_) return;
+  // A phase trained from a newer anchor than the held state (only at the
+  // job's end, for a site that just caught up) still needs a later round.
+  const std::uint64_t next = std::max(held_->round + 1, phase_->round + 1);
+  act(ReleaseTrainer{next, stop});
+  trainer_round_ = next;
+  phase_.reset();
+}
+
+void ParticipantMachine::finish() {
+  note(cat("job finished after round ", held_->round));
+  release_trainer(true);
+  where_ = Where::finished;
+  act(EndJob{JobEnd::finished, cat("finished after round ", held_->round), true});
+}
+
+void ParticipantMachine::end(JobEnd how, const std::string& reason) {
+  // Only committed, current state is checkpointed (what catching up would replace is not).
+  const bool checkpoint = holds_current();
+  where_ = Where::ended;
+  act(EndJob{how, reason, checkpoint});
+}
+
+// -------------------------------------------------------------------- time
+
+void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  const std::uint64_t round = held_->round + 1;
+  if (phase_->round > round) {
+    catch_up(cat("the trainer finished round ", phase_->round, " while this site holds round ", held_->round));
+    return;
+  }
+  const std::uint64_t late = round - phase_->round;
+  const auto& straggler = options_.straggler;
+  switch (outer::late_work(late, straggler, options_.fragments)) {
+    case outer::LateWork::drop:
+      if (streaming())
+        note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
+                 phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
+      else
+        note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
+                 phase_->round, " (", late, " round(s) late, policy ",
+                 straggler.policy == outer::StragglerPolicy::drop ? "drop" : "carry", ")"));
+      act(DropWork{phase_->tokens});
+      release_trainer(false);
+      return;
+    case outer::LateWork::carry:
+      if (ready_round_ != round) note(cat("late work joins round ", round, ": trained from the anchor of round ",
+                                          phase_->round));
+      break;
+    case outer::LateWork::on_time: break;
+  }
+  if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
+    ready_round_ = round;
+    ready_at_ = now;
+    const double loss = std::isfinite(phase_->loss) ? phase_->loss : 0.0;
+    send_coordinator(ReadyMessage{round, phase_->round, std::max<std::uint64_t>(phase_->tokens, 1),
+                                  options_.inner_steps, loss});
+  }
+  wake = *ready_at_ + options_.ready_resend_ms;
+}
+
+void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  // One transfer at a time: while one is arriving, asking again (or another
+  // site) would only start a second one over the same links.
+  if (transfer_peer_ && now - progress_at_ < options_.state_stall_ms) {
+    wake = progress_at_ + options_.state_stall_ms;
+    return;
+  }
+  const auto last = asked_at_ ? std::max(*asked_at_, progress_at_) : Clock::time_point{};
+  if (asked_at_ && now - last < options_.state_retry_ms) {
+    wake = last + options_.state_retry_ms;
+    return;
+  }
+  // The coordinator holds the committed state; a coordinator catching up
+  // asks the other sites in turn.
+  std::string source = options_.coordinator;
+  if (is_coordinator()) {
+    std::vector<std::string> others;
+    for (const auto& s : options_.sites)
+      if (s != options_.self) others.push_back(s);
+    if (others.empty()) return;
+    auto it = std::find(others.begin(), others.end(), source_);
+    source = (it == others.end() || std::next(it) == others.end()) ? others.front() : *std::next(it);
+  }
+  source_ = source;
+  asked_at_ = now;
+  act(Send{source, StateRequestMessage{options_.job}});
+  wake = now + options_.state_retry_ms;
+}
+
+ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
+  std::optional<Clock::time_point> wake;
+  if (where_ == Where::idle && phase_) consider_phase(now, wake);
+  if (where_ == Where::committing && participant_) {
+    // COMMIT, and again every resend interval: the coordinator may have
+    // missed it, or restarted.
+    if (!commit_sent_at_ || now - *commit_sent_at_ >= options_.ready_resend_ms) {
+      commit_sent_at_ = now;
+      send_coordinator(CommitMessage{plan_->round, digest_, plan_->attempt});
+    }
+    wake = *commit_sent_at_ + options_.ready_resend_ms;
+  }
+  if (where_ == Where::catching_up) ask_for_state(now, wake);
+  Actions out;
+  out.actions = std::move(actions_);
+  out.notes = std::move(notes_);
+  out.wake_at = wake;
+  actions_.clear();
+  notes_.clear();
+  return out;
+}
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,301 @@
+// The site's side of a round as a state machine without I/O, the twin of
+// coordinator_machine.h. JobRun feeds it what happens (the trainer finished
+// a phase; the coordinator sent PLAN, COMMITTED or ABORT; an exchange ended;
+// a peer offered state, or it arrived; a stop; the time) and carries out the
+// actions step() returns, in order: send this, start the exchange of this
+// plan, apply this round, release the trainer, ask for the state...
+//
+// Where the site is (where()):
+//
+//   awaiting_initial  the coordinator of a new job: the first trainer's
+//                     initialization becomes round 1's anchor
+//   catching_up       no usable committed state, or behind the job: STATE_SYNC
+//                     from a peer; the trainer waits for an anchor
+//   idle              holds the committed state of round R (rounds committed);
+//                     the trainer trains toward R + 1, or its finished phase
+//                     waits for a PLAN (READY is resent until one comes)
+//   exchanging        PLAN(R + 1) taken: the all-reduce runs (as a
+//                     participant, or as an observer left out of the plan)
+//   unwinding         the exchange was aborted or overtaken while its
+//                     all-reduce still runs; what comes next waits for it
+//   committing        the next anchor's digest is known (COMMIT sent by a
+//                     participant); waits for COMMITTED or ABORT
+//   applying          COMMITTED named that digest: the step is being applied
+//                     (ApplyRound, answered by on_applied())
+//   finished          the job's last round is applied here
+//   ended             stopped, cancelled or failed: nothing changes any more
+//
+// The rules that keep every site's anchor right, each in one place below:
+//   - only committed state is held: a round is applied when COMMITTED names
+//     the digest this site computed for it; a different digest, a COMMITTED
+//     this site had no part in, or a PLAN beyond R + 1 means catching up;
+//   - a trainer is given an anchor once, the first one this site holds
+//     (WelcomeTrainer); from then on it moves only through ReleaseTrainer,
+//     so it always starts from the anchor of the round it is counted in;
+//     when the state moves past an anchor the trainer still trains from,
+//     that anchor is kept first (KeepTrainerAnchor): it is the base of the
+//     trainer's late Δ;
+//   - a new state is installed only while no exchange runs (its buffers are
+//     the exchange's input): a need to catch up during an exchange waits in
+//     unwinding;
+//   - a late phase is carried or dropped by diloco's late-work rule, which
+//     the coordinator's weights use too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/control_messages.h"
+#include "daemon/round_decision.h"
+#include "outer/straggler.h"
+
+namespace geoloco::daemon {
+
+struct ParticipantOptions {
+  std::string job;                     ///< the job's name
+  std::string self;                    ///< this site
+  std::string coordinator;             ///< the job's coordinator (may be self)
+  std::vector<std::string> sites;      ///< the job's sites, in the job's order
+  std::uint32_t fragments = 1;         ///< Streaming DiLoCo's F (1: plain DiLoCo)
+  outer::StragglerOptions straggler;   ///< carry or drop, max_rounds_late
+  std::uint64_t inner_steps = 0;       ///< H as READY reports it (0 with a time-based phase)
+  Millis ready_resend_ms{300};         ///< READY again after this long without a PLAN (the heartbeat interval)
+  Millis state_retry_ms{1000};         ///< ask for the state again after this long without an answer or a frame
+  Millis state_stall_ms{2000};         ///< a transfer without a frame for this long may be replaced by another
+};
+
+/// A committed state this site holds: R rounds committed, the digest of the anchor of round R + 1.
+struct HeldState {
+  std::uint64_t round = 0;
+  std::string digest;
+};
+
+/// The trainer's finished inner phase (TrainerHost's InnerPhase without its replica).
+struct PhaseReport {
+  std::uint64_t round = 0;     ///< the round it trained for: its anchor is that of `round`
+  std::uint32_t fragment = 0;  ///< streaming: the fragment it synced
+  std::uint64_t tokens = 0;
+  double loss = 0;
+};
+
+/// How the job ended on this site.
+enum class JobEnd { finished, stopped, cancelled, failed };
+
+namespace participant {
+/// Send `message` to `to` (this site included). `now`: past the peer's
+/// outbox, for STATE_SYNC's accept, which a (re)joining peer needs at once.
+struct Send {
+  std::string to;
+  ControlMessage message;
+  bool now = false;
+};
+/// Run the all-reduce of `plan`: with this site's Δ (participant), or
+/// receiving the average only (observer). Report with on_exchange_done().
+struct StartExchange {
+  PlanMessage plan;
+  bool participant = false;
+};
+/// This site is named in a plan it will not run (it is catching up, has no
+/// phase to give, or the plan was superseded before it began): tell the
+/// transport to drop that exchange's frames rather than wait for it.
+struct DeclineExchange {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+};
+/// Apply the outer step of the exchanged round for real: its digest is the
+/// committed one. Answer with on_applied().
+struct ApplyRound {
+  CommittedMessage committed;
+  bool participant = false;  ///< this site's Δ was in the round (its residual takes the round's encodes)
+};
+/// Before the held state moves: the trainer trains from the anchor held
+/// now; keep it, it is the base of the trainer's Δ. `replaced`: a new state
+/// replaces the held one (the anchor may be moved out); else the step
+/// changes it in place (copy it).
+struct KeepTrainerAnchor {
+  bool replaced = false;
+};
+/// Hand the trainer the held anchor and the round after it (finish_round);
+/// with `stop` the trainer exits.
+struct ReleaseTrainer {
+  std::uint64_t next_round = 0;
+  bool stop = false;
+};
+/// Late work dropped: count its tokens (the note says why).
+struct DropWork {
+  std::uint64_t tokens = 0;
+};
+/// The first anchor the trainer gets: the held one, for round `round`.
+struct WelcomeTrainer {
+  std::uint64_t round = 0;
+};
+/// A new job's anchor is the trainer's initialization: publish it to the trainer.
+struct PublishInitial {};
+/// Take the state that arrived (on_state_arrived()'s) as the held state.
+struct InstallState {};
+/// Receive the state `peer` offered for `round`, and accept the offer
+/// (past the outbox: now the frames may come). A receiver that cannot be
+/// made is reported with on_state_failed().
+struct ReceiveState {
+  std::string peer;
+  StateOfferMessage offer;
+};
+/// Forget the transfer in progress: its frames are dropped from now on.
+struct DropTransfer {};
+/// Offer the held state to `peer`, or say why there is none (`reason`).
+struct OfferState {
+  std::string peer;
+  std::string reason;  ///< empty: offer the state
+};
+/// Checkpoint the held state (every checkpoint.every_rounds).
+struct SaveCheckpoint {};
+/// The job ends here: `end` says how; `checkpoint` whether the held state
+/// may be saved (it is committed and current).
+struct EndJob {
+  JobEnd end = JobEnd::finished;
+  std::string reason;
+  bool checkpoint = false;
+};
+}  // namespace participant
+
+using ParticipantAction =
+    std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange, participant::ApplyRound,
+                 participant::KeepTrainerAnchor,
+                 participant::ReleaseTrainer, participant::DropWork, participant::WelcomeTrainer,
+                 participant::PublishInitial, participant::InstallState, participant::ReceiveState,
+                 participant::DropTransfer, participant::OfferState, participant::SaveCheckpoint, participant::EndJob>;
+
+class ParticipantMachine {
+ public:
+  enum class Where { awaiting_initial, catching_up, idle, exchanging, unwinding, committing, applying, finished, ended };
+
+  /// `checkpoint`: the committed state loaded from this site's checkpoint,
+  /// if it is usable. `journal`: the coordinator's journal's last committed
+  /// round (coordinator only; round 0 when nothing was committed). A
+  /// coordinator starts from its checkpoint when it matches the journal
+  /// (round and digest), from its trainer's initialization when nothing was
+  /// ever committed, and catches up otherwise; every other site catches up.
+  /// `checkpoint_every`: rounds between checkpoints (0: none), counted as
+  /// the job counts them (streaming: periods of F rounds).
+  ParticipantMachine(ParticipantOptions options, std::optional<HeldState> checkpoint, std::optional<HeldState> journal,
+                     std::uint64_t checkpoint_every, Clock::time_point now);
+
+  // Inputs. Each returns an error only for a message that makes no sense
+  // here (it changes nothing); messages that are merely stale are ignored.
+  void on_initial_parameters(const HeldState& initial);
+  void on_phase(const PhaseReport& phase);
+  /// Errors: invalid_argument (not from the coordinator).
+  Status on_plan(const std::string& from, const PlanMessage& plan);
+  Status on_committed(const std::string& from, const CommittedMessage& committed);
+  Status on_abort(const std::string& from, const AbortMessage& abort);
+  /// The exchange of (round, attempt) ended: the next anchor's digest, or why it failed.
+  void on_exchange_done(std::uint64_t round, std::uint64_t attempt, const Result<std::string>& digest);
+  /// ApplyRound was carried out. An error (the anchor did not come out as
+  /// committed, although the same step computed aside did) ends the job
+  /// here as failed, without a checkpoint of the broken state.
+  void on_applied(const Status& applied);
+  void on_state_request(const std::string& from);
+  void on_state_offer(const std::string& from, const StateOfferMessage& offer, Clock::time_point now);
+  /// A state frame of the transfer in progress arrived.
+  void on_state_progress(Clock::time_point now);
+  /// The transfer in progress is complete and its digest checked.
+  void on_state_arrived(const HeldState& state);
+  /// The transfer in progress broke (its frames, its digest): ask again later.
+  void on_state_failed(const std::string& why);
+  /// The trainer failed for good.
+  void on_trainer_failed(const std::string& why);
+  /// geoloco cancel, or the daemon stops.
+  void on_stop(JobEnd end, const std::string& reason);
+
+  struct Actions {
+    std::vector<ParticipantAction> actions;    ///< carry out in order
+    std::vector<std::string> notes;            ///< for the log
+    std::optional<Clock::time_point> wake_at;  ///< call step() again then at the latest
+  };
+  /// The actions since the last step, and what the time alone brings (READY
+  /// again, COMMIT again, asking for the state again).
+  Actions step(Clock::time_point now);
+
+  Where where() const { return where_; }
+  static std::string_view where_name(Where where);
+  /// The committed state held (also a stale one while catching up).
+  const std::optional<HeldState>& held() const { return held_; }
+  /// The finished phase waiting for a round, if any.
+  const std::optional<PhaseReport>& phase() const { return phase_; }
+  /// The plan being exchanged or committed.
+  const std::optional<PlanMessage>& plan() const { return plan_; }
+  /// The highest committed round this site has heard of.
+  std::uint64_t known_committed() const { return known_committed_; }
+  /// The round whose anchor the trainer trains from (0: it has none yet).
+  std::uint64_t trainer_round() const { return trainer_round_; }
+  /// What HEARTBEAT says: exchange, ready, inner or idle.
+  std::string_view heartbeat_phase() const;
+
+ private:
+  enum class After { idle, plan, catch_up };  ///< what follows an unwinding exchange
+
+  bool is_coordinator() const { return options_.self == options_.coordinator; }
+  bool streaming() const { return options_.fragments > 1; }
+  /// Holds the committed state of the job's last round it knows to apply from.
+  bool holds_current() const;
+  void act(ParticipantAction action) { actions_.push_back(std::move(action)); }
+  void note(std::string line) { notes_.push_back(std::move(line)); }
+  void send_coordinator(ControlMessage message) { act(participant::Send{options_.coordinator, std::move(message)}); }
+
+  void start_plan(const PlanMessage& plan);
+  /// DeclineExchange for a plan that names this site.
+  void decline(const PlanMessage& plan);
+  void catch_up(const std::string& why);
+  void apply(const CommittedMessage& committed);
+  void become_idle();
+  void welcome_trainer();
+  void release_trainer(bool stop);
+  void finish();
+  void end(JobEnd how, const std::string& reason);
+  void offer_to_waiting();
+  void consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake);
+  void ask_for_state(Clock::time_point now, std::optional<Clock::time_point>& wake);
+
+  ParticipantOptions options_;
+  std::uint64_t checkpoint_every_;
+  Where where_;
+  std::optional<HeldState> held_;
+  std::uint64_t known_committed_ = 0;
+  std::optional<std::uint64_t> final_round_;  ///< the job's last round, once a final COMMITTED named it
+  std::uint64_t trainer_round_ = 0;
+  std::optional<PhaseReport> phase_;
+
+  // The round in hand (exchanging, unwinding, committing, applying).
+  std::optional<PlanMessage> plan_;
+  bool participant_ = false;                      ///< this site's Δ is in plan_ (else it observes)
+  std::optional<CommittedMessage> early_commit_;  ///< exchanging: COMMITTED came before the exchange ended
+  std::string digest_;                            ///< committing: the next anchor's digest
+  std::optional<Clock::time_point> commit_sent_at_;
+  After after_ = After::idle;                     ///< unwinding: what comes next
+  std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
+  std::string catch_up_why_;                      ///< unwinding, After::catch_up
+
+  // READY, resent until a PLAN: the round and time of the last one.
+  std::uint64_t ready_round_ = 0;
+  std::optional<Clock::time_point> ready_at_;
+
+  // STATE_SYNC, asked for while catching up.
+  std::string source_;
+  std::optional<Clock::time_point> asked_at_;
+  std::optional<std::string> transfer_peer_;  ///< the transfer in progress, if any
+  std::uint64_t transfer_round_ = 0;
+  Clock::time_point progress_at_{};
+  /// Peers told "no state yet": offered the state as soon as this site holds it.
+  std::set<std::string> waiting_for_state_;
+
+  std::vector<ParticipantAction> actions_;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,716 @@
+// The site's side of the rounds with a fixed clock: every transition of the
+// participant machine, the interleavings the end-to-end tests once found the
+// hard way, and a stop in every state, each checked by the actions it
+// orders (in order) and what they carry.
+#include <catch2/catch.hpp>
+
+#include "common/overload.h"
+#include "daemon/participant_machine.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using namespace geoloco::daemon::participant;
+using namespace std::chrono_literals;
+using Where = ParticipantMachine::Where;
+
+namespace {
+const Clock::time_point t0{std::chrono::hours(3)};
+const std::string kDigest1 = "1111111111111111", kDigest2 = "2222222222222222", kDigest3 = "3333333333333333";
+
+// (Initialized, not assigned: GCC 12's -Wrestrict misfires on assigning short literals.)
+ParticipantOptions options(const std::string& self = "b") {
+  return ParticipantOptions{.job = "j",
+                            .self = self,
+                            .coordinator = "a",
+                            .sites = {"a", "b", "c"},
+                            .fragments = 1,
+                            .straggler = {},
+                            .inner_steps = 20,
+                            .ready_resend_ms = 300ms,
+                            .state_retry_ms = 1s,
+                            .state_stall_ms = 2s};
+}
+
+// One word per action, in order: what a reader of a log would call it.
+std::string kind(const ParticipantAction& a) {
+  return std::visit(
+      Overload{[](const Send& s) { return cat("send ", control_type_name(s.message), " to ", s.to); },
+               [](const StartExchange& e) { return std::string(e.participant ? "exchange" : "observe"); },
+               [](const DeclineExchange& d) { return cat("decline ", d.round, ".", d.attempt); },
+               [](const ApplyRound&) { return std::string("apply"); },
+               [](const KeepTrainerAnchor&) { return std::string("keep anchor"); },
+               [](const ReleaseTrainer& r) { return cat("release ", r.next_round, r.stop ? " stop" : ""); },
+               [](const DropWork& d) { return cat("drop ", d.tokens); },
+               [](const WelcomeTrainer& w) { return cat("welcome ", w.round); },
+               [](const PublishInitial&) { return std::string("publish initial"); },
+               [](const InstallState&) { return std::string("install"); },
+               [](const ReceiveState& r) { return cat("receive from ", r.peer); },
+               [](const DropTransfer&) { return std::string("drop transfer"); },
+               [](const OfferState& o) { return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason); },
+               [](const SaveCheckpoint&) { return std::string("checkpoint"); },
+               [](const EndJob& e) {
+                 const char* how[] = {"finished", "stopped", "cancelled", "failed"};
+                 return cat("end ", how[static_cast<int>(e.end)], e.checkpoint ? " with checkpoint" : "");
+               }},
+      a);
+}
+
+std::vector<std::string> kinds(const ParticipantMachine::Actions& a) {
+  std::vector<std::string> out;
+  for (const auto& x : a.actions) out.push_back(kind(x));
+  return out;
+}
+
+template <class T>
+const T& first(const ParticipantMachine::Actions& a) {
+  for (const auto& x : a.actions)
+    if (const T* t = std::get_if<T>(&x)) return *t;
+  FAIL("no such action");
+  throw 0;
+}
+
+template <class M>
+const M& sent(const ParticipantMachine::Actions& a) {
+  for (const auto& x : a.actions)
+    if (const Send* s = std::get_if<Send>(&x))
+      if (const M* m = std::get_if<M>(&s->message)) return *m;
+  FAIL("no such message sent");
+  throw 0;
+}
+
+bool noted(const ParticipantMachine::Actions& a, const std::string& part) {
+  for (const auto& n : a.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+PlanMessage plan(std::uint64_t round, std::vector<std::string> participants, std::vector<std::string> late = {},
+                 std::uint64_t attempt = 0) {
+  PlanMessage p;
+  p.round = round;
+  p.participants = std::move(participants);
+  p.weights.assign(p.participants.size(), 1.0);
+  p.late = std::move(late);
+  p.attempt = attempt;
+  return p;
+}
+
+StateOfferMessage offer(std::uint64_t round, const std::string& digest) {
+  return StateOfferMessage{"j", round, digest, 10, 1 << 20, "", {}};
+}
+
+// Site b after catching up to the state of `round`: idle, its trainer
+// welcomed at round + 1.
+ParticipantMachine joined(std::uint64_t round = 0, ParticipantOptions o = options()) {
+  ParticipantMachine m(o, std::nullopt, std::nullopt, 0, t0);
+  m.on_state_offer("a", offer(round, kDigest1), t0);
+  m.on_state_arrived({round, kDigest1});
+  (void)m.step(t0);
+  REQUIRE(m.where() == Where::idle);
+  REQUIRE(m.trainer_round() == round + 1);
+  return m;
+}
+
+// Site b with round `round`'s phase READY, exchanged and committing `digest`.
+void to_committing(ParticipantMachine& m, std::uint64_t round, const std::string& digest) {
+  m.on_phase({round, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(round, {"a", "b", "c"})).ok());
+  m.on_exchange_done(round, 0, digest);
+  (void)m.step(t0);
+  REQUIRE(m.where() == Where::committing);
+}
+}  // namespace
+
+TEST_CASE("a new job's coordinator takes its trainer's initialization, then trains; JOIN goes first") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{0, ""}, 0, t0);
+  CHECK(m.where() == Where::awaiting_initial);
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"send join to a"});
+  CHECK(sent<JoinMessage>(a).last_committed_round == 0);
+  CHECK(noted(a, "waiting for the trainer's initial parameters"));
+  m.on_initial_parameters({0, kDigest1});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"publish initial"});
+  CHECK(m.where() == Where::idle);
+  CHECK(m.trainer_round() == 1);
+  CHECK(m.heartbeat_phase() == "inner");
+}
+
+TEST_CASE("a joining site asks the coordinator, retries on silence, and welcomes its trainer with the state") {
+  ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
+  CHECK(m.where() == Where::catching_up);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send join to a", "send state_request to a"});
+  CHECK(kinds(m.step(t0 + 900ms)).empty());
+  auto again = m.step(t0 + 1s);
+  CHECK(kinds(again) == std::vector<std::string>{"send state_request to a"});
+  REQUIRE(again.wake_at);
+  CHECK(*again.wake_at == t0 + 2s);
+
+  // An answer without state changes nothing; a stale one neither.
+  StateOfferMessage none;
+  none.reason = "no committed state yet";
+  m.on_state_offer("a", none, t0 + 1100ms);
+  auto quiet = m.step(t0 + 1100ms);
+  CHECK(kinds(quiet).empty());
+  CHECK(noted(quiet, "a has no state to give yet: no committed state yet"));
+
+  m.on_state_offer("a", offer(4, kDigest1), t0 + 1200ms);
+  CHECK(kinds(m.step(t0 + 1200ms)) == std::vector<std::string>{"receive from a"});
+  // While frames arrive nobody is asked again, however long it takes.
+  m.on_state_progress(t0 + 3s);
+  CHECK(kinds(m.step(t0 + 4s)).empty());
+  CHECK(m.heartbeat_phase() == "idle");
+  m.on_state_arrived({4, kDigest1});
+  auto in = m.step(t0 + 4s);
+  // A trainer that had no anchor yet starts from this one: no older anchor to keep.
+  CHECK(kinds(in) == std::vector<std::string>{"install", "welcome 5"});
+  CHECK(m.where() == Where::idle);
+  CHECK(m.held()->round == 4);
+}
+
+TEST_CASE("a restarted site's trainer is welcomed only with the state it catches up to, never its checkpoint's") {
+  // Its checkpoint holds round 3; the job is at round 9. The trainer says
+  // HELLO before STATE_SYNC arrives: it is not welcomed with round 3's anchor.
+  ParticipantMachine m(options(), HeldState{3, kDigest1}, std::nullopt, 0, t0);
+  auto start = m.step(t0);
+  CHECK(kinds(start) == std::vector<std::string>{"send join to a", "send state_request to a"});
+  CHECK(sent<JoinMessage>(start).last_committed_round == 3);
+  CHECK(m.where() == Where::catching_up);
+  CHECK(m.trainer_round() == 0);
+  // A PLAN, COMMITTED or ABORT meanwhile changes nothing but what is known;
+  // a plan that names it is declined, so its frames never hold a connection up.
+  CHECK(m.on_plan("a", plan(10, {"a", "c"})).ok());
+  CHECK(m.on_plan("a", plan(10, {"a", "c"}, {"b"}, 1)).ok());
+  CHECK(m.on_committed("a", {9, kDigest2, false}).ok());
+  CHECK(m.known_committed() == 9);
+  CHECK(kinds(m.step(t0 + 50ms)) == std::vector<std::string>{"decline 10.1"});
+  // An offer older than what is committed is not taken.
+  m.on_state_offer("a", offer(8, kDigest3), t0 + 100ms);
+  CHECK(kinds(m.step(t0 + 100ms)).empty());
+  m.on_state_offer("a", offer(9, kDigest2), t0 + 200ms);
+  CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"receive from a"});
+  m.on_state_arrived({9, kDigest2});
+  CHECK(kinds(m.step(t0 + 300ms)) == std::vector<std::string>{"install", "welcome 10"});
+  CHECK(m.trainer_round() == 10);
+}
+
+TEST_CASE("a coordinator resumes from its checkpoint only when it holds the journal's committed round and digest") {
+  SECTION("matching: the trainer is welcomed with it") {
+    ParticipantMachine m(options("a"), HeldState{5, kDigest1}, HeldState{5, kDigest1}, 0, t0);
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send join to a", "welcome 6"});
+    CHECK(noted(a, "resumed from the checkpoint of round 5"));
+    CHECK(m.where() == Where::idle);
+  }
+  SECTION("behind the journal: the state comes from the other sites, in turn") {
+    ParticipantMachine m(options("a"), HeldState{4, kDigest1}, HeldState{5, kDigest2}, 0, t0);
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send join to a", "send state_request to b"});
+    CHECK(noted(a, "the checkpoint holds round 4, the journal's last committed round is 5"));
+    CHECK(kinds(m.step(t0 + 1s)) == std::vector<std::string>{"send state_request to c"});
+    CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"send state_request to b"});
+  }
+  SECTION("the right round with another anchor (an edited round field): not loaded") {
+    ParticipantMachine m(options("a"), HeldState{5, kDigest3}, HeldState{5, kDigest2}, 0, t0);
+    auto a = m.step(t0);
+    CHECK(m.where() == Where::catching_up);
+    CHECK(noted(a, "the checkpoint's anchor of round 5 is 3333333333333333, the journal committed 2222222222222222"));
+  }
+  SECTION("no usable checkpoint (a damaged one is set aside) after commits: caught up, never stuck") {
+    ParticipantMachine m(options("a"), std::nullopt, HeldState{5, kDigest2}, 0, t0);
+    auto a = m.step(t0);
+    CHECK(m.where() == Where::catching_up);
+    CHECK(kinds(a) == std::vector<std::string>{"send join to a", "send state_request to b"});
+    CHECK(noted(a, "the journal's last committed round is 5 and no usable checkpoint is here"));
+    m.on_state_offer("b", offer(5, kDigest2), t0);
+    m.on_state_arrived({5, kDigest2});
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b", "install", "welcome 6"});
+  }
+}
+
+TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED, the step, the trainer released") {
+  auto m = joined(2);
+  m.on_phase({3, 0, 0, std::nan("")});
+  auto ready = m.step(t0 + 1s);
+  CHECK(kinds(ready) == std::vector<std::string>{"send ready to a"});
+  const auto& r = sent<ReadyMessage>(ready);
+  CHECK((r.round == 3 && r.anchor_round == 3 && r.inner_steps == 20));
+  CHECK(r.tokens == 1);   // at least 1: token weighting never sees 0
+  CHECK(r.loss == 0.0);   // a non-finite loss is not sent
+  CHECK(m.heartbeat_phase() == "ready");
+  CHECK(kinds(m.step(t0 + 1200ms)).empty());
+  CHECK(kinds(m.step(t0 + 1300ms)) == std::vector<std::string>{"send ready to a"});
+
+  REQUIRE(m.on_plan("a", plan(3, {"a", "b", "c"})).ok());
+  auto ex = m.step(t0 + 1400ms);
+  CHECK(kinds(ex) == std::vector<std::string>{"exchange"});
+  CHECK(first<StartExchange>(ex).plan.round == 3);
+  CHECK(m.where() == Where::exchanging);
+  CHECK(m.heartbeat_phase() == "exchange");
+  CHECK(kinds(m.step(t0 + 2s)).empty());  // no READY while exchanging
+
+  m.on_exchange_done(3, 0, kDigest2);
+  auto commit = m.step(t0 + 2s);
+  CHECK(kinds(commit) == std::vector<std::string>{"send commit to a"});
+  CHECK((sent<CommitMessage>(commit).round == 3 && sent<CommitMessage>(commit).anchor_digest == kDigest2));
+  CHECK(kinds(m.step(t0 + 2200ms)).empty());
+  CHECK(kinds(m.step(t0 + 2300ms)) == std::vector<std::string>{"send commit to a"});  // the coordinator may have missed it
+
+  REQUIRE(m.on_committed("a", {3, kDigest2, false}).ok());
+  auto apply = m.step(t0 + 2400ms);
+  CHECK(kinds(apply) == std::vector<std::string>{"apply"});
+  CHECK(first<ApplyRound>(apply).participant);
+  CHECK(m.where() == Where::applying);
+  m.on_applied({});
+  CHECK(kinds(m.step(t0 + 2400ms)) == std::vector<std::string>{"release 4"});
+  CHECK(m.where() == Where::idle);
+  CHECK(m.held()->round == 3);
+  CHECK(m.held()->digest == kDigest2);
+  CHECK(m.trainer_round() == 4);
+  CHECK_FALSE(m.phase());
+}
+
+TEST_CASE("checkpoints follow every N committed rounds") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{0, ""}, 2, t0);
+  m.on_initial_parameters({0, kDigest1});
+  (void)m.step(t0);
+  std::vector<std::vector<std::string>> after;
+  for (std::uint64_t round = 1; round <= 3; ++round) {
+    m.on_phase({round, 0, 10, 1.0});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(round, {"a", "b"})).ok());
+    m.on_exchange_done(round, 0, kDigest2);
+    REQUIRE(m.on_committed("a", {round, kDigest2, false}).ok());
+    (void)m.step(t0);
+    m.on_applied({});
+    after.push_back(kinds(m.step(t0)));
+  }
+  CHECK(after[0] == std::vector<std::string>{"release 2"});
+  CHECK(after[1] == std::vector<std::string>{"release 3", "checkpoint"});
+  CHECK(after[2] == std::vector<std::string>{"release 4"});
+}
+
+TEST_CASE("a COMMITTED with another digest than this site's, or for a round it had no part in, means catching up") {
+  SECTION("another digest: nothing is applied") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", {1, kDigest3, false}).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "this site computed anchor 2222222222222222 for round 1, the committed one is 3333333333333333"));
+    CHECK(m.where() == Where::catching_up);
+    CHECK(m.held()->round == 0);
+  }
+  SECTION("a round without this site") {
+    auto m = joined(0);
+    REQUIRE(m.on_committed("a", {1, kDigest3, false}).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "round 1 was committed without this site"));
+  }
+  SECTION("an old or repeated COMMITTED changes nothing") {
+    auto m = joined(4);
+    REQUIRE(m.on_committed("a", {4, kDigest1, false}).ok());
+    REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+    CHECK(kinds(m.step(t0)).empty());
+    CHECK(m.where() == Where::idle);
+  }
+}
+
+TEST_CASE("an ABORT: while exchanging the exchange unwinds first; while committing READY goes out again at once") {
+  SECTION("exchanging") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    (void)m.step(t0);
+    REQUIRE(m.on_abort("a", {1, "peer c: no data"}).ok());
+    auto a = m.step(t0 + 100ms);
+    CHECK(kinds(a).empty());  // no READY while the all-reduce still runs
+    CHECK(noted(a, "round 1 aborted: peer c: no data"));
+    CHECK(m.where() == Where::unwinding);
+    m.on_exchange_done(1, 0, kDigest2);  // its result is discarded
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"send ready to a"});
+    CHECK(m.where() == Where::idle);
+  }
+  SECTION("committing") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
+    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"send ready to a"});
+    CHECK(m.where() == Where::idle);
+    CHECK(m.held()->round == 0);
+  }
+  SECTION("an ABORT of another round is ignored") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_abort("a", {2, "?"}).ok());
+    CHECK(m.where() == Where::committing);
+  }
+}
+
+TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());  // attempt 1 never began here: declined
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});  // not two exchanges at once
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  auto next = m.step(t0);
+  CHECK(kinds(next) == std::vector<std::string>{"exchange"});
+  CHECK(first<StartExchange>(next).plan.attempt == 2);
+  // The first attempt's failure is not reported: the coordinator moved on.
+  CHECK(m.where() == Where::exchanging);
+}
+
+TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends that plan too") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 0's ABORT was lost
+  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());       // this one is attempt 1's
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send ready to a"});
+  CHECK(m.where() == Where::idle);
+}
+
+TEST_CASE("a new attempt's PLAN without the ABORT (lost) supersedes the exchange in flight") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());  // the same plan again: nothing new
+  CHECK(m.where() == Where::exchanging);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  CHECK(m.where() == Where::unwinding);
+  m.on_exchange_done(1, 1, kDigest2);  // not the exchange that runs: ignored
+  CHECK(m.where() == Where::unwinding);
+  m.on_exchange_done(1, 0, Status(Err::timeout, "all-reduce did not finish"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
+}
+
+TEST_CASE("a lost COMMITTED and the round planned again: the old attempt is void, the new one runs") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"exchange"});
+  CHECK(noted(a, "round 1 is planned again (attempt 1): this site's attempt 0 is void"));
+  m.on_exchange_done(1, 1, kDigest3);
+  auto commit = m.step(t0);
+  CHECK(sent<CommitMessage>(commit).attempt == 1);
+  CHECK(sent<CommitMessage>(commit).anchor_digest == kDigest3);
+}
+
+TEST_CASE("a plan for a round beyond the next one: catching up, but only after the exchange in flight ends") {
+  SECTION("idle") {
+    auto m = joined(0);
+    REQUIRE(m.on_plan("a", plan(3, {"a", "c"})).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "PLAN of round 3 while this site holds round 0"));
+  }
+  SECTION("exchanging: the state would pull the exchange's buffers away") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {"b"})).ok());
+    CHECK(m.where() == Where::unwinding);
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0"});
+    m.on_state_offer("a", offer(2, kDigest3), t0);  // not asked for yet: not taken
+    CHECK(kinds(m.step(t0)).empty());
+    m.on_exchange_done(1, 0, kDigest2);
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send state_request to a"});
+    CHECK(m.where() == Where::catching_up);
+  }
+}
+
+TEST_CASE("a late site observes the round, applies it keeping its trainer's anchor, and carries its work on") {
+  auto m = joined(0);
+  // Left out of round 1 (its phase is not done): it receives the average.
+  REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+  auto obs = m.step(t0);
+  CHECK(kinds(obs) == std::vector<std::string>{"observe"});
+  // COMMITTED overtakes the end of its exchange: applied once that is in.
+  REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+  CHECK(kinds(m.step(t0)).empty());
+  m.on_exchange_done(1, 0, kDigest2);
+  auto apply = m.step(t0);
+  CHECK(kinds(apply) == std::vector<std::string>{"keep anchor", "apply"});
+  CHECK_FALSE(first<ApplyRound>(apply).participant);
+  CHECK_FALSE(first<KeepTrainerAnchor>(apply).replaced);
+  m.on_applied({});
+  CHECK(kinds(m.step(t0)).empty());  // its trainer goes on from the anchor of round 1
+  CHECK(m.trainer_round() == 1);
+  m.on_phase({1, 0, 640, 1.2});
+  auto late = m.step(t0 + 1s);
+  CHECK(kinds(late) == std::vector<std::string>{"send ready to a"});
+  CHECK((sent<ReadyMessage>(late).round == 2 && sent<ReadyMessage>(late).anchor_round == 1));
+  CHECK(noted(late, "late work joins round 2: trained from the anchor of round 1"));
+  // Included in round 2: after the step the trainer continues from the anchor of round 3.
+  REQUIRE(m.on_plan("a", plan(2, {"a", "b", "c"})).ok());
+  m.on_exchange_done(2, 0, kDigest3);
+  REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+  CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"exchange", "apply"});
+  m.on_applied({});
+  CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"release 3"});
+}
+
+TEST_CASE("late work is dropped under drop, past max_rounds_late, and always with streaming") {
+  auto late_by = [](ParticipantOptions o, std::uint64_t rounds) {
+    auto m = joined(rounds, o);
+    m.on_phase({1, 2, 500, 1.0});  // trained from the anchor of round 1
+    return m.step(t0);
+  };
+  auto o = options();
+  CHECK(kinds(late_by(o, 2)) == std::vector<std::string>{"send ready to a"});  // carry, 2 rounds late
+  o.straggler.max_rounds_late = 2;
+  auto past = late_by(o, 3);
+  CHECK(kinds(past) == std::vector<std::string>{"drop 500", "release 4"});
+  CHECK(noted(past, "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
+                    "policy carry)"));
+  o = options();
+  o.straggler.policy = outer::StragglerPolicy::drop;
+  auto dropped = late_by(o, 1);
+  CHECK(kinds(dropped) == std::vector<std::string>{"drop 500", "release 2"});
+  CHECK(noted(dropped, "policy drop"));
+  o = options();
+  o.fragments = 4;
+  auto fragment = late_by(o, 1);
+  CHECK(kinds(fragment) == std::vector<std::string>{"drop 500", "release 2"});
+  CHECK(noted(fragment, "dropped this site's late fragment 2 of round 1: 500 tokens (1 round(s) late; with streaming "
+                        "a late fragment is always dropped)"));
+}
+
+TEST_CASE("state that arrives while the trainer trains from the held anchor keeps that anchor as its base") {
+  auto m = joined(0);  // trainer welcomed at round 1, training
+  REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());  // missed rounds 1 and 2
+  (void)m.step(t0);
+  m.on_state_offer("a", offer(2, kDigest3), t0);
+  m.on_state_arrived({2, kDigest3});
+  auto in = m.step(t0);
+  CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install"});
+  CHECK(first<KeepTrainerAnchor>(in).replaced);
+  CHECK(m.trainer_round() == 1);  // not welcomed again: it trains on, from the kept anchor
+  m.on_phase({1, 0, 640, 1.0});
+  auto ready = m.step(t0 + 1s);
+  CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 1));
+}
+
+TEST_CASE("the trainer ahead of the held state, or named without a finished phase, is caught and said") {
+  SECTION("a phase of a later round than the next") {
+    auto m = joined(0);
+    m.on_phase({3, 0, 640, 1.0});
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "the trainer finished round 3 while this site holds round 0"));
+  }
+  SECTION("a participant without a phase reports it, so the round is planned again without waiting") {
+    auto m = joined(0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "decline 1.2"});
+    CHECK((sent<FailedMessage>(a).round == 1 && sent<FailedMessage>(a).attempt == 2));
+    CHECK(sent<FailedMessage>(a).reason == "b has no finished phase for round 1");
+    CHECK(m.where() == Where::idle);
+  }
+}
+
+TEST_CASE("a failed exchange is reported with its attempt, and READY goes out again") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 3)).ok());
+  (void)m.step(t0);
+  m.on_exchange_done(1, 3, Status(Err::io, "peer a: not connected"));
+  auto a = m.step(t0 + 100ms);  // READY again at once, not at the next resend
+  CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "send ready to a"});
+  CHECK(sent<FailedMessage>(a).attempt == 3);
+  CHECK(sent<FailedMessage>(a).reason == "peer a: not connected");
+  CHECK(noted(a, "the exchange of round 1 failed: peer a: not connected"));
+  SECTION("an observer's failure is not reported (it owes the round nothing)") {
+    auto o = joined(0);
+    REQUIRE(o.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+    (void)o.step(t0);
+    o.on_exchange_done(1, 0, Status(Err::io, "peer a: reset"));
+    CHECK(kinds(o.step(t0)).empty());
+  }
+}
+
+TEST_CASE("the last round: applied, the trainer told to stop, the job finished; then the final state is handed out") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_committed("a", {1, kDigest2, true}).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"apply"});
+  m.on_applied({});
+  auto end = m.step(t0);
+  CHECK(kinds(end) == std::vector<std::string>{"release 2 stop", "end finished with checkpoint"});
+  CHECK(noted(end, "job finished after round 1"));
+  CHECK(m.where() == Where::finished);
+  // Nothing moves it any more; a site that comes back late gets the final state and COMMITTED.
+  m.on_phase({2, 0, 1, 1});
+  CHECK(m.on_plan("a", plan(2, {"a", "b"})).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 2.0"});
+  m.on_state_request("c");
+  auto late = m.step(t0);
+  CHECK(kinds(late) == std::vector<std::string>{"offer to c", "send committed to c"});
+  CHECK((sent<CommittedMessage>(late).round == 1 && sent<CommittedMessage>(late).final));
+}
+
+TEST_CASE("a final COMMITTED heard while catching up ends the job once the state of that round is in") {
+  ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {6, kDigest2, true}).ok());
+  m.on_state_offer("a", offer(6, kDigest2), t0);
+  m.on_state_arrived({6, kDigest2});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from a", "install", "welcome 7",
+                                                      "end finished with checkpoint"});
+  CHECK(m.where() == Where::finished);
+}
+
+TEST_CASE("STATE_SYNC: a site answers a request with its state, or says why it has none") {
+  auto idle = joined(3);
+  idle.on_state_request("c");
+  CHECK(kinds(idle.step(t0)) == std::vector<std::string>{"offer to c"});
+  ParticipantMachine behind(options(), HeldState{1, kDigest1}, std::nullopt, 0, t0);
+  (void)behind.step(t0);
+  behind.on_state_request("c");
+  CHECK(kinds(behind.step(t0)) == std::vector<std::string>{"offer to c: this site is catching up itself"});
+  ParticipantMachine fresh(options(), std::nullopt, std::nullopt, 0, t0);
+  (void)fresh.step(t0);
+  fresh.on_state_request("c");
+  CHECK(kinds(fresh.step(t0)) == std::vector<std::string>{"offer to c: no committed state yet"});
+}
+
+TEST_CASE("STATE_SYNC: a site that had no state to give offers it to the askers as soon as it holds it") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{0, ""}, 0, t0);
+  (void)m.step(t0);
+  m.on_state_request("b");
+  m.on_state_request("c");
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"offer to b: no committed state yet",
+                                                      "offer to c: no committed state yet"});
+  m.on_initial_parameters({0, kDigest1});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"publish initial", "offer to b", "offer to c"});
+  m.on_state_request("c");  // asked again (its poll): offered again, once
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"offer to c"});
+}
+
+TEST_CASE("STATE_SYNC: a site catching up itself offers the state it installs to those it turned away") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{3, kDigest1}, 0, t0);
+  (void)m.step(t0);
+  m.on_state_request("c");
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"offer to c: no committed state yet"});
+  m.on_state_offer("b", offer(3, kDigest1), t0);
+  m.on_state_arrived({3, kDigest1});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b", "install", "welcome 4", "offer to c"});
+}
+
+TEST_CASE("STATE_SYNC: one transfer at a time; a stalled or broken one gives way") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{4, kDigest1}, 0, t0);
+  (void)m.step(t0);
+  m.on_state_offer("b", offer(4, kDigest1), t0);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
+  m.on_state_offer("b", offer(4, kDigest1), t0 + 500ms);  // the answer to an earlier request: the same transfer
+  m.on_state_offer("c", offer(4, kDigest1), t0 + 500ms);
+  auto busy = m.step(t0 + 500ms);
+  CHECK(kinds(busy).empty());
+  CHECK(noted(busy, "c offers round 4; a transfer from b is arriving"));
+  // No frame for the stall time: another offer replaces it.
+  m.on_state_offer("c", offer(4, kDigest1), t0 + 2500ms);
+  CHECK(kinds(m.step(t0 + 2500ms)) == std::vector<std::string>{"drop transfer", "receive from c"});
+  m.on_state_failed("mismatch: frame 3 arrived twice");
+  auto broken = m.step(t0 + 2600ms);
+  CHECK(noted(broken, "state transfer from c abandoned: mismatch: frame 3 arrived twice"));
+  m.on_state_arrived({4, kDigest1});  // a transfer no longer in progress: nothing is installed
+  CHECK(kinds(m.step(t0 + 2700ms)).empty());
+  CHECK(kinds(m.step(t0 + 3600ms)) == std::vector<std::string>{"send state_request to c"});  // the next site in turn
+}
+
+TEST_CASE("a stop in every state ends the job, saving only committed, current state") {
+  auto stop = [](ParticipantMachine& m) {
+    m.on_stop(JobEnd::stopped, "geolocod stopped");
+    auto a = m.step(t0 + 10s);
+    CHECK(m.where() == Where::ended);
+    // Nothing changes it afterwards.
+    m.on_phase({9, 0, 1, 1});
+    CHECK(m.on_committed("a", {9, kDigest3, true}).ok());
+    m.on_stop(JobEnd::cancelled, "again");
+    CHECK(kinds(m.step(t0 + 11s)).empty());
+    return kinds(a);
+  };
+  const std::vector<std::string> saved{"end stopped with checkpoint"}, unsaved{"end stopped"};
+  SECTION("awaiting the initial parameters") {
+    ParticipantMachine m(options("a"), std::nullopt, HeldState{0, ""}, 0, t0);
+    (void)m.step(t0);
+    CHECK(stop(m) == unsaved);
+  }
+  SECTION("catching up (a stale checkpoint is not saved over the one on disk)") {
+    ParticipantMachine m(options(), HeldState{1, kDigest1}, std::nullopt, 0, t0);
+    (void)m.step(t0);
+    CHECK(stop(m) == unsaved);
+  }
+  SECTION("idle") {
+    auto m = joined(2);
+    CHECK(stop(m) == saved);
+  }
+  SECTION("exchanging, and its end afterwards changes nothing") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    (void)m.step(t0);
+    CHECK(stop(m) == saved);
+    m.on_exchange_done(1, 0, kDigest2);
+    CHECK(kinds(m.step(t0 + 12s)).empty());
+  }
+  SECTION("committing") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    CHECK(stop(m) == saved);
+    CHECK(m.held()->round == 0);  // round 1 was not applied
+  }
+  SECTION("unwinding") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    REQUIRE(m.on_abort("a", {1, "x"}).ok());
+    (void)m.step(t0);
+    CHECK(stop(m) == saved);
+  }
+  SECTION("a failed trainer ends the job as failed") {
+    auto m = joined(0);
+    m.on_trainer_failed("gave up after 5 restarts");
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"end failed with checkpoint"});
+    CHECK(first<EndJob>(a).reason == "the trainer failed: gave up after 5 restarts");
+  }
+  SECTION("an internal failure to apply a round ends it without saving the broken state") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+    (void)m.step(t0);
+    m.on_applied(Status(Err::mismatch, "after round 1 this site's anchor is 3333333333333333"));
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"end failed"});
+  }
+}
+
+TEST_CASE("PLAN, COMMITTED and ABORT from a site other than the coordinator are refused and change nothing") {
+  auto m = joined(0);
+  CHECK(m.on_plan("c", plan(1, {"b", "c"})).message() ==
+        "PLAN of round 1 from c, which is not the coordinator (a)");
+  CHECK(m.on_committed("c", {1, kDigest2, false}).code() == Err::invalid_argument);
+  CHECK(m.on_abort("c", {1, "x"}).code() == Err::invalid_argument);
+  CHECK(kinds(m.step(t0)).empty());
+  CHECK(m.where() == Where::idle);
+}

@@ -4,8 +4,25 @@
 #include "bench/allreduce_bench.h"
 #include "bench/codec_bench.h"
 #include "cli/commands.h"
+#include "cli/units.h"
 
 namespace geoloco::cli {
+
+namespace {
+
+// --size takes 268435456, 256Mi or 268M (cli/units.h): rewritten to bytes for CLI11.
+CLI::Validator size_in_bytes() {
+  return CLI::Validator(
+      [](std::string& text) {
+        auto bytes = parse_size(text);
+        if (!bytes.ok()) return bytes.status().message();
+        text = std::to_string(*bytes);
+        return std::string();
+      },
+      "BYTES");
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app, Action& action) {
   auto* bench = app.add_subcommand("bench", "Measure geoloco's parts on this machine");
@@ -14,7 +31,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto options = std::make_shared<bench::CodecBenchOptions>();
   auto json = std::make_shared<bool>(false);
   auto* codecs = bench->add_subcommand("codecs", "Codec encode/decode GB/s, ratio and error vs. memcpy, on one core");
-  codecs->add_option("--size", options->size_bytes, "fp32 buffer size in bytes")->capture_default_str();
+  codecs->add_option("--size", options->size_bytes, "fp32 buffer size in bytes (suffixes k M G, Ki Mi Gi)")
+      ->transform(size_in_bytes())
+      ->capture_default_str();
   codecs->add_option("--repeats", options->repeats, "timed passes per figure; the fastest counts")->capture_default_str();
   codecs->add_option("--seed", options->seed, "seed of the synthetic pseudo-gradient")->capture_default_str();
   codecs->add_flag("--json", *json, "one JSON object per codec and line");
@@ -36,7 +55,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto* allreduce = bench->add_subcommand(
       "allreduce", "Two-phase all-reduce over loopback TLS: bytes, seconds, Gbit/s per site vs. the link bound and Gloo");
   allreduce->add_option("--sites", ar->sites, "sites (threads in this process)")->capture_default_str();
-  allreduce->add_option("--size", ar->size_bytes, "fp32 tensor size in bytes")->capture_default_str();
+  allreduce->add_option("--size", ar->size_bytes, "fp32 tensor size in bytes (suffixes k M G, Ki Mi Gi)")
+      ->transform(size_in_bytes())
+      ->capture_default_str();
   allreduce->add_option("--rate-mbit", ar->rate_mbit, "cap on each site's egress, Mbit/s (0 = none)")
       ->capture_default_str();
   allreduce->add_option("--repeats", ar->repeats, "timed runs; the fastest counts")->capture_default_str();

@@ -1,6 +1,8 @@
-// geoloco: the operator's command line (DESIGN §2). Each subcommand lives in
-// its own file; main only parses and runs the chosen one.
+// geoloco: the operator's command line. Each subcommand lives in its own
+// file; main only parses and runs the chosen one.
 #include <CLI/CLI.hpp>
+#include <iostream>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "common/buffer.h"
@@ -14,6 +16,17 @@ int main(int argc, char** argv) {
   geoloco::cli::add_certs_command(app, action);
   geoloco::cli::add_simulate_command(app, action);
   geoloco::cli::add_job_commands(app, action);
+  // A first word that is no command: say so plainly (CLI11 would only say
+  // that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
+    if (!known) {
+      std::cerr << "geoloco: unknown command '" << argv[1] << "'; the commands are bench, certs, simulate, submit, "
+                << "status, watch and cancel (geoloco --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

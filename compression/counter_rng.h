@@ -5,14 +5,11 @@
 
 #include <cstdint>
 
+#include "common/mix.h"
+
 namespace geoloco::compression {
 
-/// SplitMix64's finalizer: a bijective mix of 64 bits.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using geoloco::mix64;
 
 /// 64 random bits for element `index` of the stream `seed`.
 constexpr std::uint64_t counter_random(std::uint64_t seed, std::uint64_t index) {

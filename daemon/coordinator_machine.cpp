@@ -139,7 +139,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     if (decision.kind == RoundDecision::Kind::pause) a.notes.push_back(decision.reason);
     return a;
   }
-  std::vector<outer::Contribution> contributions;
+  std::vector<diloco::Contribution> contributions;
   std::map<std::uint32_t, std::string> by_index;
   for (const auto& site : decision.participants) {
     const auto& r = ready_.at(site);
@@ -148,7 +148,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     by_index[index] = site;
     contributions.push_back({index, r.anchor_round, r.inner_steps, r.tokens});
   }
-  auto weights = outer::decide_round(contributions, round_, options_.weighting, options_.straggler);
+  auto weights = diloco::decide_round(contributions, round_, options_.weighting, options_.straggler);
   if (!weights.ok()) {
     a.notes.push_back(cat("round ", round_, " cannot close: ", weights.status().message()));
     a.wake_at = now + options_.quorum.deadline_ms;

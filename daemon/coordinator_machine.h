@@ -23,15 +23,15 @@
 #include "common/status.h"
 #include "daemon/control_messages.h"
 #include "daemon/round_decision.h"
-#include "outer/straggler.h"
+#include "diloco/straggler.h"
 
 namespace geoloco::daemon {
 
 struct CoordinatorOptions {
   std::vector<std::string> sites;       ///< the job's sites
   QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
-  outer::Weighting weighting = outer::Weighting::tokens;
-  outer::StragglerOptions straggler;    ///< carry (with decay) or drop
+  diloco::Weighting weighting = diloco::Weighting::tokens;
+  diloco::StragglerOptions straggler;    ///< carry (with decay) or drop
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
   std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)

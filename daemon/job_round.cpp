@@ -14,8 +14,7 @@
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
 #include "inner/protocol/layout.h"
-#include "inner/protocol/streaming_schedule.h"
-#include "outer/outer_optimizer.h"
+#include "diloco/outer_step.h"
 #include "transport/allreduce.h"
 
 namespace geoloco::daemon {
@@ -26,10 +25,13 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
   plan_ = plan;
   plan_at_ = Clock::now();
+  exchange_running_ = true;
   auto finish = [&](const Result<std::string>& digest) {
+    exchange_running_ = false;  // nothing of the trainer's replica is read any more
     if (!digest.ok()) delta_.clear();
     machine_->on_exchange_done(plan.round, plan.attempt, digest);
     drive();
+    changed_.notify_all();
   };
   auto range = round_range(plan.round);
   if (!range.ok()) {
@@ -69,6 +71,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
   auto result = co_await transport::all_reduce(*env_.mesh, request);
+  exchange_running_ = false;
   if (!result.ok()) {
     finish(result.status());
     co_return;
@@ -87,10 +90,10 @@ Result<std::string> JobRun::exchange_digest() const {
 Result<float> JobRun::clip_scale_of_delta() const {
   double squares = 0;
   GEOLOCO_TRY(delta_.for_each([&](std::uint64_t, std::span<const float> values) {
-    squares = outer::add_squares(squares, values);
+    squares = diloco::add_squares(squares, values);
     return Status();
   }));
-  return outer::clip_scale(std::sqrt(squares), spec_.outer.outer.clip_norm);
+  return diloco::clip_scale(std::sqrt(squares), spec_.outer.outer.clip_norm);
 }
 
 Result<std::string> JobRun::next_anchor_digest(float scale) const {
@@ -108,7 +111,7 @@ Result<std::string> JobRun::next_anchor_digest(float scale) const {
     anchor.assign(all.begin() + static_cast<long>(at + begin), all.begin() + static_cast<long>(at + begin + d.size()));
     momentum.assign(state_.momentum.begin() + static_cast<long>(at + begin),
                     state_.momentum.begin() + static_cast<long>(at + begin + d.size()));
-    GEOLOCO_TRY(outer::outer_step(anchor, momentum, d, spec_.outer.outer, scale));
+    GEOLOCO_TRY(diloco::outer_step(anchor, momentum, d, spec_.outer.outer, scale));
     digest.update(std::span<const float>(anchor));
     return Status();
   }));
@@ -134,7 +137,7 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
   if (!table.ok())
     return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
   GEOLOCO_RETURN_IF(offset != n, Err::internal, "the layout holds ", offset, " values, the anchor ", n);
-  return (*table)[inner::protocol::fragment_of_round(round, spec_.fragments())];
+  return (*table)[diloco::fragment_of_round(round, spec_.fragments())];
 }
 
 Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
@@ -149,7 +152,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   if (stepped.ok())
     stepped = delta_.for_each([&](std::uint64_t begin, std::span<const float> d) {
       const std::size_t from = delta_offset_ + begin;
-      return outer::outer_step(std::span<float>(state_.anchor).subspan(from, d.size()),
+      return diloco::outer_step(std::span<float>(state_.anchor).subspan(from, d.size()),
                                std::span<float>(state_.momentum).subspan(from, d.size()), d, spec_.outer.outer, *scale);
     });
   const std::string digest = digest_hex(state_.anchor_digest());
@@ -161,7 +164,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   const auto now = Clock::now();
   RoundRecord r;
   r.round = c.round;
-  r.fragment = inner::protocol::fragment_of_round(c.round, spec_.fragments());
+  r.fragment = diloco::fragment_of_round(c.round, spec_.fragments());
   r.fragments = spec_.fragments();
   r.participants = plan_.participants;
   r.late = plan_.late;

@@ -302,6 +302,15 @@ void JobRun::execute(ParticipantAction& action) {
           },
           [&](StartExchange& e) { asio::co_spawn(env_.executor, exchange(e.plan, e.participant), asio::detached); },
           [&](DeclineExchange& d) { env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)}); },
+          [&](ForgetExchange&) { delta_.clear(); },
+          [&](MoveTrainer& m) {
+            // Welcomed with the held anchor only if no trainer trains yet:
+            // set_anchor refuses otherwise, and the older anchor stays its base.
+            std::vector<float> kept = std::move(late_anchor_);
+            late_anchor_ = std::vector<float>();
+            if (host_->set_anchor(state_.anchor, m.round).ok()) machine_->on_trainer_moved(m.round);
+            else late_anchor_ = std::move(kept);
+          },
           [&](ApplyRound& a) { machine_->on_applied(apply_round(a.committed, a.participant)); },
           [&](KeepTrainerAnchor& k) {
             if (!late_anchor_.empty()) {
@@ -392,13 +401,15 @@ Status JobRun::start() {
     paths.program = env_.trainer_program;
     paths.job_dir = dir_;
     paths.gpus = env_.site.gpus;
-    auto options = builtin_trainer_options(spec_, self(), paths);
-    if (!options.ok()) return options.status();
+    auto args = builtin_trainer_options(spec_, self(), paths);
+    if (!args.ok()) return args.status();
+    TrainerProcessOptions options;
+    static_cast<TrainerArgs&>(options) = std::move(*args);
     std::weak_ptr<JobRun> weak = weak_from_this();
-    options->on_give_up = [weak](const Status& why) {
+    options.on_give_up = [weak](const Status& why) {
       if (auto job = weak.lock(); job && job->host_) job->host_->fail(why);
     };
-    auto process = TrainerProcess::start(env_.executor, std::move(*options));
+    auto process = TrainerProcess::start(env_.executor, std::move(options));
     if (!process.ok()) return process.status();
     process_ = std::move(*process);
   }
@@ -474,6 +485,13 @@ asio::awaitable<void> JobRun::watch_trainer() {
 
 asio::awaitable<void> JobRun::end_job(participant::EndJob end) {
   auto keep = shared_from_this();
+  // The exchange in flight reads the trainer's replica in the shared segment
+  // (and the anchor): give it up and let it end before either goes away.
+  if (exchange_running_) {
+    env_.mesh->cancel({plan_.round, static_cast<std::uint32_t>(plan_.attempt)},
+                      Status(Err::io, cat("job '", spec_.name, "' is ending on ", self())));
+    while (exchange_running_) co_await changed_.wait();
+  }
   if (end.end == JobEnd::finished) {
     if (process_) {
       // A trainer that got stop with its RESULT exits on its own; one still

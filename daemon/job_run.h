@@ -21,7 +21,7 @@
 // STATE_SYNC hands to a (re)joining site.
 //
 // Streaming DiLoCo (streaming.fragments F > 1): round r syncs only fragment
-// fragment_of_round(r, F) (inner/protocol/streaming_schedule.h): Δ, the
+// fragment_of_round(r, F) (diloco/fragments.h): Δ, the
 // all-reduce, the outer step and the residual are that fragment's range, the
 // digest is still the whole anchor's. The trainer keeps training while the
 // round runs and merges the fragment τ steps later (geoloco-train).
@@ -234,6 +234,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   // The exchange of plan_ (one at a time: the machine starts the next only
   // after this one ended).
   PlanMessage plan_;
+  bool exchange_running_ = false;  ///< its all-reduce runs: it reads the replica and the anchor
   /// apply_round() replays its encodes into the residual (transport::commit_feedback).
   transport::AllReduceRequest request_;
   /// The averaged Δ of plan_.round's values (delta_offset_ onwards), kept as

@@ -74,7 +74,7 @@ struct JobSpec {
   std::optional<std::uint64_t> stop_tokens;
 
   // geolocod's rounds. With streaming.fragments F each round syncs one
-  // fragment (inner/protocol/streaming_schedule.h), so the job file's rounds
+  // fragment (diloco/fragments.h), so the job file's rounds
   // (periods of H inner steps, in which every fragment syncs once, as in
   // geoloco simulate) are F rounds each.
   std::uint32_t fragments() const { return outer.streaming.fragments; }

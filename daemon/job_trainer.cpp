@@ -9,7 +9,7 @@ std::string sync_socket_path(const std::string& job_dir) {
   return (std::filesystem::path(job_dir) / "sync.sock").string();
 }
 
-Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const std::string& site,
+Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
                                                       const TrainerPaths& paths) {
   GEOLOCO_RETURN_IF(job.trainer.kind != TrainerSpec::Kind::builtin, Err::invalid_argument, "job '", job.name,
                     "' has an external trainer: the daemon starts none, it waits for one to attach");
@@ -17,7 +17,7 @@ Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const 
   GEOLOCO_RETURN_IF(it == job.sites.end(), Err::invalid_argument, "site '", site, "' is not one of job '", job.name,
                     "''s sites");
   const std::uint64_t h = job.outer.inner.steps;
-  TrainerProcessOptions o;
+  TrainerArgs o;
   o.program = paths.program;
   o.socket_path = sync_socket_path(paths.job_dir);
   o.job = job.name;

@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "daemon/job_spec.h"
-#include "daemon/trainer/trainer_process.h"
+#include "daemon/trainer/trainer_args.h"
 
 namespace geoloco::daemon {
 
@@ -31,7 +31,7 @@ std::string sync_socket_path(const std::string& job_dir);
 /// (<job_dir>/eval.jsonl) and its AdamW state (<job_dir>/trainer-state)
 /// in the job's folder. Errors: invalid_argument (the job's trainer is
 /// external, or `site` is not one of the job's sites).
-Result<TrainerProcessOptions> builtin_trainer_options(const JobSpec& job, const std::string& site,
+Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
                                                       const TrainerPaths& paths);
 
 }  // namespace geoloco::daemon

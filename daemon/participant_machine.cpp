@@ -98,7 +98,12 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "PLAN of round ", plan.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
-    decline(plan);  // catching up: the round goes on without us
+    // Catching up: the round goes on without us. Counted on as a participant
+    // (a READY from before a restart), say so at once: the others need not
+    // wait for our share until their exchange times out.
+    if ((where_ == Where::catching_up || where_ == Where::awaiting_initial) && named(plan.participants, options_.self))
+      send_coordinator(FailedMessage{plan.round, plan.attempt, cat(options_.self, " is catching up")});
+    decline(plan);
     return {};
   }
   const std::uint64_t r = held_->round;
@@ -208,8 +213,8 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
   if (where_ == Where::exchanging || where_ == Where::unwinding) {
     // The ABORT is of the latest plan: one queued behind the exchange goes too.
     if (where_ == Where::unwinding && next_plan_) decline(*next_plan_);
+    if (where_ == Where::exchanging || after_ != After::catch_up) after_ = After::idle;
     where_ = Where::unwinding;
-    after_ = After::idle;
     next_plan_.reset();
   } else if (where_ == Where::committing) {
     become_idle();
@@ -296,6 +301,7 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
   if (where_ != Where::catching_up) return;
   if (!offer.reason.empty()) {
     note(cat(from, " has no state to give yet: ", offer.reason));
+    unable_.insert(from);
     return;
   }
   if (offer.round < known_committed_) {
@@ -329,8 +335,16 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   known_committed_ = std::max(known_committed_, state.round);
   become_idle();
   if (trainer_round_ == 0) welcome_trainer();
+  // A trainer given an older anchor that has not begun training yet (none
+  // attached, or one waiting for its WELCOME) may start from this one
+  // instead: the wiring says whether it could (on_trainer_moved()).
+  else if (trainer_round_ < state.round + 1 && !phase_) act(MoveTrainer{state.round + 1});
   offer_to_waiting();
   if (final_round_ && state.round >= *final_round_) finish();
+}
+
+void ParticipantMachine::on_trainer_moved(std::uint64_t round) {
+  if (holds_current() && round == held_->round + 1 && !phase_) trainer_round_ = round;
 }
 
 void ParticipantMachine::on_state_failed(const std::string& why) {
@@ -356,9 +370,18 @@ void ParticipantMachine::welcome_trainer() {
   act(WelcomeTrainer{trainer_round_});
 }
 
-void ParticipantMachine::become_idle() {
-  where_ = Where::idle;
+void ParticipantMachine::drop_round() {
+  // The averaged Δ of the round in hand is no longer needed (applied, or void).
+  if (plan_) act(ForgetExchange{});
   plan_.reset();
+  participant_ = false;
+  early_commit_.reset();
+  digest_.clear();
+}
+
+void ParticipantMachine::become_idle() {
+  drop_round();
+  where_ = Where::idle;
   participant_ = false;
   early_commit_.reset();
   next_plan_.reset();
@@ -380,14 +403,11 @@ void ParticipantMachine::catch_up(const std::string& why) {
   }
   if (where_ == Where::catching_up) return;
   note(cat("catching up: ", why));
-  if (where_ != Where::awaiting_initial) {
-    plan_.reset();
-    participant_ = false;
-    early_commit_.reset();
-    digest_.clear();
-  }
+  drop_round();
   where_ = Where::catching_up;
   asked_at_.reset();  // ask at the next step
+  unable_.clear();
+  told_nobody_ = false;
 }
 
 void ParticipantMachine::apply(const CommittedMessage& c) {
@@ -434,23 +454,23 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
   }
   const std::uint64_t late = round - phase_->round;
   const auto& straggler = options_.straggler;
-  switch (outer::late_work(late, straggler, options_.fragments)) {
-    case outer::LateWork::drop:
+  switch (diloco::late_work(late, straggler, options_.fragments)) {
+    case diloco::LateWork::drop:
       if (streaming())
         note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
                  phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
       else
         note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
                  phase_->round, " (", late, " round(s) late, policy ",
-                 straggler.policy == outer::StragglerPolicy::drop ? "drop" : "carry", ")"));
+                 straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry", ")"));
       act(DropWork{phase_->tokens});
       release_trainer(false);
       return;
-    case outer::LateWork::carry:
+    case diloco::LateWork::carry:
       if (ready_round_ != round) note(cat("late work joins round ", round, ": trained from the anchor of round ",
                                           phase_->round));
       break;
-    case outer::LateWork::on_time: break;
+    case diloco::LateWork::on_time: break;
   }
   if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
     ready_round_ = round;
@@ -481,7 +501,18 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
     std::vector<std::string> others;
     for (const auto& s : options_.sites)
       if (s != options_.self) others.push_back(s);
-    if (others.empty()) return;
+    if (others.empty()) {
+      // A job of one site that lost its state: nobody can give it back.
+      end(JobEnd::failed, cat("this site has no usable state of round ", known_committed_,
+                              " (its checkpoint is missing, damaged or older than the journal) and the job has no "
+                              "other site to take it from; restore the checkpoint, or run the job under a new name"));
+      return;
+    }
+    if (unable_.size() == others.size() && !told_nobody_) {
+      note(cat("no site can give the state of round ", known_committed_, " now: every other site is catching up "
+               "or holds none; the job waits for one that does"));
+      told_nobody_ = true;
+    }
     auto it = std::find(others.begin(), others.end(), source_);
     source = (it == others.end() || std::next(it) == others.end()) ? others.front() : *std::next(it);
   }
@@ -493,6 +524,11 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
 
 ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
   std::optional<Clock::time_point> wake;
+  // Idle behind a round known to be committed (its COMMITTED came while an
+  // exchange that then failed still ran, or while an older state arrived):
+  // nothing will apply it here; the state will.
+  if (where_ == Where::idle && known_committed_ > held_->round)
+    catch_up(cat("round ", known_committed_, " is committed and this site holds round ", held_->round));
   if (where_ == Where::idle && phase_) consider_phase(now, wake);
   if (where_ == Where::committing && participant_) {
     // COMMIT, and again every resend interval: the coordinator may have

@@ -53,7 +53,7 @@
 #include "common/status.h"
 #include "daemon/control_messages.h"
 #include "daemon/round_decision.h"
-#include "outer/straggler.h"
+#include "diloco/straggler.h"
 
 namespace geoloco::daemon {
 
@@ -63,7 +63,7 @@ struct ParticipantOptions {
   std::string coordinator;             ///< the job's coordinator (may be self)
   std::vector<std::string> sites;      ///< the job's sites, in the job's order
   std::uint32_t fragments = 1;         ///< Streaming DiLoCo's F (1: plain DiLoCo)
-  outer::StragglerOptions straggler;   ///< carry or drop, max_rounds_late
+  diloco::StragglerOptions straggler;   ///< carry or drop, max_rounds_late
   std::uint64_t inner_steps = 0;       ///< H as READY reports it (0 with a time-based phase)
   Millis ready_resend_ms{300};         ///< READY again after this long without a PLAN (the heartbeat interval)
   Millis state_retry_ms{1000};         ///< ask for the state again after this long without an answer or a frame
@@ -100,6 +100,14 @@ struct Send {
 struct StartExchange {
   PlanMessage plan;
   bool participant = false;
+};
+/// The round in hand is over (applied, aborted or void): free its averaged Δ.
+struct ForgetExchange {};
+/// The trainer was given an older anchor but may not have begun training
+/// (no trainer attached, or one waiting for its WELCOME): if so, give it the
+/// held anchor for `round` instead, and say so with on_trainer_moved().
+struct MoveTrainer {
+  std::uint64_t round = 0;
 };
 /// This site is named in a plan it will not run (it is catching up, has no
 /// phase to give, or the plan was superseded before it began): tell the
@@ -156,7 +164,8 @@ struct OfferState {
 /// Checkpoint the held state (every checkpoint.every_rounds).
 struct SaveCheckpoint {};
 /// The job ends here: `end` says how; `checkpoint` whether the held state
-/// may be saved (it is committed and current).
+/// may be saved (it is committed and current). An exchange still running is
+/// cancelled, and its end awaited, before anything it reads is released.
 struct EndJob {
   JobEnd end = JobEnd::finished;
   std::string reason;
@@ -165,8 +174,9 @@ struct EndJob {
 }  // namespace participant
 
 using ParticipantAction =
-    std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange, participant::ApplyRound,
-                 participant::KeepTrainerAnchor,
+    std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange,
+                 participant::ForgetExchange, participant::ApplyRound, participant::KeepTrainerAnchor,
+                 participant::MoveTrainer,
                  participant::ReleaseTrainer, participant::DropWork, participant::WelcomeTrainer,
                  participant::PublishInitial, participant::InstallState, participant::ReceiveState,
                  participant::DropTransfer, participant::OfferState, participant::SaveCheckpoint, participant::EndJob>;
@@ -206,6 +216,8 @@ class ParticipantMachine {
   void on_state_progress(Clock::time_point now);
   /// The transfer in progress is complete and its digest checked.
   void on_state_arrived(const HeldState& state);
+  /// After MoveTrainer: the trainer now starts from the anchor of `round`.
+  void on_trainer_moved(std::uint64_t round);
   /// The transfer in progress broke (its frames, its digest): ask again later.
   void on_state_failed(const std::string& why);
   /// The trainer failed for good.
@@ -249,6 +261,7 @@ class ParticipantMachine {
   void send_coordinator(ControlMessage message) { act(participant::Send{options_.coordinator, std::move(message)}); }
 
   void start_plan(const PlanMessage& plan);
+  void drop_round();
   /// DeclineExchange for a plan that names this site.
   void decline(const PlanMessage& plan);
   void catch_up(const std::string& why);
@@ -293,6 +306,9 @@ class ParticipantMachine {
   Clock::time_point progress_at_{};
   /// Peers told "no state yet": offered the state as soon as this site holds it.
   std::set<std::string> waiting_for_state_;
+  /// Peers that answered this site's request without state, since it began catching up.
+  std::set<std::string> unable_;
+  bool told_nobody_ = false;
 
   std::vector<ParticipantAction> actions_;
   std::vector<std::string> notes_;

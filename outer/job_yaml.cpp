@@ -14,6 +14,8 @@
 
 namespace geoloco::outer {
 
+using namespace geoloco::diloco;
+
 namespace {
 
 using yaml::Problems;

@@ -28,10 +28,10 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "outer/fragments.h"
-#include "outer/inner_phase.h"
-#include "outer/outer_optimizer.h"
-#include "outer/straggler.h"
+#include "diloco/fragments.h"
+#include "diloco/outer_step.h"
+#include "diloco/phase.h"
+#include "diloco/straggler.h"
 
 namespace YAML {
 class Node;
@@ -40,11 +40,11 @@ class Node;
 namespace geoloco::outer {
 
 struct OuterJobConfig {
-  InnerPhaseOptions inner;
-  OuterOptimizerOptions outer;
-  Weighting weighting = Weighting::tokens;
-  StreamingOptions streaming;
-  StragglerOptions straggler;
+  diloco::InnerPhaseOptions inner;
+  diloco::OuterOptimizerOptions outer;
+  diloco::Weighting weighting = diloco::Weighting::tokens;
+  diloco::StreamingOptions streaming;
+  diloco::StragglerOptions straggler;
 
   /// Every component's rules, streaming's against inner.steps.
   Status validate() const;

@@ -12,23 +12,15 @@
 #include <optional>
 #include <set>
 
-#include "compression/counter_rng.h"
 #include "compression/pipeline.h"
 #include "transport/async_util.h"
 
 namespace geoloco::transport {
 
-Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j) {
-  const std::uint64_t begin = n * j / parts;
-  const std::uint64_t end = n * (j + 1) / parts;
-  return {begin, end - begin};
-}
-
 namespace {
 
 using asio::experimental::as_tuple;
 using asio::use_awaitable;
-using compression::mix64;
 
 // The tensor's length: what the output holds, or will hold encoded.
 std::uint64_t total_values(const AllReduceRequest& r) {
@@ -69,30 +61,19 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
   return compression::validate(r.pipeline);
 }
 
-// Chunk c of a shard: `chunk` values from c·chunk on (the last one shorter).
-Range chunk_range(Range shard, std::uint64_t c, std::uint64_t chunk) {
-  const std::uint64_t begin = c * chunk;
-  return {shard.begin + begin, std::min(chunk, shard.size - begin)};
-}
-
-std::uint64_t chunks_in(Range shard, std::uint64_t chunk) { return (shard.size + chunk - 1) / chunk; }
+using diloco::chunk_range;
+using diloco::chunks_in;
 
 // The seed of one encode: the same for a chunk on every attempt to replay it.
 std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c,
                           int phase) {
-  return mix64(r.seed ^ mix64(r.key.round * 0x100000001b3ull + r.key.fragment) ^
-               mix64((site << 40) ^ (shard << 20) ^ (c << 2) ^ static_cast<std::uint64_t>(phase)));
+  return diloco::encode_seed(r.seed, r.key.round, r.key.fragment, site, shard, c, phase);
 }
 
 // This site's contribution to chunk `range`: input, or input_base − input
 // made in `scratch` (one chunk at a time).
 std::span<const float> contribution(const AllReduceRequest& r, Range range, std::vector<float>& scratch) {
-  auto values = r.input.subspan(range.begin, range.size);
-  if (r.input_base.empty()) return values;
-  scratch.resize(range.size);
-  const auto base = r.input_base.subspan(range.begin, range.size);
-  for (std::size_t i = 0; i < range.size; ++i) scratch[i] = base[i] - values[i];
-  return scratch;
+  return diloco::contribution(r.input, r.input_base, range, scratch);
 }
 
 class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<AllReduceOp> {
@@ -110,9 +91,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     chunk_ = mesh.options().transport.chunk_elements;
     conns_ = mesh.options().transport.connections_per_peer;
     total_ = total_values(r_);
-    double total = 0;
-    for (double w : r_.weights) total += w;
-    for (double w : r_.weights) normalized_.push_back(static_cast<float>(w / total));
+    normalized_ = diloco::normalized_weights(r_.weights);
     gathered_.resize(n_parts_);
     for (std::size_t j = 0; j < n_parts_; ++j) {
       first_chunk_.push_back(gathers_expected_);
@@ -207,6 +186,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     return {};
   }
 
+  void cancel(const Status& why) override { fail(why); }
+
   void peer_lost(const std::string& peer, const Status& reason) override {
     // Observers receive best effort: only a lost participant fails the operation.
     if (index_.count(peer)) fail(GEOLOCO_ERROR(reason.code(), "peer ", peer, ": ", reason.message()));
@@ -222,7 +203,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     check_.resize(c.size);
     return pipeline_.decode(payload, check_);
   }
-  Range chunk_range(Range shard, std::uint64_t c) const { return transport::chunk_range(shard, c, chunk_); }
+  Range chunk_range(Range shard, std::uint64_t c) const { return diloco::chunk_range(shard, c, chunk_); }
   std::uint64_t seed(std::size_t site, std::size_t shard, std::uint64_t c, int phase) const {
     return encode_seed(r_, site, shard, c, phase);
   }
@@ -325,8 +306,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       Status st = pipeline_.decode(parts[s], decoded_);
       if (!st.ok())
         return GEOLOCO_ERROR(st.code(), "shard chunk ", c, " from ", r_.participants[s], ": ", st.message());
-      const float w = normalized_[s];
-      for (std::size_t i = 0; i < range.size; ++i) sum_[i] = sum_[i] + w * decoded_[i];
+      diloco::add_weighted(sum_, decoded_, normalized_[s]);
     }
     for (auto& [site, bytes] : parts) mesh_.pool().release(std::move(bytes));
     parts.clear();

@@ -29,16 +29,15 @@
 #include "common/status.h"
 #include "compression/error_feedback.h"
 #include "compression/pipeline_spec.h"
+#include "diloco/exchange.h"
 #include "transport/mesh.h"
 
 namespace geoloco::transport {
 
-/// Shard j's range of a tensor of n values split among `parts` participants.
-struct Range {
-  std::uint64_t begin = 0;
-  std::uint64_t size = 0;
-};
-Range shard_range(std::uint64_t n, std::size_t parts, std::size_t j);
+// The cut, the seeds and the weighted sum are diloco/exchange.h's, which the
+// simulator computes with too.
+using diloco::Range;
+using diloco::shard_range;
 
 /// An all-reduce's result kept as the bytes every site decodes (each
 /// owner's encoded chunks of its averaged shard) instead of as values: with

@@ -293,10 +293,15 @@ asio::awaitable<Status> Mesh::wait_connected(std::vector<std::string> peers, std
 }
 
 void Mesh::begin(OpKey key, FrameSink* sink) {
+  declined_.erase(key);  // declined once (a coordinator's attempt numbers restart after it does), run now
   current_ = key;
   have_current_ = true;
   sink_ = sink;
   op_changed_.notify_all();
+}
+
+void Mesh::cancel(OpKey key, const Status& why) {
+  if (have_current_ && current_ == key && sink_ != nullptr) sink_->cancel(why);
 }
 
 void Mesh::decline(OpKey key) {
@@ -329,10 +334,11 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   const OpKey key{h.round, h.fragment};
   // A frame of an operation this site has not begun yet waits for it; the
   // reader stops reading meanwhile, so nothing piles up in memory.
-  while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined_.count(key))
+  auto declined = [&] { return declined_.count(key) && !(have_current_ && key == current_); };
+  while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined())
     co_await op_changed_.wait();
   if (!conn.is_open()) co_return conn.close_reason();
-  if (declined_.count(key)) co_return false;
+  if (declined()) co_return false;
   if (key < current_ || sink_ == nullptr)
     co_return GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": ", frame_type_name(h.type), " of round ",
                             h.round, " fragment ", h.fragment, ", which is over (current: round ", current_.round,

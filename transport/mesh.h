@@ -82,6 +82,9 @@ class FrameSink {
   virtual Status deliver(const std::string& peer, const FrameHeader& header, Buffer payload) = 0;
   /// A connection to `peer` closed while the operation ran.
   virtual void peer_lost(const std::string& peer, const Status& reason) = 0;
+  /// This site gives the operation up (Mesh::cancel): it ends with `why` and
+  /// reads none of its inputs any more.
+  virtual void cancel(const Status& why) = 0;
 };
 
 class Mesh {
@@ -116,6 +119,9 @@ class Mesh {
   void begin(OpKey key, FrameSink* sink);
   /// Ends the current operation: its late frames are refused as stale.
   void end(OpKey key);
+  /// Gives the current operation up if it is `key` (FrameSink::cancel): its
+  /// all-reduce ends with `why` at once, e.g. when the job stops.
+  void cancel(OpKey key, const Status& why);
   /// This site will not run operation `key` (a later one than the current):
   /// its frames are dropped as they come, and any that wait are released.
   /// The newest 64 declined keys are remembered.

@@ -95,7 +95,7 @@ TEST_CASE("with a quorum the deadline leaves a straggler out; its carried work j
 
 TEST_CASE("drop discards late work and names the site as late") {
   auto o = three_sites(1);
-  o.straggler.policy = outer::StragglerPolicy::drop;
+  o.straggler.policy = diloco::StragglerPolicy::drop;
   CoordinatorMachine c(o, 3, t0);
   REQUIRE(c.on_ready("a", ready(3, 100), t0).ok());
   REQUIRE(c.on_ready("b", ready(3, 100), t0).ok());

@@ -37,6 +37,8 @@ std::string kind(const ParticipantAction& a) {
       Overload{[](const Send& s) { return cat("send ", control_type_name(s.message), " to ", s.to); },
                [](const StartExchange& e) { return std::string(e.participant ? "exchange" : "observe"); },
                [](const DeclineExchange& d) { return cat("decline ", d.round, ".", d.attempt); },
+               [](const ForgetExchange&) { return std::string("forget"); },
+               [](const MoveTrainer& m) { return cat("move trainer ", m.round); },
                [](const ApplyRound&) { return std::string("apply"); },
                [](const KeepTrainerAnchor&) { return std::string("keep anchor"); },
                [](const ReleaseTrainer& r) { return cat("release ", r.next_round, r.stop ? " stop" : ""); },
@@ -55,10 +57,19 @@ std::string kind(const ParticipantAction& a) {
       a);
 }
 
+// The actions but ForgetExchange (freeing the round's Δ), which the tests
+// that care about it count with forgets().
 std::vector<std::string> kinds(const ParticipantMachine::Actions& a) {
   std::vector<std::string> out;
-  for (const auto& x : a.actions) out.push_back(kind(x));
+  for (const auto& x : a.actions)
+    if (!std::holds_alternative<ForgetExchange>(x)) out.push_back(kind(x));
   return out;
+}
+
+int forgets(const ParticipantMachine::Actions& a) {
+  int n = 0;
+  for (const auto& x : a.actions) n += std::holds_alternative<ForgetExchange>(x);
+  return n;
 }
 
 template <class T>
@@ -480,7 +491,7 @@ TEST_CASE("late work is dropped under drop, past max_rounds_late, and always wit
   CHECK(noted(past, "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
                     "policy carry)"));
   o = options();
-  o.straggler.policy = outer::StragglerPolicy::drop;
+  o.straggler.policy = diloco::StragglerPolicy::drop;
   auto dropped = late_by(o, 1);
   CHECK(kinds(dropped) == std::vector<std::string>{"drop 500", "release 2"});
   CHECK(noted(dropped, "policy drop"));
@@ -499,9 +510,9 @@ TEST_CASE("state that arrives while the trainer trains from the held anchor keep
   m.on_state_offer("a", offer(2, kDigest3), t0);
   m.on_state_arrived({2, kDigest3});
   auto in = m.step(t0);
-  CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install"});
+  CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install", "move trainer 3"});
   CHECK(first<KeepTrainerAnchor>(in).replaced);
-  CHECK(m.trainer_round() == 1);  // not welcomed again: it trains on, from the kept anchor
+  CHECK(m.trainer_round() == 1);  // the wiring could not move it (it trains): on from the kept anchor
   m.on_phase({1, 0, 640, 1.0});
   auto ready = m.step(t0 + 1s);
   CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 1));
@@ -713,4 +724,118 @@ TEST_CASE("PLAN, COMMITTED and ABORT from a site other than the coordinator are 
   CHECK(m.on_abort("c", {1, "x"}).code() == Err::invalid_argument);
   CHECK(kinds(m.step(t0)).empty());
   CHECK(m.where() == Where::idle);
+}
+
+TEST_CASE("a COMMITTED heard while an observer's exchange then fails: the site catches up, it does not sit behind") {
+  auto m = joined(0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {1, kDigest2, true}).ok());  // the job's last round
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+  CHECK(noted(a, "round 1 is committed and this site holds round 0"));
+  m.on_state_offer("a", offer(1, kDigest2), t0);
+  m.on_state_arrived({1, kDigest2});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from a", "keep anchor", "install", "move trainer 2",
+                                                      "end finished with checkpoint"});
+}
+
+TEST_CASE("a state older than what is committed by the time it is in: caught up again") {
+  ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  m.on_state_offer("a", offer(3, kDigest1), t0);
+  REQUIRE(m.on_committed("a", {4, kDigest2, false}).ok());  // round 4 commits while round 3's state arrives
+  m.on_state_arrived({3, kDigest1});
+  auto a = m.step(t0 + 10ms);
+  CHECK(kinds(a) == std::vector<std::string>{"receive from a", "install", "welcome 4", "send state_request to a"});
+  CHECK(m.where() == Where::catching_up);
+}
+
+TEST_CASE("named a participant while catching up (a READY from before a restart): reported at once") {
+  ParticipantMachine m(options(), HeldState{2, kDigest1}, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(5, {"a", "b"}, {}, 1)).ok());
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "decline 5.1"});
+  CHECK((sent<FailedMessage>(a).round == 5 && sent<FailedMessage>(a).attempt == 1));
+  CHECK(sent<FailedMessage>(a).reason == "b is catching up");
+}
+
+TEST_CASE("a coordinator that lost its state: with no other site the job fails saying why; else it says who has none") {
+  auto one = options("a");
+  one.sites = {"a"};
+  ParticipantMachine alone(one, std::nullopt, HeldState{6, kDigest2}, 0, t0);
+  auto a = alone.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"send join to a", "end failed"});
+  CHECK_THAT(first<EndJob>(a).reason, Catch::Contains("no usable state of round 6") &&
+                                          Catch::Contains("no other site to take it from"));
+  CHECK(alone.where() == Where::ended);
+
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{6, kDigest2}, 0, t0);
+  (void)m.step(t0);
+  StateOfferMessage none;
+  none.reason = "this site is catching up itself";
+  m.on_state_offer("b", none, t0);
+  m.on_state_offer("c", none, t0);
+  auto told = m.step(t0 + 1s);
+  CHECK(noted(told, "no site can give the state of round 6 now: every other site is catching up or holds none"));
+  CHECK_FALSE(noted(m.step(t0 + 2s), "no site can give"));  // said once
+}
+
+TEST_CASE("a trainer not yet training when a newer state arrives may start from it, else it keeps the older anchor") {
+  auto m = joined(0);  // trainer welcomed at round 1, but it may not have attached yet
+  REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+  (void)m.step(t0);
+  m.on_state_offer("a", offer(2, kDigest3), t0);
+  m.on_state_arrived({2, kDigest3});
+  auto in = m.step(t0);
+  CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install", "move trainer 3"});
+  SECTION("it had not started: it starts from round 3's anchor, on time") {
+    m.on_trainer_moved(3);
+    CHECK(m.trainer_round() == 3);
+    m.on_phase({3, 0, 640, 1.0});
+    auto ready = m.step(t0 + 1s);
+    CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 3));
+  }
+  SECTION("it had started: its work is late, from the kept anchor") {
+    CHECK(m.trainer_round() == 1);
+    m.on_phase({1, 0, 640, 1.0});
+    auto ready = m.step(t0 + 1s);
+    CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 1));
+  }
+}
+
+TEST_CASE("the round's averaged delta is freed when the round is over: applied, aborted, or unwound") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
+  CHECK(forgets(m.step(t0)) == 1);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_abort("a", {1, "peer a: reset"}).ok());
+  CHECK(forgets(m.step(t0)) == 0);  // the all-reduce still writes it
+  m.on_exchange_done(1, 1, kDigest2);
+  CHECK(forgets(m.step(t0)) == 1);
+  auto n = joined(0);
+  to_committing(n, 1, kDigest2);
+  REQUIRE(n.on_committed("a", {1, kDigest2, false}).ok());
+  (void)n.step(t0);
+  n.on_applied({});
+  CHECK(forgets(n.step(t0)) == 1);
+}
+
+TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catching up") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {3, kDigest3, false}).ok());  // two rounds ahead: catch up once the exchange ends
+  REQUIRE(m.on_abort("a", {1, "late"}).ok());
+  m.on_exchange_done(1, 0, Status(Err::io, "cancelled"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send state_request to a"});
+  CHECK(m.where() == Where::catching_up);
 }

@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "inner/protocol/layout.h"
-#include "inner/protocol/streaming_schedule.h"
+#include "diloco/fragments.h"
 
 namespace geoloco::daemon {
 
@@ -344,7 +344,7 @@ void TrainerHost::answer_hello() {
   auto fragments = protocol::split_fragments(hello_layout_, options_.fragments, next_round_);
   if (fragments.ok() && options_.streaming)
     for (std::uint32_t f = 0; f < fragments->size(); ++f)
-      (*fragments)[f].next_round = protocol::next_round_of_fragment(f, next_round_, options_.fragments);
+      (*fragments)[f].next_round = diloco::next_round_of_fragment(f, next_round_, options_.fragments);
   Status s = fragments.ok() ? Status() : fragments.status();
   if (s.ok() && has_anchor_) s = server_->welcome(*fragments, current_anchor());
   if (s.ok() && !has_anchor_) s = server_->welcome_for_initial(*fragments);
@@ -375,7 +375,7 @@ void TrainerHost::on_init(const protocol::InitEvent& init) {
 }
 
 std::uint64_t TrainerHost::fragment_next_round(std::uint32_t fragment, std::uint64_t after) const {
-  return options_.streaming ? protocol::next_round_of_fragment(fragment, after, options_.fragments) : after;
+  return options_.streaming ? diloco::next_round_of_fragment(fragment, after, options_.fragments) : after;
 }
 
 void TrainerHost::on_streaming_sync(const protocol::SyncEvent& sync) {

@@ -54,7 +54,7 @@ struct TrainerHostOptions {
   /// or, with `streaming`, the one fragment the round syncs.
   std::uint32_t fragments = 1;
   /// Streaming DiLoCo: round r (rounds count from 1) syncs only fragment
-  /// fragment_of_round(r, fragments) (inner/protocol/streaming_schedule.h).
+  /// fragment_of_round(r, fragments) (diloco/fragments.h).
   /// A SYNC of an older round (a fragment the engine moved past) is a phase
   /// too, which the engine drops with finish_round().
   bool streaming = false;

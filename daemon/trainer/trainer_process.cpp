@@ -39,13 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The shortest text that reads back as the same double (0.05, not 0.050000000000000003).
-std::string number(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 // The program as execve() wants it: a path. Resolved before fork(), since
 // the child may only make async-signal-safe calls.
 std::string resolve_program(const std::string& program) {
@@ -115,70 +108,14 @@ std::string_view state_name(TrainerProcess::State state) {
 }
 
 Status TrainerProcessOptions::validate() const {
-  GEOLOCO_RETURN_IF(program.empty(), Err::invalid_argument, "trainer: program must name the geoloco-train binary");
-  GEOLOCO_RETURN_IF(socket_path.empty(), Err::invalid_argument, "trainer: socket_path must be set");
-  GEOLOCO_RETURN_IF(job.empty(), Err::invalid_argument, "trainer: job must be set");
+  GEOLOCO_TRY(TrainerArgs::validate());
   GEOLOCO_RETURN_IF(log_path.empty(), Err::invalid_argument, "trainer: log_path must be set");
-  GEOLOCO_RETURN_IF(model != "mlp" && model != "gpt", Err::invalid_argument, "trainer: model must be mlp or gpt, not '",
-                    model, "'");
-  GEOLOCO_RETURN_IF(sync_every == 0 && sync_seconds <= 0, Err::invalid_argument,
-                    "trainer: sync_every (H) must be at least 1, or sync_seconds > 0");
-  GEOLOCO_RETURN_IF(sync_seconds < 0, Err::invalid_argument, "trainer: sync_seconds must be >= 0");
-  GEOLOCO_RETURN_IF(site_shards == 0 || site_shard >= site_shards, Err::invalid_argument, "trainer: site_shard ",
-                    site_shard, " must be below site_shards ", site_shards);
-  GEOLOCO_RETURN_IF(workers == 0, Err::invalid_argument, "trainer: workers must be at least 1");
-  GEOLOCO_RETURN_IF(!(lr >= 0), Err::invalid_argument, "trainer: lr must be >= 0 (0: the trainer's default)");
-  GEOLOCO_RETURN_IF(!(alpha >= 0 && alpha <= 1), Err::invalid_argument,
-                    "trainer: alpha (streaming's merge weight of the local replica) must be in [0, 1], got ", alpha);
-  GEOLOCO_RETURN_IF(layers < 0 || width < 0 || heads < 0 || context < 0, Err::invalid_argument,
-                    "trainer: model sizes must be >= 0 (0: the trainer's default)");
   GEOLOCO_RETURN_IF(max_restarts < 0 || stop_grace_ms < 0 || healthy_after_ms < 0, Err::invalid_argument,
                     "trainer: max_restarts, stop_grace_ms and healthy_after_ms must be >= 0");
   GEOLOCO_RETURN_IF(restart_backoff_ms <= 0 || max_backoff_ms < restart_backoff_ms || poll_interval_ms <= 0,
                     Err::invalid_argument,
                     "trainer: restart_backoff_ms and poll_interval_ms must be > 0, max_backoff_ms >= restart_backoff_ms");
   return {};
-}
-
-std::vector<std::string> trainer_arguments(const TrainerProcessOptions& o) {
-  std::vector<std::string> a{o.program, "--model", o.model};
-  auto add = [&a](const char* flag, const std::string& value) {
-    a.emplace_back(flag);
-    a.push_back(value);
-  };
-  if (!o.hidden.empty()) {
-    a.emplace_back("--hidden");
-    for (std::size_t w : o.hidden) a.push_back(std::to_string(w));
-  }
-  if (o.layers > 0) add("--layers", std::to_string(o.layers));
-  if (o.width > 0) add("--width", std::to_string(o.width));
-  if (o.heads > 0) add("--heads", std::to_string(o.heads));
-  if (o.context > 0) add("--context", std::to_string(o.context));
-  if (o.steps > 0) add("--steps", std::to_string(o.steps));
-  if (o.batch > 0) add("--batch", std::to_string(o.batch));
-  if (o.lr > 0) add("--lr", number(o.lr));
-  if (o.warmup) add("--warmup", std::to_string(*o.warmup));
-  if (o.seed) add("--seed", std::to_string(*o.seed));
-  if (o.sync_seconds > 0) {
-    add("--sync-seconds", number(o.sync_seconds));
-    if (o.min_steps > 0) add("--min-steps", std::to_string(o.min_steps));
-  } else {
-    add("--sync-every", std::to_string(o.sync_every));
-  }
-  // Only when set: a plain DiLoCo job's command line stays what it was.
-  if (o.overlap_steps > 0) add("--overlap", std::to_string(o.overlap_steps));
-  if (o.alpha > 0) add("--alpha", number(o.alpha));
-  if (o.weight_decay) add("--weight-decay", number(*o.weight_decay));
-  if (o.clip) add("--clip", number(*o.clip));
-  if (!o.eval_log.empty()) add("--eval-log", o.eval_log);
-  if (!o.state_dir.empty()) add("--state-dir", o.state_dir);
-  if (!o.backend.empty()) add("--backend", o.backend);
-  add("--site-shard", std::to_string(o.site_shard));
-  add("--site-shards", std::to_string(o.site_shards));
-  if (o.workers > 1) add("--workers", std::to_string(o.workers));
-  if (o.eval_limit > 0) add("--eval-limit", std::to_string(o.eval_limit));
-  for (const auto& e : o.extra_args) a.push_back(e);
-  return a;
 }
 
 TrainerProcess::TrainerProcess(const asio::any_io_executor& executor, TrainerProcessOptions options)

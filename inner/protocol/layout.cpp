@@ -1,6 +1,8 @@
 // Layout and fragment rules (layout.h).
 #include "inner/protocol/layout.h"
 
+#include "diloco/fragments.h"
+
 #include <algorithm>
 #include <unordered_set>
 
@@ -89,25 +91,12 @@ Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& la
 Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count,
                                                   std::uint64_t next_round) {
   GEOLOCO_TRY(check_layout(layout));
-  GEOLOCO_RETURN_IF(count == 0 || count > layout.size(), Err::invalid_argument, "cannot cut ", layout.size(),
-                    " tensors into ", count, " fragments");
-  const std::uint64_t total = layout_values(layout);
+  std::vector<std::uint64_t> sizes;
+  for (const auto& t : layout) sizes.push_back(t.size());
+  auto cut = diloco::cut_fragments(sizes, count);
+  if (!cut.ok()) return cut.status();
   std::vector<FragmentDesc> out;
-  std::size_t t = 0;
-  for (std::uint32_t k = 0; k < count; ++k) {
-    FragmentDesc f;
-    f.offset = layout[t].offset;
-    f.next_round = next_round;
-    // Target end (k+1)/count of the values, computed without overflow (total < 2^36).
-    const std::uint64_t target = total * (k + 1) / count;
-    const std::size_t must_leave = count - k - 1;  // tensors the later fragments need
-    std::size_t end = t + 1;
-    while (end < layout.size() - must_leave && layout[end - 1].offset + layout[end - 1].size() < target) ++end;
-    if (k + 1 == count) end = layout.size();
-    f.length = layout[end - 1].offset + layout[end - 1].size() - f.offset;
-    out.push_back(f);
-    t = end;
-  }
+  for (const auto& f : *cut) out.push_back(FragmentDesc{f.offset, f.length, next_round});
   return out;
 }
 

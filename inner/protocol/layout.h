@@ -40,10 +40,9 @@ Status compare_layouts(const Layout& expected, const Layout& got);
 /// the fragment and the rule.
 Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& layout);
 
-/// Cuts the layout into `count` contiguous fragments of about equal size, each
-/// ending at the first tensor boundary at or past (k+1)/count of the values
-/// and keeping at least one tensor (outer/fragments.h cuts the same way), all
-/// starting at `next_round`. Errors: invalid_argument (a bad layout; count 0
+/// Cuts the layout into `count` contiguous fragments (diloco::cut_fragments:
+/// each ends at the first tensor boundary at or past (k+1)/count of the
+/// values and keeps at least one tensor), all starting at `next_round`. Errors: invalid_argument (a bad layout; count 0
 /// or more than the tensors).
 Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count, std::uint64_t next_round);
 

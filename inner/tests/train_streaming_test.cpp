@@ -29,7 +29,7 @@
 #include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
 #include "inner/protocol/layout.h"
-#include "inner/protocol/streaming_schedule.h"
+#include "diloco/fragments.h"
 #include "inner/protocol/tests/test_daemon.h"
 #include "inner/tests/fork_ranks.h"
 #include "inner/tests/synthetic_data.h"
@@ -292,7 +292,7 @@ TEST_CASE("streaming: a trainer restarted at round 4 resumes at step 6 and syncs
   REQUIRE(syncs.size() == 6);
   for (std::size_t i = 3; i < 6; ++i) {
     CHECK(syncs[i].sync.round == i + 1);
-    CHECK(syncs[i].sync.fragment == protocol::fragment_of_round(i + 1, kFragments));
+    CHECK(syncs[i].sync.fragment == diloco::fragment_of_round(i + 1, kFragments));
     CHECK(syncs[i].sync.tokens == 2 * kBatch);
   }
   CHECK(daemon.hellos() == 2);
@@ -385,23 +385,10 @@ TEST_CASE("streaming decisions: the mode, the refusals, the rounds, the phases, 
   CHECK(sync_round(rounds) == 4);
   CHECK(fragments_due(rounds) == std::vector<std::uint32_t>{1});
   CHECK(fragments_due(std::vector<std::uint64_t>{9, 9}) == std::vector<std::uint32_t>{0, 1});
-  // H = 7, F = 3: syncs after steps 2, 4, 7 of each period.
-  std::vector<std::uint64_t> phases;
-  for (std::uint64_t r = 1; r <= 6; ++r) phases.push_back(phase_steps(r, 1, 3, 7));
-  CHECK(phases == std::vector<std::uint64_t>{2, 2, 3, 2, 2, 3});
-  CHECK(phase_steps(5, 0, 1, 7) == 7);
   CHECK(steps_before_round(4, 1, 6, 3) == 6);
   CHECK(steps_before_round(5, 1, 6, 3) == 8);
   CHECK(steps_before_round(3, 1, 6) == 12);  // F = 1: (round − first)·H, as before
   CHECK(steps_before_round(1, 1, 6, 3) == 0);
-
-  std::vector<float> local{1.0f, -2.0f, 0.1f};
-  const std::vector<float> global{3.0f, 2.0f, -0.0f};
-  merge_fragment(local, global, 0.25);
-  CHECK(local == std::vector<float>{2.5f, 1.0f, static_cast<float>(0.25 * static_cast<double>(0.1f))});
-  std::vector<float> nan_local{std::nanf(""), 1.0f, 2.0f};
-  merge_fragment(nan_local, global, 0.0);
-  CHECK(same_bits(nan_local, global));  // α = 0: an exact copy, the sign of −0 included
 }
 
 TEST_CASE("synced options: --alpha in [0, 1], --overlap within a round, neither with --sync-seconds",

@@ -1,17 +1,15 @@
-// geoloco-train's side of the local sync protocol (DESIGN §3): rank 0
-// connects to its daemon and either (plain DiLoCo) trains directly in the
+// geoloco-train's side of the local sync protocol: rank 0 connects to its
+// daemon (over a SyncChannel: the job's socket, or a simulated site) and
+// either (plain DiLoCo) trains directly in the
 // shared-memory segment the daemon hands over and at every sync point (each
 // H steps) hands every fragment's replica over and waits for the new
 // anchor, or (Streaming DiLoCo, streaming.h) trains in its own memory,
 // copies the fragments due into the segment and syncs them (hand_out), and
-// merges their new global values in later (merge). Built on
-// inner/protocol/client.h; nothing here knows about other sites.
+// merges their new global values in later (merge). Nothing here knows
+// about other sites.
 //
 // The round table: each fragment's next round, from WELCOME, then from each
-// RESULT. DaemonSync keeps its own copy because Client's answer to INIT
-// sets every fragment to fragment 0's round (right when all fragments sync
-// together, wrong for a streaming table such as 1 → 1, 2 → 2, 0 → 3, where
-// the daemon still expects the welcome's rounds).
+// RESULT (the channel's fragments()).
 #pragma once
 
 #include <memory>
@@ -21,8 +19,8 @@
 
 #include "common/status.h"
 #include "inner/layout.h"
-#include "inner/protocol/client.h"
 #include "inner/train/run_training.h"
+#include "inner/train/sync_channel.h"
 
 namespace geoloco::inner {
 
@@ -31,15 +29,17 @@ protocol::Layout to_protocol_layout(const ParamLayout& layout);
 
 class DaemonSync {
  public:
-  /// Connects and says HELLO with `layout`. Errors: the daemon's refusal,
-  /// timeout ("is geolocod running with this job?"), io.
-  static Result<std::unique_ptr<DaemonSync>> connect(const std::string& socket_path, const std::string& job,
-                                                     const ParamLayout& layout, int timeout_ms);
+  /// Connects through `channel` with `layout` (HELLO). Errors: the
+  /// daemon's refusal, timeout ("is geolocod running with this job?"), io,
+  /// mismatch (a segment of another size). `timeout_ms` bounds every wait
+  /// for the daemon.
+  static Result<std::unique_ptr<DaemonSync>> connect(const ChannelFactory& channel, const ParamLayout& layout,
+                                                     int timeout_ms);
 
   /// The shared parameters: train in place.
-  std::span<float> parameters() { return client_->parameters(); }
+  std::span<float> parameters() { return channel_->parameters(); }
   /// False when the daemon wants this trainer's initial parameters.
-  bool anchor_ready() const { return client_->anchor_ready(); }
+  bool anchor_ready() const { return channel_->anchor_ready(); }
   /// After initializing parameters(): hands them over and waits for the
   /// anchor the daemon settles on (it may be another site's).
   Status hand_over_initial();
@@ -65,16 +65,16 @@ class DaemonSync {
   /// The round the trainer syncs next: the smallest next round of the
   /// table (plain: every fragment's, they are equal).
   std::uint64_t next_round() const;
-  /// Each fragment's next round (the client's table: WELCOME's, then each RESULT's).
+  /// Each fragment's next round (the channel's table: WELCOME's, then each RESULT's).
   std::vector<std::uint64_t> next_rounds() const;
   /// The WELCOME's fragment table (offsets, lengths, next rounds).
-  const std::vector<protocol::FragmentDesc>& fragments() const { return client_->fragments(); }
+  const std::vector<protocol::FragmentDesc>& fragments() const { return channel_->fragments(); }
 
  private:
-  DaemonSync(std::unique_ptr<protocol::Client> client, int timeout_ms);
+  DaemonSync(std::unique_ptr<SyncChannel> channel, int timeout_ms);
   Result<protocol::ResultMsg> wait_result();
 
-  std::unique_ptr<protocol::Client> client_;
+  std::unique_ptr<SyncChannel> channel_;
   int timeout_ms_;
   std::uint64_t syncs_ = 0;
   std::vector<std::uint32_t> in_flight_;

@@ -4,12 +4,13 @@
 #include <cmath>
 #include <thread>
 
+#include "diloco/phase.h"
+
 namespace geoloco::inner {
 
 bool phase_over(const TrainHooks& hooks, std::uint64_t phase_steps, double phase_seconds) {
-  if (hooks.sync_every > 0) return phase_steps >= hooks.sync_every;
-  if (hooks.sync_seconds > 0.0) return phase_steps >= hooks.min_steps && phase_seconds >= hooks.sync_seconds;
-  return false;
+  if (hooks.sync_every == 0 && !(hooks.sync_seconds > 0.0)) return false;  // phases are not the loop's to end
+  return diloco::phase_over({hooks.sync_every, hooks.sync_seconds, hooks.min_steps}, phase_steps, phase_seconds);
 }
 
 Status validate_hooks(const TrainHooks& hooks) {

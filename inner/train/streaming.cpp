@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "inner/protocol/streaming_schedule.h"
 
 namespace geoloco::inner {
 
@@ -41,23 +40,6 @@ std::vector<std::uint32_t> fragments_due(std::span<const std::uint64_t> next_rou
   for (std::size_t f = 0; f < next_rounds.size(); ++f)
     if (next_rounds[f] == r) due.push_back(static_cast<std::uint32_t>(f));
   return due;
-}
-
-std::uint64_t phase_steps(std::uint64_t round, std::uint64_t first_round, std::uint32_t fragments,
-                          std::uint64_t sync_every) {
-  // A round before the job's first (a host counting differently) is round 1's length.
-  const std::uint64_t k = round >= first_round ? round - first_round + 1 : 1;
-  return protocol::steps_through_round(k, fragments, sync_every) -
-         protocol::steps_through_round(k - 1, fragments, sync_every);
-}
-
-void merge_fragment(std::span<float> local, std::span<const float> global, double alpha) {
-  if (alpha == 0.0) {  // exactly the global values, whatever the local ones hold (even NaN)
-    std::copy(global.begin(), global.end(), local.begin());
-    return;
-  }
-  for (std::size_t i = 0; i < local.size(); ++i)
-    local[i] = static_cast<float>(alpha * static_cast<double>(local[i]) + (1.0 - alpha) * static_cast<double>(global[i]));
 }
 
 }  // namespace geoloco::inner

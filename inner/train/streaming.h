@@ -3,8 +3,8 @@
 // round and fragments sync next, how long each inner phase is, and the
 // merge of a fragment's new global values into the local replica. The loop
 // that applies them is run_training() (TrainHooks::on_merge); the protocol
-// calls are daemon_sync.h; the schedule itself, shared with geolocod, is
-// inner/protocol/streaming_schedule.h.
+// calls are daemon_sync.h; the schedule itself and the merge, shared with
+// geolocod and the simulator, are diloco/fragments.h.
 //
 // Two modes:
 //   plain      the table's fragments share one next round and τ = α = 0:
@@ -46,15 +46,5 @@ std::uint64_t sync_round(std::span<const std::uint64_t> next_rounds);
 /// The fragments that sync at sync_round(): those whose next round it is.
 std::vector<std::uint32_t> fragments_due(std::span<const std::uint64_t> next_rounds);
 
-/// The inner steps of the phase that ends with the sync of `round`
-/// (round k = round − first_round + 1 of the job): steps_through_round(k) −
-/// steps_through_round(k − 1). H with F = 1.
-std::uint64_t phase_steps(std::uint64_t round, std::uint64_t first_round, std::uint32_t fragments,
-                          std::uint64_t sync_every);
-
-/// θ ← α·θ(local) + (1 − α)·θ(global), value by value, in double rounded
-/// to fp32 (the same bits on every machine: no contraction, DESIGN §1);
-/// α = 0 copies `global` exactly. `local` and `global` have the same size.
-void merge_fragment(std::span<float> local, std::span<const float> global, double alpha);
 
 }  // namespace geoloco::inner

@@ -6,7 +6,7 @@
 #include <ostream>
 #include <vector>
 
-#include "inner/protocol/streaming_schedule.h"
+#include "diloco/fragments.h"
 #include "inner/train/inner_state.h"
 #include "inner/train/trainer.h"
 
@@ -33,7 +33,7 @@ Status broadcast_u64s(Collective& collective, std::span<std::uint64_t> values) {
 }  // namespace
 
 Status SyncedOptions::validate() const {
-  GEOLOCO_RETURN_IF(socket_path.empty(), Err::invalid_argument,
+  GEOLOCO_RETURN_IF(socket_path.empty() && !channel, Err::invalid_argument,
                     "--sync-socket (or GEOLOCO_SOCKET) must name the daemon's sync socket");
   GEOLOCO_RETURN_IF(job.empty(), Err::invalid_argument, "--job (or GEOLOCO_JOB) must name the job");
   GEOLOCO_RETURN_IF(sync_every > 0 && sync_seconds > 0.0, Err::invalid_argument,
@@ -58,7 +58,7 @@ Status SyncedOptions::validate() const {
 
 std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round, std::uint64_t sync_every,
                                  std::uint32_t fragments) {
-  return round > first_round ? protocol::steps_through_round(round - first_round, fragments, sync_every) : 0;
+  return round > first_round ? diloco::steps_through_round(round - first_round, fragments, sync_every) : 0;
 }
 
 Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions& options, const SyncedOptions& sync,
@@ -179,7 +179,9 @@ Status SyncedTraining::connect(const TrainOptions& options) {
   }
   auto model = make_model(options);
   if (!model.ok()) return model.status();
-  auto connected = DaemonSync::connect(sync_.socket_path, sync_.job, (*model)->layout(), sync_.timeout_ms);
+  const ChannelFactory channel =
+      sync_.channel ? sync_.channel : socket_channel(sync_.socket_path, sync_.job, sync_.timeout_ms);
+  auto connected = DaemonSync::connect(channel, (*model)->layout(), sync_.timeout_ms);
   if (!connected.ok()) return connected.status();
   daemon_ = std::move(*connected);
   auto plan = plan_sync(daemon_->fragments(), sync_.sync_every, sync_.sync_seconds, sync_.overlap_steps, sync_.alpha);
@@ -233,7 +235,7 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
 bool SyncedTraining::streaming_phase_end(std::uint64_t steps) const {
   // Never while a fragment is out (plan_sync keeps τ within the shortest phase).
   if (!daemon_->in_flight().empty()) return false;
-  return steps >= phase_steps(daemon_->next_round(), sync_.first_round, plan_.schedule_fragments, sync_.sync_every);
+  return steps >= diloco::phase_steps(daemon_->next_round(), sync_.first_round, plan_.schedule_fragments, sync_.sync_every);
 }
 
 Status SyncedTraining::hand_out(SyncPoint& point) {

@@ -52,7 +52,7 @@
 namespace geoloco::inner {
 
 struct SyncedOptions {
-  std::string socket_path;        ///< the job's sync socket
+  std::string socket_path;        ///< the job's sync socket (unless `channel` is set)
   std::string job;                ///< the job's name (HELLO)
   std::uint64_t sync_every = 0;   ///< H: inner steps per round; or
   double sync_seconds = 0.0;      ///< time-based rounds: seconds of inner steps per round (excludes sync_every)
@@ -63,8 +63,12 @@ struct SyncedOptions {
   std::uint64_t overlap_steps = 0;  ///< --overlap: τ, inner steps a fragment's exchange overlaps (streaming)
   double alpha = 0.0;             ///< --alpha: α in [0, 1], the local replica's weight in the merge (streaming)
   int timeout_ms = 600'000;       ///< longest wait for the daemon (and for a peer worker)
+  /// How rank 0 reaches its daemon; empty: the local sync protocol over
+  /// socket_path (inner/train/sync_channel.h). The simulator sets its own.
+  ChannelFactory channel;
 
-  /// Errors: invalid_argument naming the broken rule (no socket or job,
+  /// Errors: invalid_argument naming the broken rule (no socket (nor
+  /// channel) or job,
   /// neither or both of sync_every and sync_seconds, min_steps 0, α outside
   /// [0, 1], τ or α with sync_seconds, τ > H, …).
   Status validate() const;

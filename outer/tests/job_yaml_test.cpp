@@ -8,6 +8,7 @@
 
 using namespace geoloco;
 using namespace geoloco::outer;
+using namespace geoloco::diloco;
 
 namespace {
 Result<OuterJobConfig> parse(const std::string& text) { return parse_outer_job_yaml(YAML::Load(text), "job.yaml"); }

@@ -122,3 +122,59 @@ TEST_CASE("a declined operation's frames are dropped, so the control frames behi
   for (auto& f : round6) REQUIRE(f.get().ok());
   CHECK(outs[1] == ins[1]);
 }
+
+TEST_CASE("an operation declined and then begun after all (a coordinator's attempts start over) runs") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  sites[1]->call([&] {
+    sites[1]->mesh().decline({3, 0});
+    return 0;
+  });
+  std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 2.0f)), outs(2, std::vector<float>(3000, 0.0f));
+  std::vector<std::future<Result<AllReduceStats>>> runs;
+  for (int s = 0; s < 2; ++s) {
+    AllReduceRequest q;
+    q.key = {3, 0};
+    q.participants = {"a", "b"};
+    q.weights = {1, 1};
+    q.input = ins[s];
+    q.output = outs[s];
+    q.timeout = 20s;
+    Mesh& mesh = sites[s]->mesh();
+    runs.push_back(sites[s]->spawn([&mesh, q]() { return all_reduce(mesh, q); }));
+  }
+  for (auto& f : runs) REQUIRE(f.get().ok());
+  CHECK(outs[1] == ins[1]);
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) == 0);
+}
+
+TEST_CASE("cancelling the operation in flight ends its all-reduce at once, with the reason") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  // b never joins round 4: a's all-reduce would wait for its timeout (60 s).
+  std::vector<float> in(3000, 1.0f), out(3000, 0.0f);
+  AllReduceRequest q;
+  q.key = {4, 0};
+  q.participants = {"a", "b"};
+  q.weights = {1, 1};
+  q.input = in;
+  q.output = out;
+  q.timeout = 60s;
+  Mesh& ma = sites[0]->mesh();
+  const auto started = std::chrono::steady_clock::now();
+  auto run = sites[0]->spawn([&ma, q]() { return all_reduce(ma, q); });
+  std::this_thread::sleep_for(200ms);
+  sites[0]->call([&] {
+    sites[0]->mesh().cancel({4, 0}, Status(Err::io, "the job is ending"));
+    return 0;
+  });
+  auto result = run.get();
+  CHECK(result.status().message() == "the job is ending");
+  CHECK(std::chrono::steady_clock::now() - started < 10s);
+}

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "inner/protocol/layout.h"
-#include "inner/protocol/streaming_schedule.h"
+#include "diloco/fragments.h"
 
 namespace geoloco::inner::protocol::testing {
 
@@ -55,7 +55,7 @@ void FakeDaemon::handle(Event& event) {
     if (!fragments.ok()) return failures_.push_back(fragments.status());
     if (config_.streaming)
       for (std::uint32_t f = 0; f < fragments->size(); ++f)
-        (*fragments)[f].next_round = next_round_of_fragment(f, config_.first_round, config_.fragments);
+        (*fragments)[f].next_round = diloco::next_round_of_fragment(f, config_.first_round, config_.fragments);
     // A restarted trainer continues at the rounds the daemon is at.
     for (std::size_t f = 0; f < snapshot_.fragments.size() && f < fragments->size(); ++f)
       (*fragments)[f].next_round = snapshot_.fragments[f].desc.next_round;

@@ -29,7 +29,7 @@ struct FakeDaemonConfig {
   float eta = 0.5f;
   /// The RESULT of this round carries the stop flag.
   std::uint64_t stop_after_round = std::numeric_limits<std::uint64_t>::max();
-  /// Streaming DiLoCo as geolocod numbers its rounds (streaming_schedule.h):
+  /// Streaming DiLoCo as geolocod numbers its rounds (diloco/fragments.h):
   /// the welcome gives fragment f its first round at or after `first_round`
   /// (F = 3, first round 1: fragment 1 → 1, 2 → 2, 0 → 3) and RESULT(r, f)
   /// names r + F as f's next round. Off: every fragment starts at round 0

@@ -1,0 +1,18 @@
+"""Reads `geoloco simulate --json` on stdin and fails unless every round is
+there with a digest and the final anchor's eval loss is below the
+initialization's. Prints one line saying what it saw."""
+import json
+import sys
+
+lines = [json.loads(l) for l in sys.stdin if l.strip()]
+rounds = [l for l in lines if "round" in l and "summary" not in l]
+summary = [l for l in lines if l.get("summary")]
+if not summary or not rounds:
+    sys.exit(f"no rounds or no summary in the output: {lines}")
+s = summary[0]
+if len(rounds) != s["rounds"] or any(len(r["anchor_digest"]) != 16 for r in rounds):
+    sys.exit(f"rounds missing or without digests: {rounds}")
+first, last = s["initial_eval_loss"], s["final_eval_loss"]
+if first is None or last is None or not last < first:
+    sys.exit(f"the eval loss did not fall: {first} -> {last}")
+print(f"eval loss fell from {first:.4f} to {last:.4f} over {len(rounds)} rounds")

@@ -1,0 +1,44 @@
+#include "cli/units.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace geoloco::cli {
+
+namespace {
+
+constexpr const char* kSuffixes = "k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024)";
+
+Result<double> parse_quantity(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  GEOLOCO_RETURN_IF(end == text.c_str() || !std::isfinite(v) || !(v > 0), Err::invalid_argument, "'", text,
+                    "': expected a number > 0 with an optional suffix ", kSuffixes);
+  const std::string suffix(end);
+  double scale = 1;
+  if (suffix == "k" || suffix == "K") scale = 1e3;
+  else if (suffix == "M") scale = 1e6;
+  else if (suffix == "G") scale = 1e9;
+  else if (suffix == "T") scale = 1e12;
+  else if (suffix == "Ki") scale = 1024.0;
+  else if (suffix == "Mi") scale = 1024.0 * 1024;
+  else if (suffix == "Gi") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "Ti") scale = 1024.0 * 1024 * 1024 * 1024;
+  else GEOLOCO_RETURN_IF(!suffix.empty(), Err::invalid_argument, "'", text, "': unknown suffix '", suffix, "' (",
+                         kSuffixes, ")");
+  return v * scale;
+}
+
+}  // namespace
+
+Result<double> parse_rate(const std::string& text) { return parse_quantity(text); }
+
+Result<std::uint64_t> parse_size(const std::string& text) {
+  auto v = parse_quantity(text);
+  if (!v.ok()) return v.status();
+  GEOLOCO_RETURN_IF(*v != std::floor(*v) || *v > 9.0e18, Err::invalid_argument, "'", text,
+                    "': a size is a whole number of bytes");
+  return static_cast<std::uint64_t>(*v);
+}
+
+}  // namespace geoloco::cli

@@ -1,0 +1,56 @@
+#include "diloco/outer_step.h"
+
+#include <cmath>
+
+namespace geoloco::diloco {
+
+Status OuterOptimizerOptions::validate() const {
+  GEOLOCO_RETURN_IF(!(learning_rate > 0.0 && learning_rate <= 10.0), Err::invalid_argument,
+                    "outer.lr must be in (0, 10], got ", learning_rate);
+  GEOLOCO_RETURN_IF(!(momentum >= 0.0 && momentum < 1.0), Err::invalid_argument,
+                    "outer.momentum must be in [0, 1), got ", momentum);
+  GEOLOCO_RETURN_IF(!(clip_norm >= 0.0 && std::isfinite(clip_norm)), Err::invalid_argument,
+                    "outer.clip must be a finite norm >= 0 (0 turns clipping off), got ", clip_norm);
+  return {};
+}
+
+float clip_scale(double norm, double clip_norm) {
+  if (clip_norm <= 0.0 || !(norm > clip_norm)) return 1.0f;
+  return static_cast<float>(clip_norm / norm);
+}
+
+double squared_norm(std::span<const float> delta) { return add_squares(0.0, delta); }
+
+double add_squares(double sum, std::span<const float> values) {
+  for (float v : values) sum += static_cast<double>(v) * static_cast<double>(v);
+  return sum;
+}
+
+Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<const float> delta,
+                  const OuterOptimizerOptions& options, float scale) {
+  GEOLOCO_TRY(options.validate());
+  GEOLOCO_RETURN_IF(anchor.size() != momentum.size() || anchor.size() != delta.size(), Err::invalid_argument,
+                    "outer step: anchor (", anchor.size(), "), momentum (", momentum.size(), ") and delta (",
+                    delta.size(), ") must have the same length");
+  GEOLOCO_RETURN_IF(!(scale > 0.0f && scale <= 1.0f), Err::invalid_argument,
+                    "outer step: the clipping scale must be in (0, 1], got ", scale);
+  // Check first so that a bad Δ changes nothing (all sites must stay equal).
+  for (std::size_t i = 0; i < delta.size(); ++i) {
+    GEOLOCO_RETURN_IF(!std::isfinite(delta[i]), Err::non_finite, "outer step: pseudo-gradient value ", i, " is ",
+                      delta[i]);
+  }
+  const float eta = static_cast<float>(options.learning_rate);
+  const float mu = static_cast<float>(options.momentum);
+  const bool nesterov = options.algorithm == OuterAlgorithm::nesterov;
+  for (std::size_t i = 0; i < anchor.size(); ++i) {
+    // scale == 1 multiplies exactly, so unclipped steps see Δ unchanged.
+    const float d = delta[i] * scale;
+    const float m = mu * momentum[i] + d;
+    momentum[i] = m;
+    const float update = nesterov ? d + mu * m : m;
+    anchor[i] = anchor[i] - eta * update;
+  }
+  return {};
+}
+
+}  // namespace geoloco::diloco

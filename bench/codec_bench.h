@@ -35,7 +35,7 @@ Result<std::vector<CodecBenchRow>> run_codec_bench(const CodecBenchOptions& opti
 
 /// One JSON object per row and line, with the keys of CodecBenchRow.
 void print_codec_json(const std::vector<CodecBenchRow>& rows, std::ostream& out);
-/// A table, then the targets with the measured ratio next to each.
+/// A table, then the codecs' speed targets with the measured figure next to each.
 void print_codec_table(const std::vector<CodecBenchRow>& rows, std::size_t size_bytes, std::ostream& out);
 
 }  // namespace geoloco::bench

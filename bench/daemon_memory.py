@@ -1,4 +1,4 @@
-"""DESIGN §10's daemon memory budget, measured: two geolocod sites run an
+"""docs/design.md §10's daemon memory budget, measured: two geolocod sites run an
 external-trainer job on a model of P parameters (16 Mi by default) whose
 trainers (the Python client, no compute) just perturb the replica each
 round; a sampler reads each daemon's private memory (RssAnon: its own
@@ -6,7 +6,7 @@ copies, not the shared segment it shares with the trainer) every 20 ms.
 
 Prints, per site, the private memory before the job, after it (between
 rounds: anchor, momentum, residual) and at its peak (during a round), in
-bytes per parameter next to the bounds: 12 between rounds (DESIGN §10);
+bytes per parameter next to the bounds: 12 between rounds (docs/design.md §10);
 during a round 12 plus the averaged Δ, which the daemon holds as the
 all-gather's encoded chunks until the round commits: 1 B/param with q8, 4
 raw. (The all-reduce makes the site's own Δ_s one chunk at a time; the
@@ -165,7 +165,7 @@ stop: {{rounds: {args.rounds}}}
     for n, r in result["sites"].items():
         b, pk, af = r["between_rounds_bytes_per_param"], r["peak_bytes_per_param"], r["after_job_bytes_per_param"]
         print(f"{n:8} {b:13.2f} B/p {12:6} {b / 12:6.2f} {pk:15.2f} B/p {in_round:6} {pk / in_round:6.2f} {af:10.2f} B/p")
-    print(f"bounds: 12 B/param between rounds (anchor, momentum, residual: DESIGN §10); {in_round} during a round "
+    print(f"bounds: 12 B/param between rounds (anchor, momentum, residual: docs/design.md §10); {in_round} during a round "
           f"(+ the averaged Δ as its encoded chunks, {in_round - 12} B/param {'raw' if args.raw else 'with q8'}; "
           "Δ_s is made one chunk at a time, the residual needs no backup)")
 

@@ -1,4 +1,4 @@
-"""DESIGN §10's "a rejoining site's state sync runs at link speed", measured.
+"""docs/design.md §10's "a rejoining site's state sync runs at link speed", measured.
 
 Two geolocod sites whose egress is capped at R Mbit/s (transport.rate_limit_mbit,
 the stand-in for a WAN link) run an external-trainer job of P parameters (the
@@ -83,7 +83,7 @@ stop: {rounds: 1}
           f"{sender_seconds:.2f} s")
     if args.rate_mbit > 0:
         print(f"  link bound (bytes x 8 / rate): {result['bound_seconds']:.2f} s; measured / bound: "
-              f"{result['ratio_to_bound']:.3f}  (DESIGN §10: at link speed)")
+              f"{result['ratio_to_bound']:.3f}  (docs/design.md §10: at link speed)")
 
 
 if __name__ == "__main__":

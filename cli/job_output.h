@@ -1,4 +1,4 @@
-// What the job commands (`geoloco submit/status/watch/cancel`, DESIGN §2, §7)
+// What the job commands (`geoloco submit/status/watch/cancel`, docs/design.md §2, §7)
 // print and return: pure functions from the daemon's reply JSON (the control
 // protocol of daemon/control_socket.h, described in cli/README.md) to the
 // lines a person reads, so every layout is tested without a daemon. Nothing

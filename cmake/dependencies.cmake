@@ -1,4 +1,4 @@
-# Finds the Debian packages of DESIGN §9 and says what it found, llm.c style.
+# Finds the Debian packages of docs/design.md §9 and says what it found, llm.c style.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 

@@ -1,5 +1,5 @@
 // Content digests: xxh3-64 over bytes, and over fp32 tensors (the anchor
-// digest every site reports at COMMIT, DESIGN §1 step 6).
+// digest every site reports at COMMIT, docs/design.md §1 step 6).
 #pragma once
 
 #include <cstddef>

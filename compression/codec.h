@@ -1,4 +1,4 @@
-// The Codec interface: one class per compression stage (DESIGN §5).
+// The Codec interface: one class per compression stage (docs/design.md §5).
 //
 // A pipeline has at most one stage of each kind, in this order:
 //   1. a sparsifier  (topk):            n dense floats -> indices + m kept floats

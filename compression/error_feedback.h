@@ -1,4 +1,4 @@
-// Error feedback (DESIGN §1 step 3): a site keeps what compression dropped
+// Error feedback (docs/design.md §1 step 3): a site keeps what compression dropped
 // and adds it to the next round's pseudo-gradient,
 //   g = delta + e;  c = C(g);  e <- g - D(c)
 // so over many rounds the decoded outputs add up to the inputs. The residual

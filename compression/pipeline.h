@@ -1,4 +1,4 @@
-// A compression pipeline: the job's codec chain (DESIGN §5) turning one
+// A compression pipeline: the job's codec chain (docs/design.md §5) turning one
 // chunk of fp32 values into one self-describing payload (payload.h) and back.
 //
 // Calls are shaped like zstd's: the caller passes spans, max_encoded_size(n)

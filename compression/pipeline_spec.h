@@ -1,4 +1,4 @@
-// What a job asks of the compression pipeline (DESIGN §5), as plain data.
+// What a job asks of the compression pipeline (docs/design.md §5), as plain data.
 // YAML fills these structs (pipeline_yaml.h); validate() says which rule a
 // bad value breaks; Pipeline::create() builds the codecs from them.
 #pragma once

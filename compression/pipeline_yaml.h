@@ -1,4 +1,4 @@
-// Reads a compression pipeline from a job's YAML (DESIGN §5, §6):
+// Reads a compression pipeline from a job's YAML (docs/design.md §5, §6):
 //
 //   compression: [{topk: {density: 0.02}}, {quantize: {bits: 4, block: 128}}, {zstd: {level: 3}}]
 //

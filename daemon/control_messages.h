@@ -1,4 +1,4 @@
-// The control plane's messages (DESIGN §3): what the coordinator and the
+// The control plane's messages (docs/design.md §3): what the coordinator and the
 // sites say to each other in control frames, as JSON objects with a "type".
 // Parsing checks every field (presence, type, range) and refuses the rest
 // with a message naming the field, so a malformed message changes no state.

@@ -1,5 +1,5 @@
 // The local control socket (`geoloco submit/status/watch/cancel` talk to the
-// daemon here, DESIGN §2): a Unix stream socket, mode 0660, group
+// daemon here, docs/design.md §2): a Unix stream socket, mode 0660, group
 // `geoloco`. Only root, the daemon's own user, or members of the geoloco
 // group may use it; the kernel's peer credentials (SO_PEERCRED) say who
 // connected. Requests and replies are JSON objects, one per line; a reply

@@ -1,4 +1,4 @@
-// The coordinator role of one job on the site the job names (DESIGN §3-§4):
+// The coordinator role of one job on the site the job names (docs/design.md §3-§4):
 // the CoordinatorMachine state machine (coordinator.h) wired to the clock, the
 // journal and the sites. Every decision is journaled (fsync) before it is
 // sent, so a coordinator restarted after kill -9 resumes at the journaled

@@ -1,4 +1,4 @@
-// geolocod: the site daemon (DESIGN §2). Reads the site file, applies the
+// geolocod: the site daemon (docs/design.md §2). Reads the site file, applies the
 // GEOLOCO_* environment and then the flags, and runs until SIGTERM/SIGINT.
 //
 // Exit codes: 0 stopped cleanly (jobs stopped, state saved); 2 bad
@@ -43,7 +43,7 @@ std::string default_trainer() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"geolocod: the geoloco site daemon (DESIGN §2). Settings come from the site file, then GEOLOCO_* "
+  CLI::App app{"geolocod: the geoloco site daemon (docs/design.md §2). Settings come from the site file, then GEOLOCO_* "
                "environment variables, then these flags (highest precedence)."};
   std::string config_path = "/etc/geoloco/site.yaml";
   app.add_option("--config", config_path, "the site file")->capture_default_str();
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   // Model-sized buffers (Δ, a state transfer) come and go every round: give
   // each its own mapping, returned to the system when freed, instead of
   // letting glibc's adaptive threshold keep them in the heap for good. So
-  // the daemon's resident memory is what it holds (DESIGN §10), not its peak.
+  // the daemon's resident memory is what it holds (docs/design.md §10), not its peak.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   // The connections' threads outlive the event loop and the daemon: handlers

@@ -1,4 +1,4 @@
-// A job file (DESIGN §6), validated completely before anything starts: every
+// A job file (docs/design.md §6), validated completely before anything starts: every
 // problem of every section, in one message, each with file:line:column.
 //
 //   name: demo

@@ -59,7 +59,7 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
     return;
   }
   note(cat("sending the state of round ", state_.round, " to ", from));
-  // Sent from the state itself, no copy (DESIGN §10); a round that commits
+  // Sent from the state itself, no copy (docs/design.md §10); a round that commits
   // meanwhile ends the transfer, and the peer asks again.
   const std::span<const float> anchor(state_.anchor), momentum(state_.momentum);
   asio::co_spawn(

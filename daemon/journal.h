@@ -1,4 +1,4 @@
-// The coordinator's journal (DESIGN §3-§4): every round decision is written
+// The coordinator's journal (docs/design.md §3-§4): every round decision is written
 // here, and made durable, before it is announced, so a coordinator restarted
 // after kill -9 resumes at the journaled round and never applies a round
 // twice or loses one.

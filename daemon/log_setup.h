@@ -1,4 +1,4 @@
-// geolocod's logs (DESIGN §7): one line per event on stderr (journald takes
+// geolocod's logs (docs/design.md §7): one line per event on stderr (journald takes
 // it from there), as text by default or as one JSON object per line
 // (`log_format: json`) with time, level, logger and message, for log
 // pipelines.

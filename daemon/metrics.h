@@ -1,7 +1,7 @@
 // The site's metrics, rendered in Prometheus' text format (version 0.0.4)
 // for the daemon's local HTTP endpoint. Names follow Prometheus' rules and
 // the house ones: `geoloco_` prefix, base units, `_total` for counters,
-// `_seconds` and `_bytes` suffixes (DESIGN §7, issue 6).
+// `_seconds` and `_bytes` suffixes (docs/design.md §7).
 //
 // Single-threaded like the daemon's event loop: the loop updates, the HTTP
 // handler renders.

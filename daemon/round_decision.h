@@ -1,5 +1,5 @@
 // When does a round close, and with whom? The coordinator's quorum rule
-// (DESIGN §4) as a pure function of the time and what each site reported,
+// (docs/design.md §4) as a pure function of the time and what each site reported,
 // in the shape of torchft's quorum_compute: tests pass a fixed `now` and
 // read the reason; the daemon only wires clocks and sockets to it.
 //

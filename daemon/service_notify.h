@@ -1,4 +1,4 @@
-// Telling systemd how the daemon is doing (Type=notify units, DESIGN §7):
+// Telling systemd how the daemon is doing (Type=notify units, docs/design.md §7):
 // READY=1 once the site listens, STATUS= lines a user sees in
 // `systemctl status`, WATCHDOG=1 pings within WatchdogSec, STOPPING=1 on
 // shutdown. Outside systemd (no NOTIFY_SOCKET) every call does nothing.

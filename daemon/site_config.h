@@ -1,4 +1,4 @@
-// The site file (/etc/geoloco/site.yaml, DESIGN §6): who this site is, where
+// The site file (/etc/geoloco/site.yaml, docs/design.md §6): who this site is, where
 // it listens, its peers, its TLS files, where it keeps state and serves
 // metrics, its GPUs, and transport tuning. YAML fills the struct; then
 // GEOLOCO_* environment variables, then command-line flags override it, in
@@ -55,7 +55,7 @@ struct SiteConfig {
   std::vector<int> gpus;                            ///< local GPU ids for the built-in trainer; empty: CPU
   std::string log_format = "text";                  ///< text | json
   transport::TransportOptions transport;            ///< connections, rate cap, timeouts
-  /// Control-plane liveness (DESIGN §4's hierarchy: read timeout < heartbeat
+  /// Control-plane liveness (docs/design.md §4's hierarchy: read timeout < heartbeat
   /// timeout < round deadline): a site says "still here" every interval; the
   /// coordinator counts it dead after `heartbeat_timeout_ms` of silence.
   int heartbeat_interval_ms = 2000;

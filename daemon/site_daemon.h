@@ -1,4 +1,4 @@
-// geolocod as a whole (DESIGN §2): the site's mesh to its peers, the local
+// geolocod as a whole (docs/design.md §2): the site's mesh to its peers, the local
 // control socket (`geoloco submit/status/watch/cancel`), the metrics
 // endpoint, and the jobs. A site runs one job at a time; finished,
 // failed and cancelled jobs stay listed by `geoloco status`.

@@ -1,4 +1,4 @@
-// STATE_SYNC (DESIGN §4 "Rejoin"): how a (re)joining site gets the outer
+// STATE_SYNC (docs/design.md §4 "Rejoin"): how a (re)joining site gets the outer
 // state of the last committed round from a peer, at link speed and checked.
 //
 //   asker   -> state_request {job}                       (control frame)
@@ -31,7 +31,7 @@
 
 namespace geoloco::daemon {
 
-/// Values per state frame: 1 Mi fp32 = 4 MiB, DESIGN §3's chunk size.
+/// Values per state frame: 1 Mi fp32 = 4 MiB, so a long fat link is kept busy with few frames.
 inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 
 /// `offer` with its size fields filled for a state of `values` parameters.
@@ -40,7 +40,7 @@ StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values);
 /// After the peer's state_accept: sends the state frames of `round`'s
 /// `anchor` and `momentum` to `peer` over all of the pair's connections
 /// (all of it, or an error naming what failed). The state is sent from where
-/// it lies, not from a copy (DESIGN §10: no second copy of the model per
+/// it lies, not from a copy (docs/design.md §10: no second copy of the model per
 /// peer): `unchanged` is asked before each frame, and when it says the state
 /// moved on (a round committed), the transfer stops with an error and the
 /// peer, whose transfer stays incomplete, asks again. Returns the frame

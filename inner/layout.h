@@ -1,6 +1,6 @@
 // The parameter layout of a model: every tensor's name, shape and offset into
 // ONE flat fp32 buffer. The daemon maps exactly this buffer through shared
-// memory (DESIGN §3, HELLO carries the layout), so parameters are never
+// memory (docs/design.md §3, HELLO carries the layout), so parameters are never
 // scattered: a model reads its tensors as sub-spans of the flat buffer, and
 // its gradients lie in a second buffer with the same layout.
 //

@@ -1,4 +1,4 @@
-// Crash-safe checkpoints of the outer state (DESIGN §4 "Crash safety", §7),
+// Crash-safe checkpoints of the outer state (docs/design.md §4 "Crash safety", §7),
 // in the safetensors format so that any tool (and python/geoloco/checkpoint.py
 // with numpy alone) can read them:
 //

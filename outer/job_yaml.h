@@ -1,4 +1,4 @@
-// Reads the parts of a job file (DESIGN §6) that the outer engine owns:
+// Reads the parts of a job file (docs/design.md §6) that the outer engine owns:
 //
 //   inner:                  # shared with the trainer; only these keys are read here
 //     steps: 500            # H, or

@@ -1,5 +1,5 @@
 // The parameter layout of a job: the model's tensors in the order they lie in
-// the flat fp32 parameter buffer (DESIGN §3's HELLO carries it). Fragments
+// the flat fp32 parameter buffer (docs/design.md §3's HELLO carries it). Fragments
 // (fragments.h) are cut along these boundaries and checkpoints record it so
 // a user can take named tensors out of the flat anchor.
 #pragma once

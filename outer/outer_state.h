@@ -1,4 +1,4 @@
-// The outer state of one job on one site (DESIGN §1, §10): the anchor θ_r,
+// The outer state of one job on one site (docs/design.md §1, §10): the anchor θ_r,
 // the outer momentum m, the round number r, and the error-feedback residual
 // of each site this process holds (a daemon holds its own site's only; the
 // simulator holds every site's). All fp32, 12 bytes per parameter per site.
@@ -16,7 +16,7 @@
 
 namespace geoloco::outer {
 
-/// One site's error-feedback residual e_s (DESIGN §1 step 3).
+/// One site's error-feedback residual e_s (docs/design.md §1 step 3).
 struct SiteResidual {
   std::string site;          ///< the site's name, as in the job
   std::vector<float> values; ///< one per parameter

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the ONE check to run on a machine with a GPU (issue 5).
+# gpu-check.sh: the ONE check to run on a machine with a GPU.
 #
 #   1. configures and builds the CUDA backend (build-gpu/, Release), only the
 #      three targets it needs;
@@ -13,7 +13,7 @@
 #      with both final eval losses (same seed and data: they must agree to
 #      rounding; more than 1% apart fails the check);
 #   5. with the time left, the cross-site all-reduce without a rate cap on
-#      this many-core host (issue 4's 1 GB/s per site target cannot be
+#      this many-core host (the 1 GB/s of TLS payload per site target cannot be
 #      measured on the 2-core CI machine): builds `geoloco` and runs
 #      `geoloco bench allreduce --sites 2 --size 268435456`, then the same
 #      with `--io-threads 1` (one core per site's connections, to compare).
@@ -165,7 +165,7 @@ else
   failed=1
 fi
 
-# Issue 4 on a host with more cores than sites; informational, skipped when
+# The uncapped all-reduce on a host with more cores than sites; informational, skipped when
 # the budget is spent (exit 124), failed when the benchmark itself fails.
 [ "${emulator}" -eq 1 ] && finish  # nothing GPU-related left, and CI measures it elsewhere
 step "build geoloco (for the all-reduce benchmark)" 120 cmake --build "${build}" -j"${jobs}" --target geoloco

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages geoloco builds and runs with (DESIGN §9), only
+# Installs the Debian packages geoloco builds and runs with (docs/design.md §9), only
 # those that are missing. Idempotent; prints nothing when everything is there.
 set -euo pipefail
 

@@ -1,4 +1,4 @@
-// The cross-site all-reduce (DESIGN §3): a weighted average of one tensor per
+// The cross-site all-reduce (docs/design.md §3): a weighted average of one tensor per
 // site, in two phases over the full mesh of the operation's participants.
 //
 //   1. reduce-scatter: the tensor is cut into one contiguous shard per
@@ -41,7 +41,7 @@ using diloco::shard_range;
 
 /// An all-reduce's result kept as the bytes every site decodes (each
 /// owner's encoded chunks of its averaged shard) instead of as values: with
-/// q8 + zstd about a fifth of the memory (DESIGN §10: geolocod holds the
+/// q8 + zstd about a fifth of the memory (docs/design.md §10: geolocod holds the
 /// averaged Δ this way until the round commits). for_each() decodes the
 /// chunks again, one at a time, to the same values bit for bit.
 struct EncodedOutput {
@@ -72,7 +72,7 @@ struct AllReduceRequest {
   std::span<const float> input;           ///< this site's contribution (empty for an observer)
   /// When set (as long as `input`): the contribution is input_base − input,
   /// computed one chunk at a time as it is encoded, so the caller never
-  /// holds it whole (geolocod: Δ = anchor − replica, DESIGN §3's memory bound).
+  /// holds it whole (geolocod: Δ = anchor − replica, docs/design.md §3's memory bound).
   std::span<const float> input_base;
   std::span<float> output;                ///< receives the weighted average
   /// Instead of `output` (which must then be empty): keep the average as

@@ -1,4 +1,4 @@
-// The frame: the unit of everything sites say to each other (DESIGN §3).
+// The frame: the unit of everything sites say to each other (docs/design.md §3).
 //
 //   offset size field
 //   0      4    magic "GLF1"

@@ -1,4 +1,4 @@
-// The site's mesh of authenticated connections to its peers (DESIGN §3):
+// The site's mesh of authenticated connections to its peers (docs/design.md §3):
 // `connections_per_peer` TLS connections per peer pair, dialed by the site
 // whose name sorts first and accepted by the other, re-dialed with backoff
 // when they drop. Every connection starts with HELLO (the claimed site

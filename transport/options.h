@@ -1,7 +1,7 @@
 // Options of the cross-site transport. Every field has a default that works
 // across continents (100-200 ms RTT) and its unit in its name.
 //
-// Timeouts form one hierarchy (DESIGN §4): keepalive_interval_ms <
+// Timeouts form one hierarchy (docs/design.md §4): keepalive_interval_ms <
 // read_timeout_ms = write_timeout_ms < the daemon's heartbeat timeout < round
 // deadline < stall alarm. A connection that carries no bytes for
 // read_timeout_ms is dead; keepalives keep an idle one alive.
@@ -17,8 +17,8 @@ namespace geoloco::transport {
 
 struct TransportOptions {
   int connections_per_peer = 4;            ///< parallel TLS connections per peer pair, to fill a long fat link
-  /// Values per chunk (frame): 256 Ki fp32 = 1 MiB raw. Finer than DESIGN's
-  /// "about 4 MiB" so that the all-gather of early chunks overlaps the
+  /// Values per chunk (frame): 256 Ki fp32 = 1 MiB raw. Finer than a STATE_SYNC
+  /// frame's 4 MiB so that the all-gather of early chunks overlaps the
   /// reduce-scatter of later ones: under a rate cap, 5 sites measured 1.00x
   /// the link bound with 1 MiB chunks and up to 1.18x with 4 MiB ones.
   std::uint64_t chunk_elements = 1 << 18;

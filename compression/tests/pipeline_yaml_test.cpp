@@ -6,7 +6,7 @@
 using namespace geoloco;
 using namespace geoloco::compression;
 
-TEST_CASE("the pipeline of DESIGN §5 parses from a job's YAML", "[sanitize]") {
+TEST_CASE("the pipeline of docs/design.md §5 parses from a job's YAML", "[sanitize]") {
   auto spec = parse_pipeline_text("[{topk: {density: 0.02}}, {quantize: {bits: 4, block: 128}}, {zstd: {level: 3}}]");
   REQUIRE(spec.ok());
   CHECK(describe(*spec) == "topk(density=0.02, block=4096) | quantize(bits=4, block=128, rounding=nearest) | zstd(level=3)");

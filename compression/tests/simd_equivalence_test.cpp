@@ -1,5 +1,5 @@
 // The AVX2 kernels and the scalar ones must produce the same bytes, so sites
-// with different CPUs decode the same values (DESIGN §1).
+// with different CPUs decode the same values (docs/design.md §1).
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>

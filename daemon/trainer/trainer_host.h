@@ -1,4 +1,4 @@
-// The daemon's view of one job's trainer on this site (DESIGN §2, §3): hosts
+// The daemon's view of one job's trainer on this site (docs/design.md §2, §3): hosts
 // the daemon side of the local sync protocol (inner/protocol/server.h) on the
 // job's Unix socket inside geolocod's single-threaded asio loop, and turns
 // the trainer's messages into the few awaitable steps the round engine needs:
@@ -70,7 +70,7 @@ struct TrainerHostOptions {
   /// Where the anchor that welcomes a (re)started trainer comes from. Unset:
   /// the host keeps its own copy (4 bytes per parameter). Set: the engine's
   /// anchor of the host's next round, read only when a trainer is welcomed,
-  /// so the daemon holds no second copy of the model (DESIGN §10).
+  /// so the daemon holds no second copy of the model (docs/design.md §10).
   std::function<std::span<const float>()> anchor_view;
 };
 

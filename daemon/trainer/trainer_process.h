@@ -1,5 +1,5 @@
 // The built-in trainer of one job on this site, as a child process of the
-// daemon (DESIGN §2): starts geoloco-train with the job's socket and name in
+// daemon (docs/design.md §2): starts geoloco-train with the job's socket and name in
 // GEOLOCO_SOCKET / GEOLOCO_JOB and its arguments from TrainerProcessOptions,
 // appends its stdout and stderr to a log file in the job's folder, restarts it
 // with exponential backoff when it dies (a bounded number of times in a row,

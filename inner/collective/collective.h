@@ -1,5 +1,5 @@
 // The intra-site collective: what the data-parallel workers of ONE site use
-// to agree on a gradient (DESIGN §3). Nothing here knows about sites; the
+// to agree on a gradient (docs/design.md §3). Nothing here knows about sites; the
 // cross-site exchange is the daemon's.
 //
 // Implementations: SingleCollective (one worker), ShmCollective (CPU worker

@@ -1,6 +1,6 @@
 // The CPU intra-site collective: worker PROCESSES on one machine meeting in
 // a POSIX shared-memory segment. It exists so that data parallelism is
-// exercised on machines without GPUs (DESIGN §3); on GPUs NCCL replaces it.
+// exercised on machines without GPUs (docs/design.md §3); on GPUs NCCL replaces it.
 //
 // Segment: a header (magic, sizes, barrier counters, each rank's pid), a
 // per-rank slot of `slot_floats` floats, and one result slot. An

@@ -1,7 +1,7 @@
 // CHECK macros for the CUDA runtime, cuBLAS and NCCL: a failed call becomes a
 // geoloco::Status that names the call, the library's own error text and the
 // file:line, and is RETURNED to the caller. Nothing here exits: the trainer
-// is supervised by the daemon, and only main() decides to stop (STYLE §6).
+// is supervised by the daemon, and only main() decides to stop.
 //
 // Code mapping: "no device / driver too old" is `unsupported` (the machine
 // cannot run this backend); every other failure is `io` (the device refused

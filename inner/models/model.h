@@ -2,7 +2,7 @@
 //
 // A model does NOT own its parameters: it reads them from, and writes
 // gradients into, flat fp32 buffers laid out by layout(). That is what lets
-// the trainer hand the daemon one shared-memory span (DESIGN §3) and lets
+// the trainer hand the daemon one shared-memory span (docs/design.md §3) and lets
 // data parallelism all-reduce one contiguous gradient. A model owns only its
 // activation scratch, so one instance is used by one thread at a time.
 #pragma once

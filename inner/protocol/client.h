@@ -1,4 +1,4 @@
-// The trainer side of the local sync protocol (DESIGN §3), used by
+// The trainer side of the local sync protocol (docs/design.md §3), used by
 // geoloco-train (rank 0) and by tests: a blocking client that says HELLO,
 // maps the segment the daemon hands over, and then exchanges SYNC for
 // RESULT. python/geoloco/sync_client.py is the same client in Python.

@@ -24,7 +24,7 @@ std::uint64_t layout_values(const Layout& layout);
 /// Rules: at least one tensor; names non-empty, unique, without control
 /// characters; every dimension > 0; tensors lie contiguously in list order
 /// (tensor 0 at offset 0, each next one where the previous ends) — the flat
-/// buffer of DESIGN §3, as inner/ and outer/ lay it out; at most kMaxValues
+/// buffer of docs/design.md §3, as inner/ and outer/ lay it out; at most kMaxValues
 /// values. Errors: invalid_argument naming the tensor and the rule.
 Status check_layout(const Layout& layout);
 
@@ -36,7 +36,7 @@ Status compare_layouts(const Layout& expected, const Layout& got);
 /// Rules for a fragment table over a segment of `values` values laid out by
 /// `layout`: at least one fragment; fragments are non-empty, in order, and
 /// cover [0, values) without gaps; every boundary is a tensor boundary (a
-/// fragment never cuts a tensor, DESIGN §1). Errors: invalid_argument naming
+/// fragment never cuts a tensor, docs/design.md §1). Errors: invalid_argument naming
 /// the fragment and the rule.
 Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& layout);
 

@@ -1,4 +1,4 @@
-// The wire format of the local sync protocol (DESIGN §3): what a trainer and
+// The wire format of the local sync protocol (docs/design.md §3): what a trainer and
 // its site's daemon say to each other over the job's Unix socket. Parameters
 // never travel here; they lie in the shared-memory segment (shared_segment.h)
 // whose descriptor rides on WELCOME. This file encodes and decodes bytes and

@@ -1,4 +1,4 @@
-// The daemon side of the local sync protocol (DESIGN §3): one Server per job,
+// The daemon side of the local sync protocol (docs/design.md §3): one Server per job,
 // hosted by geolocod's event loop. It owns the job's Unix socket, at most one
 // attached trainer, and the shared-memory segment; it checks everything the
 // trainer says and turns what is valid into events for the daemon. It makes

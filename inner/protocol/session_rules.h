@@ -1,4 +1,4 @@
-// The decisions of a sync session as pure functions (STYLE 8): given the
+// The decisions of a sync session as pure functions: given the
 // fragments' state and a message or a daemon call, say whether it is
 // allowed and, if not, why. server.h applies them before it changes any
 // state, so a refused message leaves the daemon side exactly as it was.

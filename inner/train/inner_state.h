@@ -1,6 +1,6 @@
 // geoloco-train's --state-dir: the inner optimizer's state kept across a
 // trainer restart, so a trainer the daemon restarts continues as if it had
-// not died (DESIGN §1: "inner optimizer state stays on the site across
+// not died (docs/design.md §1: "inner optimizer state stays on the site across
 // rounds").
 //
 // What is saved, by rank 0 after every sync, in <dir>/inner_state.bin:

@@ -6,7 +6,7 @@
 // order, and apply the same step (micro-batch sum, all-reduce, average,
 // clip, AdamW), so a run on one backend is the other's within rounding.
 //
-// The host side of the parameters. The daemon (DESIGN §3) reads and writes
+// The host side of the parameters. The daemon (docs/design.md §3) reads and writes
 // parameters in host memory, its shared segment; a trainer is given that
 // span as its `host storage` and exposes it as host_params(). The CPU
 // trainer trains in it directly, so params_to_host() and params_from_host()

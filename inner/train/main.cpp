@@ -1,4 +1,4 @@
-// geoloco-train: the built-in inner trainer (DESIGN §2). Trains `mlp` on
+// geoloco-train: the built-in inner trainer (docs/design.md §2). Trains `mlp` on
 // Fashion-MNIST or `gpt` on the King James Bible for N steps, data parallel
 // over the worker processes its launcher started (mpirun, srun, or its own
 // --workers), and prints evaluation loss (and accuracy). With a daemon

@@ -1,5 +1,5 @@
 // The training loop, and the seam through which the daemon-side sync
-// protocol drives it (DESIGN §1 step 1, §3): at the end of every inner phase
+// protocol drives it (docs/design.md §1 step 1, §3): at the end of every inner phase
 // rank 0 hands the replica out (on_sync reads params: the daemon computes the
 // pseudo-gradient) and takes the new anchor in (on_sync overwrites params),
 // then rank 0's parameters are broadcast so every worker continues from the
@@ -10,13 +10,13 @@
 // GPU rank 0 copies the replica there before on_sync and the anchor back to
 // the device after it, and the broadcast then runs on the device (NCCL).
 //
-// A phase is `sync_every` steps (DESIGN's inner.steps), or time-based
+// A phase is `sync_every` steps (the job file's inner.steps), or time-based
 // (inner.duration): steps until `sync_seconds` have passed on rank 0's clock,
 // at least `min_steps`. Rank 0 decides after every step and broadcasts the
 // decision, so every worker takes the same number of steps (a worker that
 // took one more would wait in an all-reduce nobody else joins).
 //
-// Streaming DiLoCo (DESIGN §1, last paragraph; streaming.h) splits the sync
+// Streaming DiLoCo (docs/design.md §1, last paragraph; streaming.h) splits the sync
 // in two: on_sync only hands the replica out (it must not change params) and
 // every rank trains on; `merge_after` steps later (0: at once, before the
 // next step) rank 0's on_merge takes the new global values in (it writes

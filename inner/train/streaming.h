@@ -1,5 +1,5 @@
-// geoloco-train's decisions for Streaming DiLoCo (DESIGN §1, last paragraph),
-// as pure functions (STYLE 8): which mode a WELCOME table asks for, which
+// geoloco-train's decisions for Streaming DiLoCo (docs/design.md §1, last paragraph),
+// as pure functions: which mode a WELCOME table asks for, which
 // round and fragments sync next, how long each inner phase is, and the
 // merge of a fragment's new global values into the local replica. The loop
 // that applies them is run_training() (TrainHooks::on_merge); the protocol

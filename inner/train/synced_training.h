@@ -1,4 +1,4 @@
-// geoloco-train with its site's daemon (DESIGN §1 step 1, §3): every rank
+// geoloco-train with its site's daemon (docs/design.md §1 step 1, §3): every rank
 // calls start() and run(); rank 0 talks to the daemon (daemon_sync.h) and
 // the other workers follow through the collective.
 //

@@ -80,7 +80,7 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
       app.add_option("--sync-every", sync.sync_every, "inner steps per round, between syncs with the daemon (H)");
   auto* sync_seconds_opt = app.add_option(
       "--sync-seconds", sync.sync_seconds,
-      "time-based rounds instead of --sync-every (DESIGN's inner.duration): each inner phase runs steps until this "
+      "time-based rounds instead of --sync-every (the job file's inner.duration): each inner phase runs steps until this "
       "many seconds have passed on rank 0 (at least --min-steps); every worker takes the same number of steps");
   auto* min_steps_opt = app.add_option("--min-steps", sync.min_steps, "with --sync-seconds: at least this many steps "
                                                                       "per round")

@@ -11,7 +11,7 @@
 // W micro-batches compute the same bits (tests/data_parallel_test.cpp).
 //
 // The parameters may live in memory the caller owns (the daemon's shared
-// memory segment, DESIGN §3): pass it as `param_storage`. The trainer trains
+// memory segment, docs/design.md §3): pass it as `param_storage`. The trainer trains
 // in that memory, so it is also its host_params() and the copies the
 // interface asks for (params_to_host, params_from_host) are no-ops.
 //

@@ -1,4 +1,4 @@
-// The CUDA backend against the CPU reference (STYLE §2): every op forward and
+// The CUDA backend against the CPU reference: every op forward and
 // backward, the mlp and gpt runners (loss, every gradient tensor, evaluation,
 // a few AdamW training steps), and the NCCL collective with one rank.
 //

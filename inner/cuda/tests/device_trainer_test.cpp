@@ -1,5 +1,5 @@
 // cuda::DeviceTrainer, what geoloco-train --backend cuda trains with,
-// against the CPU Trainer (STYLE §2): the same options, seed and data
+// against the CPU Trainer: the same options, seed and data
 // (synthetic, so no Debian data package is needed), N steps on each, with
 // two micro-batches (the device's gradient accumulation) and clipping on
 // every step (the device's norm and scaling).

@@ -1,6 +1,6 @@
 // `geoloco submit job.yaml`, `status [JOB] [--json]`, `watch JOB`,
 // `cancel JOB`: the operator's commands that talk to the local geolocod over
-// its control socket (daemon/control_socket.h, one JSON request, JSON reply
+// its control socket (control/control_socket.h, one JSON request, JSON reply
 // lines, a final {"done": true, ...}). This file only sends requests and
 // prints; every line it prints is built by job_output.h, tested without a
 // daemon. Exit codes: job_output.h's JobExit.
@@ -22,7 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/job_output.h"
-#include "daemon/control_socket.h"
+#include "control/control_socket.h"
 
 namespace geoloco::cli {
 
@@ -85,7 +85,7 @@ bool admitted(const std::string& path) {
   return socket_admits(::geteuid(), ::getegid(), groups, st.st_uid, st.st_gid);
 }
 
-// control_request() reports the daemon's own refusal (a final line with
+// control::control_request() reports the daemon's own refusal (a final line with
 // "ok": false) as invalid_argument; every other code is the socket's.
 bool daemon_refused(const Status& s) { return s.code() == Err::invalid_argument; }
 
@@ -123,7 +123,7 @@ void explain_if_missing(const std::string& path, const std::string& job) {
   bool got = false;
   json request;
   request["command"] = "status";
-  const Status s = daemon::control_request(path, request, [&](const json& line) {
+  const Status s = control::control_request(path, request, [&](const json& line) {
     if (line.contains("jobs")) {
       reply = line;
       got = true;
@@ -152,7 +152,7 @@ int run_submit(const JobArgs& a) {
     return kExitUsage;
   }
   json reply;
-  const Status s = daemon::control_request(a.socket, request, [&](const json& line) {
+  const Status s = control::control_request(a.socket, request, [&](const json& line) {
     if (line.contains("job")) reply = line;
   });
   // A validation failure arrives as the refusal: every problem as
@@ -169,7 +169,7 @@ int run_status(const JobArgs& a) {
   if (!a.job.empty()) request["job"] = a.job;
   json reply;
   bool got = false;
-  const Status s = daemon::control_request(a.socket, request, [&](const json& line) {
+  const Status s = control::control_request(a.socket, request, [&](const json& line) {
     if (line.contains("jobs")) {
       reply = line;
       got = true;
@@ -204,7 +204,7 @@ int run_watch(const JobArgs& a) {
   bool header_printed = false;
   bool saw_job = false;
   std::string last_state;
-  const Status s = daemon::control_request(a.socket, request, [&](const json& line) {
+  const Status s = control::control_request(a.socket, request, [&](const json& line) {
     // Flushed line by line: watch is read live, often through a pipe.
     if (const auto round = line.find("round"); round != line.end() && round->is_object()) {
       saw_job = true;
@@ -232,7 +232,7 @@ int run_cancel(const JobArgs& a) {
   request["command"] = "cancel";
   request["job"] = a.job;
   std::string message;
-  const Status s = daemon::control_request(a.socket, request, [&](const json& line) {
+  const Status s = control::control_request(a.socket, request, [&](const json& line) {
     if (const auto m = line.find("message"); m != line.end() && m->is_string()) message = m->get<std::string>();
   });
   if (!s.ok()) {

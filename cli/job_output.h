@@ -1,6 +1,6 @@
 // What the job commands (`geoloco submit/status/watch/cancel`, docs/design.md §2, §7)
 // print and return: pure functions from the daemon's reply JSON (the control
-// protocol of daemon/control_socket.h, described in cli/README.md) to the
+// protocol of control/control_socket.h, described in cli/README.md) to the
 // lines a person reads, so every layout is tested without a daemon. Nothing
 // here opens a socket; job_commands.cpp does that and only prints these.
 //
@@ -65,7 +65,7 @@ std::vector<std::string> submit_lines(const nlohmann::json& reply);
 
 /// Whether user `uid` (primary group `gid`, supplementary `groups`) may use
 /// a control socket file owned by `owner`:`group`, by the daemon's rule
-/// (daemon/control_socket.h: root, the daemon's user, who owns the socket,
+/// (control/control_socket.h: root, the daemon's user, who owns the socket,
 /// or a member of the socket's group). Only picks the hint a failure prints;
 /// the daemon alone decides what it accepts.
 bool socket_admits(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, uid_t owner, gid_t group);

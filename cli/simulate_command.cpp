@@ -1,6 +1,6 @@
 // `geoloco simulate job.yaml`: the job's whole federation in this process
 // (sim/federation.h). Each site's built-in trainer is started from the very
-// arguments geolocod would start it with (daemon/job_trainer.h), read by
+// arguments geolocod would start it with (job/job_trainer.h), read by
 // geoloco-train's own parser, and the rounds follow geolocod's rules, so a
 // fault-free job ends on the digest a real federation commits. The network
 // is a cost model of the link.
@@ -15,8 +15,8 @@
 #include "cli/commands.h"
 #include "cli/units.h"
 #include "compression/pipeline_spec.h"
-#include "daemon/job_spec.h"
-#include "daemon/job_trainer.h"
+#include "job/job_spec.h"
+#include "job/job_trainer.h"
 #include "inner/train/train_command.h"
 #include "sim/data_parallel.h"
 #include "sim/federation.h"
@@ -52,10 +52,10 @@ struct ScratchDir {
 
 // The job, with --sites and --rounds applied. Site names beyond the job's
 // are site-1, site-2, … (the data is cut into as many shards as sites).
-Result<daemon::JobSpec> load_job(const SimulateArgs& a) {
-  auto spec = daemon::load_job_file(a.job_file);
+Result<job::JobSpec> load_job(const SimulateArgs& a) {
+  auto spec = job::load_job_file(a.job_file);
   if (!spec.ok()) return spec.status();
-  GEOLOCO_RETURN_IF(spec->trainer.kind != daemon::TrainerSpec::Kind::builtin, Err::invalid_argument, a.job_file,
+  GEOLOCO_RETURN_IF(spec->trainer.kind != job::TrainerSpec::Kind::builtin, Err::invalid_argument, a.job_file,
                     ": the job's trainer is external; geoloco simulate runs the built-in one (trainer: {kind: "
                     "builtin, model: mlp|gpt})");
   if (a.sites > 0) {
@@ -70,16 +70,16 @@ Result<daemon::JobSpec> load_job(const SimulateArgs& a) {
 }
 
 // Site `site`'s trainer command: geolocod's arguments, geoloco-train's parser.
-Result<inner::TrainCommand> trainer_command(const daemon::JobSpec& spec, const std::string& site,
+Result<inner::TrainCommand> trainer_command(const job::JobSpec& spec, const std::string& site,
                                             const std::string& dir) {
-  daemon::TrainerPaths paths;
+  job::TrainerPaths paths;
   paths.job_dir = dir;
-  auto args = daemon::builtin_trainer_options(spec, site, paths);
+  auto args = job::builtin_trainer_options(spec, site, paths);
   if (!args.ok()) return args.status();
   std::ostringstream out, err;
   const std::string socket = (std::filesystem::path(dir) / "sync.sock").string(), job = spec.name;
   auto parsed = inner::parse_train_command(
-      daemon::trainer_arguments(*args),
+      job::trainer_arguments(*args),
       [&](const char* name) -> const char* {
         if (std::string_view(name) == "GEOLOCO_SOCKET") return socket.c_str();
         if (std::string_view(name) == "GEOLOCO_JOB") return job.c_str();
@@ -101,7 +101,7 @@ void print_round(const sim::RoundReport& r, std::uint32_t fragments) {
             << std::endl;
 }
 
-int run_federation(const SimulateArgs& a, const daemon::JobSpec& spec, double bandwidth) {
+int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandwidth) {
   ScratchDir dir;
   if (dir.path.empty()) {
     std::cerr << "geoloco simulate: cannot make a scratch folder in " << std::filesystem::temp_directory_path() << "\n";
@@ -188,7 +188,7 @@ int run_federation(const SimulateArgs& a, const daemon::JobSpec& spec, double ba
   return 0;
 }
 
-int run_data_parallel(const SimulateArgs& a, const daemon::JobSpec& spec, double bandwidth) {
+int run_data_parallel(const SimulateArgs& a, const job::JobSpec& spec, double bandwidth) {
   ScratchDir dir;
   auto command = trainer_command(spec, spec.sites.front(), dir.path.string());
   if (!command.ok()) {

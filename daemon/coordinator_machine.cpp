@@ -64,10 +64,10 @@ Status CoordinatorMachine::on_failed(const std::string& site, const FailedMessag
   return {};
 }
 
-std::map<std::string, SiteReport> CoordinatorMachine::reports() const {
-  std::map<std::string, SiteReport> out;
+std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports() const {
+  std::map<std::string, diloco::SiteReport> out;
   for (const auto& [site, at] : heard_) {
-    SiteReport r;
+    diloco::SiteReport r;
     r.last_heartbeat = at;
     if (auto it = ready_at_.find(site); it != ready_at_.end()) r.ready_at = it->second;
     if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
@@ -132,11 +132,11 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   }
 
   // Collecting: the quorum rule decides when, the straggler rule with what weights.
-  auto decision = decide_round(now, reports(), options_.quorum);
+  auto decision = diloco::decide_quorum(now, reports(), options_.quorum);
   for (const auto& d : decision.dead) a.notes.push_back(cat("site ", d, " is silent (no heartbeat)"));
-  if (decision.kind != RoundDecision::Kind::close) {
+  if (decision.kind != diloco::QuorumDecision::Kind::close) {
     a.wake_at = decision.wake_at;
-    if (decision.kind == RoundDecision::Kind::pause) a.notes.push_back(decision.reason);
+    if (decision.kind == diloco::QuorumDecision::Kind::pause) a.notes.push_back(decision.reason);
     return a;
   }
   std::vector<diloco::Contribution> contributions;

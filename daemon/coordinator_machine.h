@@ -4,7 +4,7 @@
 // step() returns (journal, then send). coordinator_role.h is that wiring.
 //
 // A round r, with anchor θ_r:
-//   collecting  READYs arrive; decide_round() says when to close
+//   collecting  READYs arrive; diloco::decide_quorum() says when to close
 //   planned     PLAN(r) names the participants and their weights (tokens,
 //               times decay^rounds_late for carried contributions); they
 //               all-reduce, apply the outer step and send COMMIT(r, digest)
@@ -22,14 +22,17 @@
 
 #include "common/status.h"
 #include "daemon/control_messages.h"
-#include "daemon/round_decision.h"
+#include "diloco/quorum.h"
 #include "diloco/straggler.h"
 
 namespace geoloco::daemon {
 
+using diloco::Clock;
+using diloco::Millis;
+
 struct CoordinatorOptions {
   std::vector<std::string> sites;       ///< the job's sites
-  QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
+  diloco::QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
   diloco::Weighting weighting = diloco::Weighting::tokens;
   diloco::StragglerOptions straggler;    ///< carry (with decay) or drop
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
@@ -78,7 +81,7 @@ class CoordinatorMachine {
   std::uint64_t tokens() const { return tokens_; }
 
  private:
-  std::map<std::string, SiteReport> reports() const;
+  std::map<std::string, diloco::SiteReport> reports() const;
   void start_collecting(std::uint64_t round);
 
   CoordinatorOptions options_;

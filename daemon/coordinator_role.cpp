@@ -30,7 +30,7 @@ JournalSummary summarize(const Journal& journal) {
   return s;
 }
 
-CoordinatorOptions options_of(const JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s) {
+CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s) {
   CoordinatorOptions o;
   o.sites = job.sites;
   o.quorum = job.quorum;
@@ -46,7 +46,7 @@ CoordinatorOptions options_of(const JobSpec& job, Millis heartbeat_timeout, cons
 }  // namespace
 
 Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_io_executor& executor,
-                                                               const JobSpec& job, Millis heartbeat_timeout,
+                                                               const job::JobSpec& job, Millis heartbeat_timeout,
                                                                const std::string& journal_path, Send send, Note note) {
   auto journal = Journal::open(journal_path);
   if (!journal.ok()) return journal.status();
@@ -56,7 +56,7 @@ Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_i
       new CoordinatorRole(executor, job, heartbeat_timeout, std::move(*journal), std::move(send), std::move(note)));
 }
 
-CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const JobSpec& job, Millis heartbeat_timeout,
+CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout,
                                  Journal journal, Send send, Note note)
     : job_(job),
       heartbeat_timeout_(heartbeat_timeout),

@@ -22,7 +22,7 @@
 #include "common/status.h"
 #include "daemon/control_messages.h"
 #include "daemon/coordinator_machine.h"
-#include "daemon/job_spec.h"
+#include "job/job_spec.h"
 #include "daemon/journal.h"
 
 namespace geoloco::daemon {
@@ -35,7 +35,7 @@ class CoordinatorRole {
   using Note = std::function<void(const std::string& line)>;
 
   /// Opens (or resumes from) the journal at `journal_path`. Errors: io.
-  static Result<std::unique_ptr<CoordinatorRole>> open(const asio::any_io_executor& executor, const JobSpec& job,
+  static Result<std::unique_ptr<CoordinatorRole>> open(const asio::any_io_executor& executor, const job::JobSpec& job,
                                                        Millis heartbeat_timeout, const std::string& journal_path,
                                                        Send send, Note note);
 
@@ -58,12 +58,12 @@ class CoordinatorRole {
   const std::vector<std::string>& lagging() const { return lagging_; }
 
  private:
-  CoordinatorRole(const asio::any_io_executor& executor, const JobSpec& job, Millis heartbeat_timeout, Journal journal,
+  CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout, Journal journal,
                   Send send, Note note);
   void greet(const std::string& site);
   Status journal(const nlohmann::json& record);
 
-  JobSpec job_;
+  job::JobSpec job_;
   Millis heartbeat_timeout_;
   Journal journal_;
   Send send_;

@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/digest.h"
-#include "daemon/job_trainer.h"
+#include "job/job_trainer.h"
 #include "daemon/job_util.h"
 
 namespace geoloco::daemon {
@@ -106,7 +106,7 @@ std::uint64_t job_id_of(const std::string& name) {
   return id == 0 ? 1 : id;
 }
 
-Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file) {
+Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file) {
   GEOLOCO_RETURN_IF(!contains(spec.sites, env.site.name), Err::invalid_argument, "job '", spec.name,
                     "' does not name this site (", env.site.name, ")");
   const std::string dir = (fs::path(env.site.data_dir) / "jobs" / spec.name).string();
@@ -124,7 +124,7 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, JobSpec spec,
   return job;
 }
 
-JobRun::JobRun(JobEnvironment env, JobSpec spec, std::string yaml, std::string file, std::string dir)
+JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file, std::string dir)
     : env_(std::move(env)),
       spec_(std::move(spec)),
       yaml_(std::move(yaml)),
@@ -355,7 +355,7 @@ void JobRun::execute(ParticipantAction& action) {
 
 Status JobRun::start() {
   TrainerHostOptions h;
-  h.socket_path = sync_socket_path(dir_);
+  h.socket_path = job::sync_socket_path(dir_);
   h.job = spec_.name;
   h.fragments = spec_.fragments();
   h.streaming = streaming();
@@ -396,15 +396,15 @@ Status JobRun::start() {
   if (!host.ok()) return host.status();
   host_ = std::move(*host);
 
-  if (spec_.trainer.kind == TrainerSpec::Kind::builtin) {
-    TrainerPaths paths;
+  if (spec_.trainer.kind == job::TrainerSpec::Kind::builtin) {
+    job::TrainerPaths paths;
     paths.program = env_.trainer_program;
     paths.job_dir = dir_;
     paths.gpus = env_.site.gpus;
-    auto args = builtin_trainer_options(spec_, self(), paths);
+    auto args = job::builtin_trainer_options(spec_, self(), paths);
     if (!args.ok()) return args.status();
     TrainerProcessOptions options;
-    static_cast<TrainerArgs&>(options) = std::move(*args);
+    static_cast<job::TrainerArgs&>(options) = std::move(*args);
     std::weak_ptr<JobRun> weak = weak_from_this();
     options.on_give_up = [weak](const Status& why) {
       if (auto job = weak.lock(); job && job->host_) job->host_->fail(why);

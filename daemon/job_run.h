@@ -55,7 +55,7 @@
 #include "compression/error_feedback.h"
 #include "daemon/control_messages.h"
 #include "daemon/coordinator_role.h"
-#include "daemon/job_spec.h"
+#include "job/job_spec.h"
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
 #include "daemon/site_config.h"
@@ -115,7 +115,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// be read is set aside (checkpoint.safetensors.damaged) and the state
   /// comes from a peer. Errors: invalid_argument (this site is not in the
   /// job; a checkpoint of another configuration under the same name), io.
-  static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, JobSpec spec, std::string yaml, std::string file);
+  static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file);
   ~JobRun();
 
   /// Opens the trainer's socket, starts the trainer (built-in) and the engine.
@@ -137,13 +137,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   asio::awaitable<void> wait_changed() { co_await changed_.wait(); }
   JobState state() const { return job_state_; }
   bool done() const;
-  const JobSpec& spec() const { return spec_; }
+  const job::JobSpec& spec() const { return spec_; }
   std::uint64_t id() const { return id_; }
   const std::string& job_dir() const { return dir_; }
   const std::string& message() const { return message_; }
 
  private:
-  JobRun(JobEnvironment env, JobSpec spec, std::string yaml, std::string file, std::string dir);
+  JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file, std::string dir);
   const std::string& self() const { return env_.site.name; }
   bool is_coordinator() const { return spec_.coordinator == self(); }
   bool streaming() const { return spec_.fragments() > 1; }
@@ -197,7 +197,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   Status load_checkpoint();
 
   JobEnvironment env_;
-  JobSpec spec_;
+  job::JobSpec spec_;
   std::string yaml_;
   std::string file_;
   std::string dir_;

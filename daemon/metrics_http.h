@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include <atomic>
+
 #include "common/status.h"
 
 namespace geoloco::daemon {
@@ -25,6 +27,8 @@ class MetricsHttpServer {
   ~MetricsHttpServer();
   std::uint16_t port() const { return port_; }
   void close();
+  /// accept() failures so far (EMFILE, ENOMEM: each retried after accept_backoff()).
+  std::uint64_t accept_errors() const { return accept_errors_; }
 
  private:
   MetricsHttpServer(asio::any_io_executor executor, std::function<std::string()> render);
@@ -35,6 +39,7 @@ class MetricsHttpServer {
   std::function<std::string()> render_;
   std::uint16_t port_ = 0;
   bool open_ = true;
+  std::atomic<std::uint64_t> accept_errors_{0};
 };
 
 }  // namespace geoloco::daemon

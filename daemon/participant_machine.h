@@ -52,10 +52,13 @@
 
 #include "common/status.h"
 #include "daemon/control_messages.h"
-#include "daemon/round_decision.h"
+#include "diloco/quorum.h"
 #include "diloco/straggler.h"
 
 namespace geoloco::daemon {
+
+using diloco::Clock;
+using diloco::Millis;
 
 struct ParticipantOptions {
   std::string job;                     ///< the job's name

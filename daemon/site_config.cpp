@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/yaml_reader.h"
-#include "transport/certs.h"
+#include "common/site_name.h"
 
 namespace geoloco::daemon {
 
@@ -31,7 +31,7 @@ Status SiteConfig::validate() const {
   };
   rule(name.empty(), "name: every site needs a name (the one in its certificate)");
   if (!name.empty()) {
-    const std::string p = transport::site_name_problem(name);
+    const std::string p = site_name_problem(name);
     rule(!p.empty(), "name: " + p);
   }
   std::set<std::string> seen;

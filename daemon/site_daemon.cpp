@@ -107,8 +107,8 @@ Status SiteDaemon::start() {
 
   std::error_code ec;
   fs::create_directories(fs::path(site_.control_socket).parent_path(), ec);
-  auto control = ControlServer::open(io_.get_executor(), site_.control_socket, options_.control_group,
-                                     [this](const nlohmann::json& request, ReplyFn reply) {
+  auto control = control::ControlServer::open(io_.get_executor(), site_.control_socket, options_.control_group,
+                                     [this](const nlohmann::json& request, control::ReplyFn reply) {
                                        return handle_request(request, std::move(reply));
                                      });
   if (!control.ok()) return control.status();
@@ -154,7 +154,7 @@ Result<std::shared_ptr<JobRun>> SiteDaemon::start_job(const std::string& yaml, c
   GEOLOCO_RETURN_IF(stopping_, Err::invalid_argument, "geolocod is stopping");
   auto doc = yaml::load_text(yaml, file);
   if (!doc.ok()) return doc.status();
-  auto spec = parse_job_yaml(*doc, file, federation());
+  auto spec = job::parse_job_yaml(*doc, file, federation());
   if (!spec.ok()) return spec.status();
   if (active_ && !active_->done()) {
     GEOLOCO_RETURN_IF(active_->spec().name == spec->name, Err::invalid_argument, "job '", spec->name,
@@ -213,7 +213,7 @@ void SiteDaemon::send_federation(const std::string& peer, const ControlMessage& 
       asio::detached);
 }
 
-void SiteDaemon::distribute(const JobSpec& spec, const std::string& yaml, const std::string& file) {
+void SiteDaemon::distribute(const job::JobSpec& spec, const std::string& yaml, const std::string& file) {
   for (const auto& site : spec.sites)
     if (site != site_.name) send_federation(site, JobStartMessage{spec.name, file, yaml});
 }
@@ -235,7 +235,7 @@ Status SiteDaemon::on_mesh_frame(const std::string& peer, const transport::Frame
 void SiteDaemon::on_federation_message(const std::string& peer, const ControlMessage& message) {
   if (const auto* start = std::get_if<JobStartMessage>(&message)) {
     auto doc = yaml::load_text(start->yaml, start->file);
-    auto spec = doc.ok() ? parse_job_yaml(*doc, start->file, federation()) : Result<JobSpec>(doc.status());
+    auto spec = doc.ok() ? job::parse_job_yaml(*doc, start->file, federation()) : Result<job::JobSpec>(doc.status());
     if (!spec.ok()) {
       spdlog::error("job '{}' from {} refused: {}", start->job, peer, spec.status().message());
       return;
@@ -276,7 +276,7 @@ std::shared_ptr<JobRun> SiteDaemon::find(const std::string& name) const {
 Result<nlohmann::json> SiteDaemon::submit(const std::string& yaml, const std::string& file) {
   auto doc = yaml::load_text(yaml, file);
   if (!doc.ok()) return doc.status();
-  auto spec = parse_job_yaml(*doc, file, federation());
+  auto spec = job::parse_job_yaml(*doc, file, federation());
   if (!spec.ok()) return spec.status();
   nlohmann::json reply{{"job", spec->name}, {"coordinator", spec->coordinator}, {"sites", spec->sites}};
   if (spec->coordinator == site_.name) {
@@ -307,7 +307,7 @@ asio::awaitable<Status> SiteDaemon::cancel(const std::string& name, const std::s
   co_return Status{};
 }
 
-asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request, ReplyFn reply) {
+asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request, control::ReplyFn reply) {
   const std::string command = request.value("command", std::string());
   if (command == "submit") {
     if (!request.contains("yaml") || !request["yaml"].is_string())

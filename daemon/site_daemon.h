@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/control_socket.h"
+#include "control/control_socket.h"
 #include "daemon/job_run.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_http.h"
@@ -59,11 +59,11 @@ class SiteDaemon {
   std::set<std::string> federation() const;
   Status on_mesh_frame(const std::string& peer, const transport::FrameHeader& header, Buffer payload);
   void on_federation_message(const std::string& peer, const ControlMessage& message);
-  asio::awaitable<Status> handle_request(const nlohmann::json& request, ReplyFn reply);
+  asio::awaitable<Status> handle_request(const nlohmann::json& request, control::ReplyFn reply);
   Result<nlohmann::json> submit(const std::string& yaml, const std::string& file);
   /// Validates and starts a job here. Errors: the validation's, a job already running.
   Result<std::shared_ptr<JobRun>> start_job(const std::string& yaml, const std::string& file);
-  void distribute(const JobSpec& spec, const std::string& yaml, const std::string& file);
+  void distribute(const job::JobSpec& spec, const std::string& yaml, const std::string& file);
   void send_federation(const std::string& peer, const ControlMessage& message);
   asio::awaitable<Status> cancel(const std::string& name, const std::string& reason, bool tell_sites);
   std::shared_ptr<JobRun> find(const std::string& name) const;
@@ -77,7 +77,7 @@ class SiteDaemon {
   DaemonOptions options_;
   Metrics metrics_;
   std::unique_ptr<transport::Mesh> mesh_;
-  std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<control::ControlServer> control_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::shared_ptr<JobRun> active_;
   std::vector<std::shared_ptr<JobRun>> past_;

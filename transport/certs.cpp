@@ -1,5 +1,7 @@
 #include "transport/certs.h"
 
+#include "common/site_name.h"
+
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -125,15 +127,6 @@ Status make_dir(const std::string& dir) {
 }
 
 }  // namespace
-
-std::string site_name_problem(const std::string& name) {
-  if (name.empty() || name.size() > 64) return "a site name has 1 to 64 characters";
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
-    if (!ok) return cat("a site name uses only a-z, 0-9, '-' and '.'; '", name, "' does not");
-  }
-  return {};
-}
 
 Status create_ca(const std::string& dir, const std::string& name, const CertOptions& options) {
   GEOLOCO_RETURN_IF(name.empty(), Err::invalid_argument, "the CA needs a name");

@@ -28,7 +28,5 @@ Status create_ca(const std::string& dir, const std::string& name, const CertOpti
 Status issue_site_cert(const std::string& ca_dir, const std::string& site, const std::string& out_dir,
                        const CertOptions& options = {});
 
-/// The rule a site name follows, as a message; empty when `name` is valid.
-std::string site_name_problem(const std::string& name);
 
 }  // namespace geoloco::transport

@@ -1,5 +1,5 @@
-// The real `geoloco` binary against a fake geolocod: a real ControlServer
-// (daemon/control_socket.h) whose handler records each request and answers
+// The real `geoloco` binary against a fake geolocod: a real control::ControlServer
+// (control/control_socket.h) whose handler records each request and answers
 // from a script, per the control protocol in cli/README.md. Checks the bytes
 // sent, stdout, stderr and exit codes. Every child runs under a deadline and
 // is killed past it; the fake daemon's loop stops on its own too.
@@ -29,7 +29,7 @@
 #include <thread>
 
 #include "cli/tests/job_fixtures.h"
-#include "daemon/control_socket.h"
+#include "control/control_socket.h"
 
 using namespace geoloco;
 namespace fixtures = geoloco::cli::fixtures;
@@ -56,9 +56,9 @@ struct Reply {
 class FakeDaemon {
  public:
   explicit FakeDaemon(std::function<Reply(const json&)> script) : script_(std::move(script)), path_(temp_path("sock")) {
-    auto server = daemon::ControlServer::open(
+    auto server = control::ControlServer::open(
         io_.get_executor(), path_, "geoloco",
-        [this](const json& request, daemon::ReplyFn reply) { return answer(this, request, std::move(reply)); });
+        [this](const json& request, control::ReplyFn reply) { return answer(this, request, std::move(reply)); });
     REQUIRE(server.ok());
     server_ = std::move(*server);
     thread_ = std::thread([this] { io_.run_for(std::chrono::seconds(60)); });
@@ -75,7 +75,7 @@ class FakeDaemon {
   }
 
  private:
-  static asio::awaitable<Status> answer(FakeDaemon* self, json request, daemon::ReplyFn reply) {
+  static asio::awaitable<Status> answer(FakeDaemon* self, json request, control::ReplyFn reply) {
     Reply r;
     {
       std::lock_guard lock(self->mu_);
@@ -96,7 +96,7 @@ class FakeDaemon {
   asio::io_context io_;
   std::function<Reply(const json&)> script_;
   std::string path_;
-  std::unique_ptr<daemon::ControlServer> server_;
+  std::unique_ptr<control::ControlServer> server_;
   std::thread thread_;
   std::mutex mu_;
   std::vector<json> requests_;

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <set>
 
-#include "daemon/job_spec.h"
+#include "job/job_spec.h"
 #include "daemon/site_config.h"
 
 using namespace geoloco;
@@ -40,7 +40,7 @@ TEST_CASE("every shipped job file passes the complete validation") {
   for (const auto& entry : std::filesystem::directory_iterator(kConfigs / "jobs")) {
     if (!entry.is_regular_file()) continue;  // jobs/tests/ holds deliberately broken files
     const bool demo = entry.path().filename().string().rfind("simulate-", 0) != 0;
-    auto job = load_job_file(entry.path().string(), demo ? federation : std::set<std::string>{});
+    auto job = job::load_job_file(entry.path().string(), demo ? federation : std::set<std::string>{});
     INFO(entry.path().string() << ": " << job.status().message());
     CHECK(job.ok());
     ++files;

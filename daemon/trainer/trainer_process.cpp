@@ -108,7 +108,7 @@ std::string_view state_name(TrainerProcess::State state) {
 }
 
 Status TrainerProcessOptions::validate() const {
-  GEOLOCO_TRY(TrainerArgs::validate());
+  GEOLOCO_TRY(job::TrainerArgs::validate());
   GEOLOCO_RETURN_IF(log_path.empty(), Err::invalid_argument, "trainer: log_path must be set");
   GEOLOCO_RETURN_IF(max_restarts < 0 || stop_grace_ms < 0 || healthy_after_ms < 0, Err::invalid_argument,
                     "trainer: max_restarts, stop_grace_ms and healthy_after_ms must be >= 0");
@@ -143,7 +143,7 @@ TrainerProcess::~TrainerProcess() {
 }
 
 Status TrainerProcess::spawn() {
-  std::vector<std::string> args = trainer_arguments(options_);
+  std::vector<std::string> args = job::trainer_arguments(options_);
   std::vector<std::string> env = trainer_environment(options_);
   const std::string program = resolve_program(options_.program);
   std::vector<char*> argv = pointers(args);

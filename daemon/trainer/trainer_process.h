@@ -31,13 +31,13 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/trainer/trainer_args.h"
+#include "job/trainer_args.h"
 #include "transport/async_util.h"
 
 namespace geoloco::daemon {
 
 /// How geoloco-train is started (trainer_args.h) and supervised.
-struct TrainerProcessOptions : TrainerArgs {
+struct TrainerProcessOptions : job::TrainerArgs {
   int max_restarts = 5;                   ///< restarts in a row before giving up (a run of healthy_after_ms resets the count)
   int restart_backoff_ms = 500;           ///< first delay before a restart, doubled each time
   int max_backoff_ms = 30'000;            ///< upper bound of the delay
@@ -49,7 +49,7 @@ struct TrainerProcessOptions : TrainerArgs {
   /// could not be started again); e.g. the engine passes TrainerHost::fail.
   std::function<void(const Status&)> on_give_up;
 
-  /// TrainerArgs' rules, and the supervision's: no log path, negative times.
+  /// TrainerArgs' rules (job/trainer_args.h), and the supervision's: no log path, negative times.
   /// Errors: invalid_argument naming the rule.
   Status validate() const;
 };

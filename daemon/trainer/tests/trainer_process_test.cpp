@@ -311,7 +311,7 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
       "--context", "32", "--steps", "1000", "--batch", "8", "--lr", "5e-04", "--warmup", "0",
       "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3", "--workers", "2",
       "--text", "/tmp/kjv.txt"};
-  CHECK(trainer_arguments(o) == want);
+  CHECK(job::trainer_arguments(o) == want);
 
   TrainerProcessOptions mlp = o;
   mlp.model = "mlp";
@@ -323,7 +323,7 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
   const std::vector<std::string> want_mlp{
       "/opt/geoloco/bin/geoloco-train", "--model", "mlp", "--hidden", "256", "128", "--steps", "1000", "--batch", "8",
       "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3"};
-  CHECK(trainer_arguments(mlp) == want_mlp);
+  CHECK(job::trainer_arguments(mlp) == want_mlp);
 
   // Streaming DiLoCo's τ and α, after the round flags; absent while 0 (above).
   TrainerProcessOptions streaming = mlp;
@@ -334,7 +334,7 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
       "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--overlap", "5", "--alpha", "0.25", "--site-shard", "1",
       "--site-shards", "3"};
   REQUIRE(streaming.validate().ok());
-  CHECK(trainer_arguments(streaming) == want_streaming);
+  CHECK(job::trainer_arguments(streaming) == want_streaming);
   for (double alpha : {-0.5, 1.5, std::nan("")}) {
     streaming.alpha = alpha;
     CHECK_THAT(streaming.validate().message(), Catch::Contains("alpha (streaming's merge weight of the local replica) "

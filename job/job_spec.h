@@ -30,14 +30,14 @@
 
 #include "common/status.h"
 #include "compression/pipeline_spec.h"
-#include "daemon/round_decision.h"
+#include "diloco/quorum.h"
 #include "outer/job_yaml.h"
 
 namespace YAML {
 class Node;
 }
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 struct TrainerSpec {
   enum class Kind { builtin, external };
@@ -68,7 +68,7 @@ struct JobSpec {
   InnerSpec inner;
   outer::OuterJobConfig outer;     ///< inner.steps/duration, outer, streaming, straggler policy
   compression::PipelineSpec compression;  ///< empty: raw fp32
-  QuorumOptions quorum;            ///< straggler.deadline and min_sites (heartbeat timeout is the site's)
+  diloco::QuorumOptions quorum;            ///< straggler.deadline and min_sites (heartbeat timeout is the site's)
   std::uint64_t checkpoint_every_rounds = 5;
   std::optional<std::uint64_t> stop_rounds;
   std::optional<std::uint64_t> stop_tokens;
@@ -94,4 +94,4 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source,
 /// Loads, parses and validates a job file. Errors: io, invalid_argument.
 Result<JobSpec> load_job_file(const std::string& path, const std::set<std::string>& known_sites = {});
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

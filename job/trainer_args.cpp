@@ -1,8 +1,8 @@
-#include "daemon/trainer/trainer_args.h"
+#include "job/trainer_args.h"
 
 #include <charconv>
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 namespace {
 
@@ -76,4 +76,4 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   return a;
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

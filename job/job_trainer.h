@@ -7,10 +7,10 @@
 #include <string>
 
 #include "common/status.h"
-#include "daemon/job_spec.h"
-#include "daemon/trainer/trainer_args.h"
+#include "job/job_spec.h"
+#include "job/trainer_args.h"
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 struct TrainerPaths {
   std::string program = "geoloco-train";  ///< the trainer binary
@@ -34,4 +34,4 @@ std::string sync_socket_path(const std::string& job_dir);
 Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
                                                       const TrainerPaths& paths);
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

@@ -2,9 +2,9 @@
 // reason a user would read.
 #include <catch2/catch.hpp>
 
-#include "daemon/round_decision.h"
+#include "diloco/quorum.h"
 
-using namespace geoloco::daemon;
+using namespace geoloco::diloco;
 using namespace std::chrono_literals;
 
 namespace {
@@ -29,8 +29,8 @@ QuorumOptions options(int min_sites, Millis deadline) {
 
 TEST_CASE("a round closes as soon as every live site is ready") {
   std::map<std::string, SiteReport> sites{{"b", alive(2s)}, {"a", alive(1s)}, {"c", alive(3s)}};
-  auto d = decide_round(t0 + 3s, sites, options(2, 10s));
-  CHECK(d.kind == RoundDecision::Kind::close);
+  auto d = decide_quorum(t0 + 3s, sites, options(2, 10s));
+  CHECK(d.kind == QuorumDecision::Kind::close);
   CHECK(d.participants == std::vector<std::string>{"a", "b", "c"});  // sorted: the plan's order
   CHECK(d.late.empty());
   CHECK(d.reason == "closed: all 3 live sites ready");
@@ -39,16 +39,16 @@ TEST_CASE("a round closes as soon as every live site is ready") {
 TEST_CASE("with a quorum the round waits until the deadline, then leaves the late ones out") {
   std::map<std::string, SiteReport> sites{{"a", alive(1s)}, {"b", alive(4s)}, {"c", alive()}};
   // min_sites = 2: quorum at b's READY (t0+4s); deadline 10 s -> closes at t0+14s.
-  auto before = decide_round(t0 + 13s, sites, options(2, 10s));
-  CHECK(before.kind == RoundDecision::Kind::wait);
+  auto before = decide_quorum(t0 + 13s, sites, options(2, 10s));
+  CHECK(before.kind == QuorumDecision::Kind::wait);
   REQUIRE(before.wake_at);
   CHECK(*before.wake_at == t0 + 14s);
   CHECK(before.reason == "quorum of 2 reached; waiting up to 1000 ms more for c");
 
   // c keeps sending heartbeats meanwhile.
   sites["a"].last_heartbeat = sites["b"].last_heartbeat = sites["c"].last_heartbeat = t0 + 13s;
-  auto at = decide_round(t0 + 14s, sites, options(2, 10s));
-  CHECK(at.kind == RoundDecision::Kind::close);
+  auto at = decide_quorum(t0 + 14s, sites, options(2, 10s));
+  CHECK(at.kind == QuorumDecision::Kind::close);
   CHECK(at.participants == std::vector<std::string>{"a", "b"});
   CHECK(at.late == std::vector<std::string>{"c"});
   CHECK(at.reason == "closed at the deadline: 2 ready, late: c");
@@ -56,8 +56,8 @@ TEST_CASE("with a quorum the round waits until the deadline, then leaves the lat
 
 TEST_CASE("below the quorum the round waits without a deadline") {
   std::map<std::string, SiteReport> sites{{"a", alive(1s)}, {"b", alive()}, {"c", alive()}};
-  auto d = decide_round(t0 + 20s, sites, options(2, 1s));
-  CHECK(d.kind == RoundDecision::Kind::wait);
+  auto d = decide_quorum(t0 + 20s, sites, options(2, 1s));
+  CHECK(d.kind == QuorumDecision::Kind::wait);
   CHECK(d.reason == "waiting: 1 of 2 required sites ready (waiting for b, c)");
   REQUIRE(d.wake_at);
   CHECK(*d.wake_at == t0 + 30s);  // the next heartbeat that could lapse
@@ -67,15 +67,15 @@ TEST_CASE("dead sites are removed; the job pauses below min_sites") {
   std::map<std::string, SiteReport> sites{{"a", alive(1s)}, {"b", alive(2s)}, {"c", alive()}};
   sites["a"].last_heartbeat = sites["b"].last_heartbeat = t0 + 40s;
   // c's last heartbeat was at t0: dead at t0+30s. a and b are ready: all live sites ready.
-  auto d = decide_round(t0 + 41s, sites, options(2, 10s));
-  CHECK(d.kind == RoundDecision::Kind::close);
+  auto d = decide_quorum(t0 + 41s, sites, options(2, 10s));
+  CHECK(d.kind == QuorumDecision::Kind::close);
   CHECK(d.participants == std::vector<std::string>{"a", "b"});
   CHECK(d.dead == std::vector<std::string>{"c"});
   CHECK(d.reason == "closed: all 2 live sites ready; no heartbeat from c");
 
   sites["b"].last_heartbeat = t0;  // b dies too
-  auto p = decide_round(t0 + 41s, sites, options(2, 10s));
-  CHECK(p.kind == RoundDecision::Kind::pause);
+  auto p = decide_quorum(t0 + 41s, sites, options(2, 10s));
+  CHECK(p.kind == QuorumDecision::Kind::pause);
   CHECK(p.reason == "paused: 1 live site(s), min_sites is 2; no heartbeat from b, c");
 }
 

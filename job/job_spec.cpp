@@ -1,4 +1,4 @@
-#include "daemon/job_spec.h"
+#include "job/job_spec.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -8,9 +8,9 @@
 
 #include "common/yaml_reader.h"
 #include "compression/pipeline_yaml.h"
-#include "transport/certs.h"
+#include "common/site_name.h"
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 namespace {
 
@@ -76,7 +76,7 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
         continue;
       }
       j.sites.push_back(name);
-      if (const std::string problem = transport::site_name_problem(name); !problem.empty()) {
+      if (const std::string problem = site_name_problem(name); !problem.empty()) {
         p.add(s, "sites: " + problem);
       } else if (!known.empty() && !known.count(name)) {
         std::string fed;
@@ -151,7 +151,7 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
                  p.add(v, cat(w, ": ", j.quorum.min_sites, " is more than the job's ", j.sites.size(), " sites"));
              }}},
            {"policy", "decay", "max_rounds_late"}, p);
-  j.quorum.deadline_ms = Millis(static_cast<long long>(deadline_s * 1000 + 0.5));
+  j.quorum.deadline_ms = diloco::Millis(static_cast<long long>(deadline_s * 1000 + 0.5));
 
   read_map(doc["checkpoint"], "checkpoint",
            {{"every_rounds", [&](const YAML::Node& v, const std::string& w) {
@@ -202,4 +202,4 @@ Result<JobSpec> load_job_file(const std::string& path, const std::set<std::strin
   return parse_job_yaml(*doc, path, known_sites);
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

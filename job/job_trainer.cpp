@@ -1,9 +1,9 @@
-#include "daemon/job_trainer.h"
+#include "job/job_trainer.h"
 
 #include <algorithm>
 #include <filesystem>
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 std::string sync_socket_path(const std::string& job_dir) {
   return (std::filesystem::path(job_dir) / "sync.sock").string();
@@ -65,4 +65,4 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   return o;
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

@@ -2,10 +2,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/job_spec.h"
+#include "job/job_spec.h"
 
 using namespace geoloco;
-using namespace geoloco::daemon;
+using namespace geoloco::job;
 
 namespace {
 Result<JobSpec> parse(const std::string& text, const std::set<std::string>& known = {}) {

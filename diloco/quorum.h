@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 
-namespace geoloco::daemon {
+namespace geoloco::diloco {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
@@ -41,7 +41,7 @@ struct SiteReport {
   std::uint64_t tokens = 0;                  ///< tokens it processed (from READY)
 };
 
-struct RoundDecision {
+struct QuorumDecision {
   enum class Kind {
     wait,   ///< not yet: look again at `wake_at` or at the next message
     close,  ///< announce a PLAN with `participants`
@@ -56,7 +56,7 @@ struct RoundDecision {
 };
 
 /// Decides the current round. Pure: the same inputs give the same decision.
-RoundDecision decide_round(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
+QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
                            const QuorumOptions& options);
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::diloco

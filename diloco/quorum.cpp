@@ -1,8 +1,8 @@
-#include "daemon/round_decision.h"
+#include "diloco/quorum.h"
 
 #include <algorithm>
 
-namespace geoloco::daemon {
+namespace geoloco::diloco {
 
 Status QuorumOptions::validate() const {
   GEOLOCO_RETURN_IF(min_sites < 1, Err::invalid_argument, "straggler.min_sites must be at least 1, got ", min_sites);
@@ -20,9 +20,9 @@ std::string join(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-RoundDecision decide_round(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
+QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
                            const QuorumOptions& o) {
-  RoundDecision d;
+  QuorumDecision d;
   std::vector<std::string> live, ready, waiting;
   std::vector<Clock::time_point> ready_times;
   for (const auto& [name, s] : sites) {  // std::map: sorted by name, so every list is too
@@ -41,18 +41,18 @@ RoundDecision decide_round(Clock::time_point now, const std::map<std::string, Si
   const std::string dead_note = d.dead.empty() ? "" : cat("; no heartbeat from ", join(d.dead));
 
   if (static_cast<int>(live.size()) < o.min_sites) {
-    d.kind = RoundDecision::Kind::pause;
+    d.kind = QuorumDecision::Kind::pause;
     d.reason = cat("paused: ", live.size(), " live site(s), min_sites is ", o.min_sites, dead_note);
     return d;
   }
   if (!live.empty() && waiting.empty()) {
-    d.kind = RoundDecision::Kind::close;
+    d.kind = QuorumDecision::Kind::close;
     d.participants = ready;
     d.reason = cat("closed: all ", ready.size(), " live sites ready", dead_note);
     return d;
   }
   if (static_cast<int>(ready.size()) < o.min_sites) {
-    d.kind = RoundDecision::Kind::wait;
+    d.kind = QuorumDecision::Kind::wait;
     d.reason = cat("waiting: ", ready.size(), " of ", o.min_sites, " required sites ready (waiting for ",
                    join(waiting), ")", dead_note);
     // Only a message (READY) or a heartbeat lapsing can change this; wake for the latter.
@@ -69,13 +69,13 @@ RoundDecision decide_round(Clock::time_point now, const std::map<std::string, Si
   const auto quorum_at = ready_times[static_cast<std::size_t>(o.min_sites) - 1];
   const auto closes_at = quorum_at + o.deadline_ms;
   if (now >= closes_at) {
-    d.kind = RoundDecision::Kind::close;
+    d.kind = QuorumDecision::Kind::close;
     d.participants = ready;
     d.late = waiting;
     d.reason = cat("closed at the deadline: ", ready.size(), " ready, late: ", join(waiting), dead_note);
     return d;
   }
-  d.kind = RoundDecision::Kind::wait;
+  d.kind = QuorumDecision::Kind::wait;
   d.wake_at = closes_at;
   d.reason = cat("quorum of ", o.min_sites, " reached; waiting up to ",
                  std::chrono::duration_cast<Millis>(closes_at - now).count(), " ms more for ", join(waiting),
@@ -83,4 +83,4 @@ RoundDecision decide_round(Clock::time_point now, const std::map<std::string, Si
   return d;
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::diloco

@@ -1,5 +1,5 @@
-// The local control socket (`geoloco submit/status/watch/cancel` talk to the
-// daemon here, docs/design.md §2): a Unix stream socket, mode 0660, group
+// The local control socket, both sides (`geoloco submit/status/watch/cancel`
+// talk to the daemon here, docs/design.md §3): a Unix stream socket, mode 0660, group
 // `geoloco`. Only root, the daemon's own user, or members of the geoloco
 // group may use it; the kernel's peer credentials (SO_PEERCRED) say who
 // connected. Requests and replies are JSON objects, one per line; a reply
@@ -11,6 +11,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/local/stream_protocol.hpp>
+#include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,7 +19,7 @@
 
 #include "common/status.h"
 
-namespace geoloco::daemon {
+namespace geoloco::control {
 
 struct PeerCredentials {
   pid_t pid = 0;
@@ -47,6 +48,8 @@ class ControlServer {
   ~ControlServer();
   void close();
   const std::string& path() const { return path_; }
+  /// accept() failures so far (EMFILE, ENOMEM: each retried after accept_backoff()).
+  std::uint64_t accept_errors() const { return accept_errors_; }
 
  private:
   ControlServer(asio::any_io_executor executor, std::string path, gid_t gid, RequestHandler handler);
@@ -58,6 +61,7 @@ class ControlServer {
   gid_t control_gid_;
   RequestHandler handler_;
   bool open_ = true;
+  std::atomic<std::uint64_t> accept_errors_{0};
 };
 
 /// Client side: sends `request` and calls `on_line` for each reply line
@@ -66,4 +70,4 @@ class ControlServer {
 Status control_request(const std::string& path, const nlohmann::json& request,
                        const std::function<void(const nlohmann::json&)>& on_line);
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::control

@@ -1,16 +1,22 @@
 // The control socket: only allowed users, one JSON request, streamed reply
 // lines, and a final status line the client turns into its Status.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
-#include "daemon/control_socket.h"
+#include "control/control_socket.h"
 
 using namespace geoloco;
-using namespace geoloco::daemon;
+using namespace geoloco::control;
 
 TEST_CASE("who may control the daemon") {
   const gid_t geoloco_gid = 990;
@@ -61,4 +67,54 @@ TEST_CASE("a request gets its streamed lines and a final status") {
   Status gone = control_request(path, {{"command", "count"}}, [](const nlohmann::json&) {});
   CHECK(gone.code() == Err::io);
   CHECK(gone.message().find("is geolocod running?") != std::string::npos);
+}
+
+TEST_CASE("out of descriptors, the accept loop backs off instead of spinning, and serves again afterwards") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("geoloco-ctl-emfile-" + std::to_string(::getpid()))).string();
+  asio::io_context io;
+  auto server = ControlServer::open(io.get_executor(), path, "geoloco", count_handler);
+  REQUIRE(server.ok());
+  auto work = asio::make_work_guard(io);
+  std::thread loop([&] { io.run_for(std::chrono::seconds(20)); });
+  // Every descriptor taken but one, which a client takes to connect: it
+  // waits in the listen backlog, and the server's accept() fails with EMFILE.
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) filler.push_back(fd);
+  REQUIRE(!filler.empty());
+  ::close(filler.back());
+  filler.pop_back();
+  const std::uint64_t before = (*server)->accept_errors();
+  int waiting = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(waiting >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  REQUIRE(::connect(waiting, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const std::uint64_t failed = (*server)->accept_errors() - before;
+  for (int fd : filler) ::close(fd);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+  // 25, 50, 100, 200, 400 ms of backoff fit in 600 ms: a handful of retries, not a spin.
+  CHECK(failed >= 2);
+  CHECK(failed <= 8);
+  // With descriptors back, the waiting client is served.
+  const std::string request = "{\"command\":\"count\",\"to\":1}\n";
+  REQUIRE(::write(waiting, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  std::string reply;
+  char buf[256];
+  for (ssize_t n; reply.find("\"done\"") == std::string::npos && (n = ::read(waiting, buf, sizeof buf)) > 0;)
+    reply.append(buf, static_cast<std::size_t>(n));
+  CHECK(reply.find("{\"n\":1}") != std::string::npos);
+  CHECK(reply.find("\"ok\":true") != std::string::npos);
+  ::close(waiting);
+  work.reset();
+  io.stop();
+  loop.join();
+  (*server)->close();
 }

@@ -2,13 +2,13 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/job_trainer.h"
+#include "job/job_trainer.h"
 
 using namespace geoloco;
-using namespace geoloco::daemon;
+using namespace geoloco::job;
 
 namespace {
-JobSpec job(const std::string& trainer,
+JobSpec a_job(const std::string& trainer,
             const std::string& inner = "{lr: 0.002, steps: 40, batch: 32, warmup: 10, weight_decay: 0.05, clip: 0.5}") {
   auto j = parse_job_yaml(YAML::Load("name: demo\nsites: [site-a, site-b, site-c]\ncoordinator: site-a\nseed: 9\n"
                                      "trainer: " + trainer +
@@ -21,7 +21,7 @@ JobSpec job(const std::string& trainer,
 }  // namespace
 
 TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each site") {
-  auto o = builtin_trainer_options(job("{model: mlp, layers: 3, width: 128, workers: 2}"), "site-b",
+  auto o = builtin_trainer_options(a_job("{model: mlp, layers: 3, width: 128, workers: 2}"), "site-b",
                                    {"/usr/bin/geoloco-train", "/var/lib/geoloco/jobs/demo", {}});
   REQUIRE(o.ok());
   CHECK(o->program == "/usr/bin/geoloco-train");
@@ -55,7 +55,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--eval-log") == "/var/lib/geoloco/jobs/demo/eval.jsonl");
   CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
 
-  auto g = builtin_trainer_options(job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
+  auto g = builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
                                    {"geoloco-train", "/tmp/j", {}});
   REQUIRE(g.ok());
   CHECK(g->layers == 4);
@@ -68,7 +68,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
 }
 
 TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {
-  auto o = builtin_trainer_options(job("{model: gpt, workers: 1}"), "site-a", {"x", "/j", {2, 3}});
+  auto o = builtin_trainer_options(a_job("{model: gpt, workers: 1}"), "site-a", {"x", "/j", {2, 3}});
   REQUIRE(o.ok());
   CHECK(o->backend == "cuda");
   CHECK(o->workers == 2);
@@ -76,14 +76,14 @@ TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {
   const auto a = trainer_arguments(*o);
   CHECK(*(std::find(a.begin(), a.end(), "--backend") + 1) == "cuda");
   CHECK(*(std::find(a.begin(), a.end(), "--workers") + 1) == "2");
-  auto cpu = builtin_trainer_options(job("{model: gpt, workers: 2}"), "site-a", {"x", "/j", {}});
+  auto cpu = builtin_trainer_options(a_job("{model: gpt, workers: 2}"), "site-a", {"x", "/j", {}});
   REQUIRE(cpu.ok());
   CHECK(cpu->backend.empty());
   CHECK(cpu->workers == 2);
 }
 
 TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
-  auto o = builtin_trainer_options(job("{model: mlp}", "{duration: 90s, min_steps: 5}"), "site-a", {"x", "/j", {}});
+  auto o = builtin_trainer_options(a_job("{model: mlp}", "{duration: 90s, min_steps: 5}"), "site-a", {"x", "/j", {}});
   REQUIRE(o.ok());
   CHECK(o->sync_seconds == 90.0);
   CHECK(o->min_steps == 5);
@@ -114,7 +114,7 @@ TEST_CASE("a streaming job's overlap and alpha go to the trainer") {
 }
 
 TEST_CASE("no trainer options for an external trainer or a stranger site") {
-  CHECK(builtin_trainer_options(job("{kind: external}"), "site-a", {"x", "/j", {}}).status().message() ==
+  CHECK(builtin_trainer_options(a_job("{kind: external}"), "site-a", {"x", "/j", {}}).status().message() ==
         "job 'demo' has an external trainer: the daemon starts none, it waits for one to attach");
-  CHECK(builtin_trainer_options(job("{model: mlp}"), "mars", {"x", "/j", {}}).status().code() == Err::invalid_argument);
+  CHECK(builtin_trainer_options(a_job("{model: mlp}"), "mars", {"x", "/j", {}}).status().code() == Err::invalid_argument);
 }

@@ -1,6 +1,6 @@
 // How the daemon starts the built-in trainer for one job on one site: the
 // arguments of geoloco-train, as data. builtin_trainer_options()
-// (daemon/job_trainer.h) fills them from the job file; TrainerProcess runs
+// (job/job_trainer.h) fills them from the job file; TrainerProcess runs
 // them; `geoloco simulate` parses the same arguments with geoloco-train's
 // own parser (inner/train/train_command.h), so a simulated site trains as a
 // real one. No processes here, no I/O.
@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace geoloco::daemon {
+namespace geoloco::job {
 
 /// What geoloco-train is started with. Fields map one to one onto its flags
 /// (inner/train/train_command.h); 0 or empty leaves the trainer's default.
@@ -62,4 +62,4 @@ struct TrainerArgs {
 /// socket and the job travel in GEOLOCO_SOCKET and GEOLOCO_JOB.
 std::vector<std::string> trainer_arguments(const TrainerArgs& args);
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::job

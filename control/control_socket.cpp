@@ -1,4 +1,4 @@
-#include "daemon/control_socket.h"
+#include "control/control_socket.h"
 
 #include <grp.h>
 #include <pwd.h>
@@ -10,6 +10,7 @@
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/read_until.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/streambuf.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
@@ -17,7 +18,9 @@
 #include <cstring>
 #include <istream>
 
-namespace geoloco::daemon {
+#include "common/backoff.h"
+
+namespace geoloco::control {
 
 namespace {
 using asio::use_awaitable;
@@ -88,12 +91,20 @@ Result<std::unique_ptr<ControlServer>> ControlServer::open(asio::any_io_executor
 }
 
 asio::awaitable<void> ControlServer::accept_loop() {
+  asio::steady_timer pause(acceptor_.get_executor());
+  unsigned failures = 0;
   while (open_) {
     auto [ec, socket] = co_await acceptor_.async_accept(as_tuple(use_awaitable));
     if (ec) {
-      if (!open_) break;
+      if (!open_ || ec == asio::error::operation_aborted) break;
+      // Out of descriptors (EMFILE) or memory: the connection waits in the
+      // backlog; retrying at once would spin a core until the condition ends.
+      ++accept_errors_;
+      pause.expires_after(accept_backoff(++failures));
+      co_await pause.async_wait(as_tuple(use_awaitable));
       continue;
     }
+    failures = 0;
     asio::co_spawn(acceptor_.get_executor(), serve(std::move(socket)), asio::detached);
   }
 }
@@ -164,4 +175,4 @@ Status control_request(const std::string& path, const nlohmann::json& request,
   }
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco::control

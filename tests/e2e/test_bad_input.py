@@ -5,6 +5,7 @@ an external trainer whose layout differs from the job's. Then `geoloco
 cancel` ends the job on every site."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -36,7 +37,11 @@ with Federation(names=("site-a", "site-b"), log_format="json") as fed:
     os.chmod(fed.root, 0o755)
     os.chmod(os.path.dirname(a.socket), 0o755)
     os.chmod(good, 0o644)
-    r = subprocess.run([fed.geoloco, "submit", good, "--socket", a.socket], capture_output=True, text=True,
+    # A copy of the CLI nobody can reach: the build tree may lie in a folder only its owner enters.
+    cli = os.path.join(fed.root, "geoloco")
+    shutil.copy(fed.geoloco, cli)
+    os.chmod(cli, 0o755)
+    r = subprocess.run([cli, "submit", good, "--socket", a.socket], capture_output=True, text=True,
                        user=65534, group=65534, extra_groups=[], timeout=30)
     assert r.returncode != 0, (r.returncode, r.stdout, r.stderr)
     assert "geoloco group" in r.stderr, r.stderr

@@ -2,6 +2,7 @@
 // two-phase volume, the bound follows the formula, JSON carries the keys.
 // (No timing is asserted: the machine is shared.)
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -42,4 +43,27 @@ TEST_CASE("bench allreduce refuses options it cannot run") {
   o.sites = 2;
   o.rate_mbit = -1;
   CHECK_FALSE(bench::run_allreduce_bench(o).ok());
+}
+
+TEST_CASE("bench allreduce times Gloo's ring with its ranks as processes") {
+  if (!bench::have_gloo()) {
+    WARN("SKIPPED: built without Gloo (libgloo-dev)");
+    return;
+  }
+  bench::AllReduceBenchOptions o;
+  o.sites = 3;
+  o.size_bytes = 1u << 20;
+  o.repeats = 1;
+  auto rows = bench::run_allreduce_bench(o);  // each Gloo rank checks its sum and reports an error if wrong
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 2);
+  const auto& g = (*rows)[1];
+  CHECK(g.system == "gloo-ring-tcp");
+  CHECK(g.bytes_sent == static_cast<std::uint64_t>(2.0 * 2 / 3 * (1u << 20)));
+  CHECK(g.seconds > 0);
+  CHECK(std::isfinite(g.seconds));
+  std::ostringstream out;
+  bench::print_allreduce_table(*rows, out);
+  CHECK(out.str().find("Gloo's ranks separate processes") != std::string::npos);
+  CHECK(out.str().find("/ gloo ring (plain TCP) time: ") != std::string::npos);
 }

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <istream>
 
-#include "common/backoff.h"
+#include "control/accept_loop.h"
 
 namespace geoloco::control {
 
@@ -91,22 +91,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::open(asio::any_io_executor
 }
 
 asio::awaitable<void> ControlServer::accept_loop() {
-  asio::steady_timer pause(acceptor_.get_executor());
-  unsigned failures = 0;
-  while (open_) {
-    auto [ec, socket] = co_await acceptor_.async_accept(as_tuple(use_awaitable));
-    if (ec) {
-      if (!open_ || ec == asio::error::operation_aborted) break;
-      // Out of descriptors (EMFILE) or memory: the connection waits in the
-      // backlog; retrying at once would spin a core until the condition ends.
-      ++accept_errors_;
-      pause.expires_after(accept_backoff(++failures));
-      co_await pause.async_wait(as_tuple(use_awaitable));
-      continue;
-    }
-    failures = 0;
-    asio::co_spawn(acceptor_.get_executor(), serve(std::move(socket)), asio::detached);
-  }
+  return accept_until_closed(acceptor_, open_, accept_errors_,
+                             [this](stream_protocol::socket socket) { return serve(std::move(socket)); });
 }
 
 asio::awaitable<void> ControlServer::serve(stream_protocol::socket socket) {

@@ -9,7 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
-#include "common/backoff.h"
+#include "control/accept_loop.h"
 
 namespace geoloco::daemon {
 
@@ -55,21 +55,8 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::open(asio::any_io_
 }
 
 asio::awaitable<void> MetricsHttpServer::accept_loop() {
-  asio::steady_timer pause(acceptor_.get_executor());
-  unsigned failures = 0;
-  while (open_) {
-    auto [ec, socket] = co_await acceptor_.async_accept(as_tuple(use_awaitable));
-    if (ec) {
-      if (!open_ || ec == asio::error::operation_aborted) break;
-      // Out of descriptors (EMFILE) or memory: wait before trying again (common/backoff.h).
-      ++accept_errors_;
-      pause.expires_after(accept_backoff(++failures));
-      co_await pause.async_wait(as_tuple(use_awaitable));
-      continue;
-    }
-    failures = 0;
-    asio::co_spawn(acceptor_.get_executor(), serve(std::move(socket)), asio::detached);
-  }
+  return control::accept_until_closed(acceptor_, open_, accept_errors_,
+                             [this](asio::ip::tcp::socket socket) { return serve(std::move(socket)); });
 }
 
 asio::awaitable<void> MetricsHttpServer::serve(asio::ip::tcp::socket socket) {

@@ -11,6 +11,24 @@ using namespace geoloco;
 using namespace geoloco::transport;
 using namespace std::chrono_literals;
 
+namespace {
+
+// A site's part of an equal-weight all-reduce between a and b, spawned on its mesh.
+std::future<Result<AllReduceStats>> spawn_round(loopback::Site& site, std::uint64_t round, std::span<const float> in,
+                                                std::span<float> out, std::chrono::seconds timeout) {
+  AllReduceRequest q;
+  q.key = {round, 0};
+  q.participants = {"a", "b"};
+  q.weights = {1, 1};
+  q.input = in;
+  q.output = out;
+  q.timeout = timeout;
+  Mesh& mesh = site.mesh();
+  return site.spawn([&mesh, q]() { return all_reduce(mesh, q); });
+}
+
+}  // namespace
+
 TEST_CASE("control frames reach the peer's handler in order, outside any all-reduce") {
   auto federation = loopback::Federation::create({"a", "b"});
   REQUIRE(federation.ok());
@@ -108,17 +126,7 @@ TEST_CASE("a declined operation's frames are dropped, so the control frames behi
   CHECK(sites[1]->call([&] { return sites[1]->mesh().rejections().size(); }) == 0);
   std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 1.0f)), outs(2, std::vector<float>(3000, 0.0f));
   std::vector<std::future<Result<AllReduceStats>>> round6;
-  for (int s = 0; s < 2; ++s) {
-    AllReduceRequest q;
-    q.key = {6, 0};
-    q.participants = {"a", "b"};
-    q.weights = {1, 1};
-    q.input = ins[s];
-    q.output = outs[s];
-    q.timeout = 20s;
-    Mesh& mesh = sites[s]->mesh();
-    round6.push_back(sites[s]->spawn([&mesh, q]() { return all_reduce(mesh, q); }));
-  }
+  for (int s = 0; s < 2; ++s) round6.push_back(spawn_round(*sites[s], 6, ins[s], outs[s], 20s));
   for (auto& f : round6) REQUIRE(f.get().ok());
   CHECK(outs[1] == ins[1]);
 }
@@ -135,17 +143,7 @@ TEST_CASE("an operation declined and then begun after all (a coordinator's attem
   });
   std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 2.0f)), outs(2, std::vector<float>(3000, 0.0f));
   std::vector<std::future<Result<AllReduceStats>>> runs;
-  for (int s = 0; s < 2; ++s) {
-    AllReduceRequest q;
-    q.key = {3, 0};
-    q.participants = {"a", "b"};
-    q.weights = {1, 1};
-    q.input = ins[s];
-    q.output = outs[s];
-    q.timeout = 20s;
-    Mesh& mesh = sites[s]->mesh();
-    runs.push_back(sites[s]->spawn([&mesh, q]() { return all_reduce(mesh, q); }));
-  }
+  for (int s = 0; s < 2; ++s) runs.push_back(spawn_round(*sites[s], 3, ins[s], outs[s], 20s));
   for (auto& f : runs) REQUIRE(f.get().ok());
   CHECK(outs[1] == ins[1]);
   CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) == 0);
@@ -159,16 +157,8 @@ TEST_CASE("cancelling the operation in flight ends its all-reduce at once, with 
   auto& sites = *made;
   // b never joins round 4: a's all-reduce would wait for its timeout (60 s).
   std::vector<float> in(3000, 1.0f), out(3000, 0.0f);
-  AllReduceRequest q;
-  q.key = {4, 0};
-  q.participants = {"a", "b"};
-  q.weights = {1, 1};
-  q.input = in;
-  q.output = out;
-  q.timeout = 60s;
-  Mesh& ma = sites[0]->mesh();
   const auto started = std::chrono::steady_clock::now();
-  auto run = sites[0]->spawn([&ma, q]() { return all_reduce(ma, q); });
+  auto run = spawn_round(*sites[0], 4, in, out, 60s);
   std::this_thread::sleep_for(200ms);
   sites[0]->call([&] {
     sites[0]->mesh().cancel({4, 0}, Status(Err::io, "the job is ending"));

@@ -1,0 +1,419 @@
+// The site's side of a round with a fixed clock: READY, the exchange,
+// COMMIT and COMMITTED, ABORTs and lost messages, late work, the last round,
+// each checked by the actions the participant machine orders (in order) and
+// what they carry, including the interleavings the end-to-end tests once
+// found the hard way.
+#include "daemon/tests/participant_fixture.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using namespace geoloco::daemon::participant_test;
+
+TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED, the step, the trainer released") {
+  auto m = joined(2);
+  m.on_phase({3, 0, 0, std::nan("")});
+  auto ready = m.step(t0 + 1s);
+  CHECK(kinds(ready) == std::vector<std::string>{"send ready to a"});
+  const auto& r = sent<ReadyMessage>(ready);
+  CHECK((r.round == 3 && r.anchor_round == 3 && r.inner_steps == 20));
+  CHECK(r.tokens == 1);   // at least 1: token weighting never sees 0
+  CHECK(r.loss == 0.0);   // a non-finite loss is not sent
+  CHECK(m.heartbeat_phase() == "ready");
+  CHECK(kinds(m.step(t0 + 1200ms)).empty());
+  CHECK(kinds(m.step(t0 + 1300ms)) == std::vector<std::string>{"send ready to a"});
+
+  REQUIRE(m.on_plan("a", plan(3, {"a", "b", "c"})).ok());
+  auto ex = m.step(t0 + 1400ms);
+  CHECK(kinds(ex) == std::vector<std::string>{"exchange"});
+  CHECK(first<StartExchange>(ex).plan.round == 3);
+  CHECK(m.where() == Where::exchanging);
+  CHECK(m.heartbeat_phase() == "exchange");
+  CHECK(kinds(m.step(t0 + 2s)).empty());  // no READY while exchanging
+
+  m.on_exchange_done(3, 0, kDigest2);
+  auto commit = m.step(t0 + 2s);
+  CHECK(kinds(commit) == std::vector<std::string>{"send commit to a"});
+  CHECK((sent<CommitMessage>(commit).round == 3 && sent<CommitMessage>(commit).anchor_digest == kDigest2));
+  CHECK(kinds(m.step(t0 + 2200ms)).empty());
+  CHECK(kinds(m.step(t0 + 2300ms)) == std::vector<std::string>{"send commit to a"});  // the coordinator may have missed it
+
+  REQUIRE(m.on_committed("a", {3, kDigest2, false}).ok());
+  auto apply = m.step(t0 + 2400ms);
+  CHECK(kinds(apply) == std::vector<std::string>{"apply"});
+  CHECK(first<ApplyRound>(apply).participant);
+  CHECK(m.where() == Where::applying);
+  m.on_applied({});
+  CHECK(kinds(m.step(t0 + 2400ms)) == std::vector<std::string>{"release 4"});
+  CHECK(m.where() == Where::idle);
+  CHECK(m.held()->round == 3);
+  CHECK(m.held()->digest == kDigest2);
+  CHECK(m.trainer_round() == 4);
+  CHECK_FALSE(m.phase());
+}
+
+TEST_CASE("checkpoints follow every N committed rounds") {
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{0, ""}, 2, t0);
+  m.on_initial_parameters({0, kDigest1});
+  (void)m.step(t0);
+  std::vector<std::vector<std::string>> after;
+  for (std::uint64_t round = 1; round <= 3; ++round) {
+    m.on_phase({round, 0, 10, 1.0});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(round, {"a", "b"})).ok());
+    m.on_exchange_done(round, 0, kDigest2);
+    REQUIRE(m.on_committed("a", {round, kDigest2, false}).ok());
+    (void)m.step(t0);
+    m.on_applied({});
+    after.push_back(kinds(m.step(t0)));
+  }
+  CHECK(after[0] == std::vector<std::string>{"release 2"});
+  CHECK(after[1] == std::vector<std::string>{"release 3", "checkpoint"});
+  CHECK(after[2] == std::vector<std::string>{"release 4"});
+}
+
+TEST_CASE("a COMMITTED with another digest than this site's, or for a round it had no part in, means catching up") {
+  SECTION("another digest: nothing is applied") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", {1, kDigest3, false}).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "this site computed anchor 2222222222222222 for round 1, the committed one is 3333333333333333"));
+    CHECK(m.where() == Where::catching_up);
+    CHECK(m.held()->round == 0);
+  }
+  SECTION("a round without this site") {
+    auto m = joined(0);
+    REQUIRE(m.on_committed("a", {1, kDigest3, false}).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "round 1 was committed without this site"));
+  }
+  SECTION("an old or repeated COMMITTED changes nothing") {
+    auto m = joined(4);
+    REQUIRE(m.on_committed("a", {4, kDigest1, false}).ok());
+    REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+    CHECK(kinds(m.step(t0)).empty());
+    CHECK(m.where() == Where::idle);
+  }
+}
+
+TEST_CASE("an ABORT: while exchanging the exchange unwinds first; while committing READY goes out again at once") {
+  SECTION("exchanging") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    (void)m.step(t0);
+    REQUIRE(m.on_abort("a", {1, "peer c: no data"}).ok());
+    auto a = m.step(t0 + 100ms);
+    CHECK(kinds(a).empty());  // no READY while the all-reduce still runs
+    CHECK(noted(a, "round 1 aborted: peer c: no data"));
+    CHECK(m.where() == Where::unwinding);
+    m.on_exchange_done(1, 0, kDigest2);  // its result is discarded
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"send ready to a"});
+    CHECK(m.where() == Where::idle);
+  }
+  SECTION("committing") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
+    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"send ready to a"});
+    CHECK(m.where() == Where::idle);
+    CHECK(m.held()->round == 0);
+  }
+  SECTION("an ABORT of another round is ignored") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_abort("a", {2, "?"}).ok());
+    CHECK(m.where() == Where::committing);
+  }
+}
+
+TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());  // attempt 1 never began here: declined
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});  // not two exchanges at once
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  auto next = m.step(t0);
+  CHECK(kinds(next) == std::vector<std::string>{"exchange"});
+  CHECK(first<StartExchange>(next).plan.attempt == 2);
+  // The first attempt's failure is not reported: the coordinator moved on.
+  CHECK(m.where() == Where::exchanging);
+}
+
+TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends that plan too") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 0's ABORT was lost
+  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());       // this one is attempt 1's
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send ready to a"});
+  CHECK(m.where() == Where::idle);
+}
+
+TEST_CASE("a new attempt's PLAN without the ABORT (lost) supersedes the exchange in flight") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());  // the same plan again: nothing new
+  CHECK(m.where() == Where::exchanging);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  CHECK(m.where() == Where::unwinding);
+  m.on_exchange_done(1, 1, kDigest2);  // not the exchange that runs: ignored
+  CHECK(m.where() == Where::unwinding);
+  m.on_exchange_done(1, 0, Status(Err::timeout, "all-reduce did not finish"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
+}
+
+TEST_CASE("a lost COMMITTED and the round planned again: the old attempt is void, the new one runs") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"exchange"});
+  CHECK(noted(a, "round 1 is planned again (attempt 1): this site's attempt 0 is void"));
+  m.on_exchange_done(1, 1, kDigest3);
+  auto commit = m.step(t0);
+  CHECK(sent<CommitMessage>(commit).attempt == 1);
+  CHECK(sent<CommitMessage>(commit).anchor_digest == kDigest3);
+}
+
+TEST_CASE("a plan for a round beyond the next one: catching up, but only after the exchange in flight ends") {
+  SECTION("idle") {
+    auto m = joined(0);
+    REQUIRE(m.on_plan("a", plan(3, {"a", "c"})).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "PLAN of round 3 while this site holds round 0"));
+  }
+  SECTION("exchanging: the state would pull the exchange's buffers away") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {"b"})).ok());
+    CHECK(m.where() == Where::unwinding);
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0"});
+    m.on_state_offer("a", offer(2, kDigest3), t0);  // not asked for yet: not taken
+    CHECK(kinds(m.step(t0)).empty());
+    m.on_exchange_done(1, 0, kDigest2);
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send state_request to a"});
+    CHECK(m.where() == Where::catching_up);
+  }
+}
+
+TEST_CASE("a late site observes the round, applies it keeping its trainer's anchor, and carries its work on") {
+  auto m = joined(0);
+  // Left out of round 1 (its phase is not done): it receives the average.
+  REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+  auto obs = m.step(t0);
+  CHECK(kinds(obs) == std::vector<std::string>{"observe"});
+  // COMMITTED overtakes the end of its exchange: applied once that is in.
+  REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+  CHECK(kinds(m.step(t0)).empty());
+  m.on_exchange_done(1, 0, kDigest2);
+  auto apply = m.step(t0);
+  CHECK(kinds(apply) == std::vector<std::string>{"keep anchor", "apply"});
+  CHECK_FALSE(first<ApplyRound>(apply).participant);
+  CHECK_FALSE(first<KeepTrainerAnchor>(apply).replaced);
+  m.on_applied({});
+  CHECK(kinds(m.step(t0)).empty());  // its trainer goes on from the anchor of round 1
+  CHECK(m.trainer_round() == 1);
+  m.on_phase({1, 0, 640, 1.2});
+  auto late = m.step(t0 + 1s);
+  CHECK(kinds(late) == std::vector<std::string>{"send ready to a"});
+  CHECK((sent<ReadyMessage>(late).round == 2 && sent<ReadyMessage>(late).anchor_round == 1));
+  CHECK(noted(late, "late work joins round 2: trained from the anchor of round 1"));
+  // Included in round 2: after the step the trainer continues from the anchor of round 3.
+  REQUIRE(m.on_plan("a", plan(2, {"a", "b", "c"})).ok());
+  m.on_exchange_done(2, 0, kDigest3);
+  REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+  CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"exchange", "apply"});
+  m.on_applied({});
+  CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"release 3"});
+}
+
+TEST_CASE("late work is dropped under drop, past max_rounds_late, and always with streaming") {
+  auto late_by = [](ParticipantOptions o, std::uint64_t rounds) {
+    auto m = joined(rounds, o);
+    m.on_phase({1, 2, 500, 1.0});  // trained from the anchor of round 1
+    return m.step(t0);
+  };
+  auto o = options();
+  CHECK(kinds(late_by(o, 2)) == std::vector<std::string>{"send ready to a"});  // carry, 2 rounds late
+  o.straggler.max_rounds_late = 2;
+  auto past = late_by(o, 3);
+  CHECK(kinds(past) == std::vector<std::string>{"drop 500", "release 4"});
+  CHECK(noted(past, "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
+                    "policy carry)"));
+  o = options();
+  o.straggler.policy = diloco::StragglerPolicy::drop;
+  auto dropped = late_by(o, 1);
+  CHECK(kinds(dropped) == std::vector<std::string>{"drop 500", "release 2"});
+  CHECK(noted(dropped, "policy drop"));
+  o = options();
+  o.fragments = 4;
+  auto fragment = late_by(o, 1);
+  CHECK(kinds(fragment) == std::vector<std::string>{"drop 500", "release 2"});
+  CHECK(noted(fragment, "dropped this site's late fragment 2 of round 1: 500 tokens (1 round(s) late; with streaming "
+                        "a late fragment is always dropped)"));
+}
+
+TEST_CASE("state that arrives while the trainer trains from the held anchor keeps that anchor as its base") {
+  auto m = joined(0);  // trainer welcomed at round 1, training
+  REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());  // missed rounds 1 and 2
+  (void)m.step(t0);
+  m.on_state_offer("a", offer(2, kDigest3), t0);
+  m.on_state_arrived({2, kDigest3});
+  auto in = m.step(t0);
+  CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install", "move trainer 3"});
+  CHECK(first<KeepTrainerAnchor>(in).replaced);
+  CHECK(m.trainer_round() == 1);  // the wiring could not move it (it trains): on from the kept anchor
+  m.on_phase({1, 0, 640, 1.0});
+  auto ready = m.step(t0 + 1s);
+  CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 1));
+}
+
+TEST_CASE("the trainer ahead of the held state, or named without a finished phase, is caught and said") {
+  SECTION("a phase of a later round than the next") {
+    auto m = joined(0);
+    m.on_phase({3, 0, 640, 1.0});
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    CHECK(noted(a, "the trainer finished round 3 while this site holds round 0"));
+  }
+  SECTION("a participant without a phase reports it, so the round is planned again without waiting") {
+    auto m = joined(0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "decline 1.2"});
+    CHECK((sent<FailedMessage>(a).round == 1 && sent<FailedMessage>(a).attempt == 2));
+    CHECK(sent<FailedMessage>(a).reason == "b has no finished phase for round 1");
+    CHECK(m.where() == Where::idle);
+  }
+}
+
+TEST_CASE("a failed exchange is reported with its attempt, and READY goes out again") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 3)).ok());
+  (void)m.step(t0);
+  m.on_exchange_done(1, 3, Status(Err::io, "peer a: not connected"));
+  auto a = m.step(t0 + 100ms);  // READY again at once, not at the next resend
+  CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "send ready to a"});
+  CHECK(sent<FailedMessage>(a).attempt == 3);
+  CHECK(sent<FailedMessage>(a).reason == "peer a: not connected");
+  CHECK(noted(a, "the exchange of round 1 failed: peer a: not connected"));
+  SECTION("an observer's failure is not reported (it owes the round nothing)") {
+    auto o = joined(0);
+    REQUIRE(o.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+    (void)o.step(t0);
+    o.on_exchange_done(1, 0, Status(Err::io, "peer a: reset"));
+    CHECK(kinds(o.step(t0)).empty());
+  }
+}
+
+TEST_CASE("the last round: applied, the trainer told to stop, the job finished; then the final state is handed out") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_committed("a", {1, kDigest2, true}).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"apply"});
+  m.on_applied({});
+  auto end = m.step(t0);
+  CHECK(kinds(end) == std::vector<std::string>{"release 2 stop", "end finished with checkpoint"});
+  CHECK(noted(end, "job finished after round 1"));
+  CHECK(m.where() == Where::finished);
+  // Nothing moves it any more; a site that comes back late gets the final state and COMMITTED.
+  m.on_phase({2, 0, 1, 1});
+  CHECK(m.on_plan("a", plan(2, {"a", "b"})).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 2.0"});
+  m.on_state_request("c");
+  auto late = m.step(t0);
+  CHECK(kinds(late) == std::vector<std::string>{"offer to c", "send committed to c"});
+  CHECK((sent<CommittedMessage>(late).round == 1 && sent<CommittedMessage>(late).final));
+}
+
+TEST_CASE("a final COMMITTED heard while catching up ends the job once the state of that round is in") {
+  ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {6, kDigest2, true}).ok());
+  m.on_state_offer("a", offer(6, kDigest2), t0);
+  m.on_state_arrived({6, kDigest2});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from a", "install", "welcome 7",
+                                                      "end finished with checkpoint"});
+  CHECK(m.where() == Where::finished);
+}
+
+TEST_CASE("PLAN, COMMITTED and ABORT from a site other than the coordinator are refused and change nothing") {
+  auto m = joined(0);
+  CHECK(m.on_plan("c", plan(1, {"b", "c"})).message() ==
+        "PLAN of round 1 from c, which is not the coordinator (a)");
+  CHECK(m.on_committed("c", {1, kDigest2, false}).code() == Err::invalid_argument);
+  CHECK(m.on_abort("c", {1, "x"}).code() == Err::invalid_argument);
+  CHECK(kinds(m.step(t0)).empty());
+  CHECK(m.where() == Where::idle);
+}
+
+TEST_CASE("a COMMITTED heard while an observer's exchange then fails: the site catches up, it does not sit behind") {
+  auto m = joined(0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {1, kDigest2, true}).ok());  // the job's last round
+  m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
+  auto a = m.step(t0);
+  CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+  CHECK(noted(a, "round 1 is committed and this site holds round 0"));
+  m.on_state_offer("a", offer(1, kDigest2), t0);
+  m.on_state_arrived({1, kDigest2});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from a", "keep anchor", "install", "move trainer 2",
+                                                      "end finished with checkpoint"});
+}
+
+TEST_CASE("the round's averaged delta is freed when the round is over: applied, aborted, or unwound") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
+  CHECK(forgets(m.step(t0)) == 1);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_abort("a", {1, "peer a: reset"}).ok());
+  CHECK(forgets(m.step(t0)) == 0);  // the all-reduce still writes it
+  m.on_exchange_done(1, 1, kDigest2);
+  CHECK(forgets(m.step(t0)) == 1);
+  auto n = joined(0);
+  to_committing(n, 1, kDigest2);
+  REQUIRE(n.on_committed("a", {1, kDigest2, false}).ok());
+  (void)n.step(t0);
+  n.on_applied({});
+  CHECK(forgets(n.step(t0)) == 1);
+}
+
+TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catching up") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {3, kDigest3, false}).ok());  // two rounds ahead: catch up once the exchange ends
+  REQUIRE(m.on_abort("a", {1, "late"}).ok());
+  m.on_exchange_done(1, 0, Status(Err::io, "cancelled"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send state_request to a"});
+  CHECK(m.where() == Where::catching_up);
+}

@@ -23,7 +23,8 @@ set(GEOLOCO_INNER_CUDA_KERNEL_SOURCES
   clip.cu
   adamw.cu)
 set(GEOLOCO_INNER_CUDA_TEST_SOURCES
-  tests/cuda_backend_test.cpp
+  tests/cuda_ops_test.cpp
+  tests/cuda_runners_test.cpp
   tests/device_trainer_test.cpp)
 # Its own program: the parent must not touch CUDA before forking the ranks.
 set(GEOLOCO_INNER_CUDA_DATA_PARALLEL_TEST_SOURCES

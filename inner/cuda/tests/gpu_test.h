@@ -1,15 +1,20 @@
 // What the CUDA tests share: the device or a visible skip, a Status check,
-// NMSE, and the small mlp they train. Header-only, test code only.
+// NMSE, the small mlp they train, random inputs, copies to and from the
+// device, and element-wise comparisons. Header-only, test code only.
 #pragma once
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstddef>
+#include <cstring>
+#include <vector>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "inner/cuda/device.h"
+#include "inner/rng.h"
 #include "inner/train/train_options.h"
 
 namespace geoloco::inner::cuda::testing {
@@ -67,6 +72,66 @@ inline double nmse(const float* got, const float* ref, std::size_t n) {
     den += static_cast<double>(ref[i]) * ref[i];
   }
   return den > 0.0 ? num / den : num;
+}
+
+
+inline std::vector<float> randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
+  inner::Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(scale * rng.normal());
+  return v;
+}
+
+inline std::vector<std::int32_t> randint(std::size_t n, std::uint64_t seed, std::size_t below) {
+  inner::Rng rng(seed);
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = static_cast<std::int32_t>(rng.below(below));
+  return v;
+}
+
+template <class T>
+DeviceBuffer<T> up(Context& ctx, const std::vector<T>& host) {
+  DeviceBuffer<T> d;
+  const Status s = d.assign(host, ctx.stream());
+  INFO(s.to_string());
+  REQUIRE(s.ok());
+  return d;
+}
+
+template <class T>
+std::vector<T> down(Context& ctx, const DeviceBuffer<T>& d) {
+  std::vector<T> host(d.size());
+  const Status s = d.copy_to(host, ctx.stream());
+  INFO(s.to_string());
+  REQUIRE(s.ok());
+  return host;
+}
+
+/// Every element within atol + rtol·|ref|; reports the worst one.
+inline void require_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref, double atol,
+                   double rtol) {
+  REQUIRE(got.size() == ref.size());
+  std::size_t bad = 0, worst = 0;
+  double worst_excess = -1.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
+    const double bound = atol + rtol * std::abs(static_cast<double>(ref[i]));
+    if (!(err <= bound)) ++bad;
+    if (!(err - bound <= worst_excess)) worst_excess = err - bound, worst = i;
+  }
+  INFO(what << ": " << bad << " of " << ref.size() << " elements outside atol " << atol << " + rtol " << rtol
+            << "·|ref|; worst at " << worst << ": got " << got[worst] << ", ref " << ref[worst]);
+  REQUIRE(bad == 0);
+}
+
+inline void require_equal(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref) {
+  REQUIRE(got.size() == ref.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+  INFO(what << ": " << bad << " of " << ref.size() << " elements differ in their bits; first at " << first << ": got "
+            << got[first] << ", ref " << ref[first]);
+  REQUIRE(bad == 0);
 }
 
 }  // namespace geoloco::inner::cuda::testing

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "bench/gloo_baseline.h"
+#include "diloco/exchange.h"
 #include "bench/timing.h"
 #include <cmath>
 #include "transport/allreduce.h"
@@ -106,7 +107,8 @@ Result<std::vector<AllReduceBenchRow>> run_allreduce_bench(const AllReduceBenchO
                       " holds ", outputs[s][n / 2], ", expected ", expected);
   row.gbit_per_s = row.bytes_sent * 8.0 / row.seconds / 1e9;
   if (o.rate_mbit > 0) {
-    row.bound_seconds = 2.0 * (o.sites - 1) / o.sites * static_cast<double>(row.size_bytes) / (o.rate_mbit * 1e6 / 8);
+    row.bound_seconds =
+        diloco::allreduce_bytes_per_site(static_cast<double>(row.size_bytes), o.sites) / (o.rate_mbit * 1e6 / 8);
     row.ratio_to_bound = row.seconds / row.bound_seconds;
   }
   std::vector<AllReduceBenchRow> rows{row};
@@ -117,7 +119,8 @@ Result<std::vector<AllReduceBenchRow>> run_allreduce_bench(const AllReduceBenchO
     g.system = "gloo-ring-tcp";
     g.sites = o.sites;
     g.size_bytes = row.size_bytes;
-    g.bytes_sent = static_cast<std::uint64_t>(2.0 * (o.sites - 1) / o.sites * row.size_bytes);  // the ring's volume
+    g.bytes_sent = static_cast<std::uint64_t>(
+        diloco::allreduce_bytes_per_site(static_cast<double>(row.size_bytes), o.sites));  // the ring's volume
     g.seconds = gloo_seconds;
     g.gbit_per_s = g.bytes_sent * 8.0 / g.seconds / 1e9;
     rows.push_back(g);

@@ -140,12 +140,12 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     return a;
   }
   std::vector<diloco::Contribution> contributions;
-  std::map<std::uint32_t, std::string> by_index;
+  std::vector<diloco::ReportedWork> work(options_.sites.size());
   for (const auto& site : decision.participants) {
     const auto& r = ready_.at(site);
     const auto index = static_cast<std::uint32_t>(
         std::find(options_.sites.begin(), options_.sites.end(), site) - options_.sites.begin());
-    by_index[index] = site;
+    work[index] = {r.tokens, r.loss};
     contributions.push_back({index, r.anchor_round, r.inner_steps, r.tokens});
   }
   auto weights = diloco::decide_round(contributions, round_, options_.weighting, options_.straggler);
@@ -154,26 +154,17 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     a.wake_at = now + options_.quorum.deadline_ms;
     return a;
   }
+  for (const auto& d : *weights) a.notes.push_back(d.reason);
+  const auto ordered = diloco::order_plan(*weights, options_.sites, work);
   PlanMessage plan;
   plan.round = round_;
   plan.attempt = attempt_;
   plan.late = decision.late;
-  // Participants in name order, the all-reduce's order on every site.
-  std::map<std::string, double> chosen;
-  for (const auto& d : *weights) {
-    a.notes.push_back(d.reason);
-    if (d.included) chosen[by_index.at(d.site)] = d.weight;
-    else plan.late.push_back(by_index.at(d.site));
-  }
-  double weight_sum = 0, loss_sum = 0;
-  for (const auto& [site, w] : chosen) {
-    plan.participants.push_back(site);
-    plan.weights.push_back(w);
-    plan.tokens += ready_.at(site).tokens;
-    weight_sum += w;
-    loss_sum += w * ready_.at(site).loss;
-  }
-  plan.loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+  for (auto i : ordered.left_out) plan.late.push_back(options_.sites[i]);
+  for (auto i : ordered.participants) plan.participants.push_back(options_.sites[i]);
+  plan.weights = ordered.weights;
+  plan.tokens = ordered.tokens;
+  plan.loss = ordered.loss;
   plan_tokens_ = plan.tokens;
   std::sort(plan.late.begin(), plan.late.end());
   a.notes.push_back(cat("round ", round_, ": ", decision.reason));

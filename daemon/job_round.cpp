@@ -14,6 +14,7 @@
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
 #include "inner/protocol/layout.h"
+#include "diloco/exchange.h"
 #include "diloco/outer_step.h"
 #include "transport/allreduce.h"
 
@@ -172,8 +173,8 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   r.tokens = plan_.tokens;
   r.bytes_sent = round_bytes_sent_;
   r.bytes_received = round_bytes_received_;
-  const double parts = static_cast<double>(plan_.participants.size());
-  const double raw = participant ? 4.0 * static_cast<double>(values) * 2.0 * (parts - 1) / parts : 0;
+  const double raw =
+      participant ? diloco::allreduce_bytes_per_site(4.0 * static_cast<double>(values), plan_.participants.size()) : 0;
   r.compression_ratio = round_bytes_sent_ > 0 ? raw / static_cast<double>(round_bytes_sent_) : 0;
   r.compute_seconds = participant ? seconds_between(phase_started_, phase_at_) : 0;
   r.waiting_seconds = participant ? seconds_between(phase_at_, plan_at_) : 0;
@@ -192,7 +193,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     const Labels job{{"job", spec_.name}};
     (void)m->add("geoloco_rounds_total", job, 1);
     (void)m->set("geoloco_round", job, double(c.round));
-    (void)m->set("geoloco_round_participants", job, parts);
+    (void)m->set("geoloco_round_participants", job, double(plan_.participants.size()));
     (void)m->add("geoloco_stragglers_total", job, double(plan_.late.size()));
     (void)m->set("geoloco_loss", job, plan_.loss);
     (void)m->set("geoloco_compression_ratio", job, r.compression_ratio);

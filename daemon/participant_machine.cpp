@@ -1,7 +1,6 @@
 #include "daemon/participant_machine.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace geoloco::daemon {
 
@@ -475,9 +474,8 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
   if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
     ready_round_ = round;
     ready_at_ = now;
-    const double loss = std::isfinite(phase_->loss) ? phase_->loss : 0.0;
-    send_coordinator(ReadyMessage{round, phase_->round, std::max<std::uint64_t>(phase_->tokens, 1),
-                                  options_.inner_steps, loss});
+    const auto work = diloco::reported_work(phase_->tokens, phase_->loss);
+    send_coordinator(ReadyMessage{round, phase_->round, work.tokens, options_.inner_steps, work.loss});
   }
   wake = *ready_at_ + options_.ready_resend_ms;
 }

@@ -35,6 +35,12 @@ std::span<const float> contribution(std::span<const float> input, std::span<cons
   return scratch;
 }
 
+double allreduce_bytes_per_site(double bytes, std::size_t parts) {
+  if (parts < 2) return 0;
+  const double n = static_cast<double>(parts);
+  return 2.0 * (n - 1) / n * bytes;
+}
+
 std::vector<float> normalized_weights(std::span<const double> weights) {
   double total = 0;
   for (double w : weights) total += w;

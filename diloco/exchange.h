@@ -49,6 +49,12 @@ std::uint64_t encode_seed(std::uint64_t seed, std::uint64_t round, std::uint64_t
 std::span<const float> contribution(std::span<const float> input, std::span<const float> base, Range range,
                                     std::vector<float>& scratch);
 
+/// What each of `parts` sites sends in an all-reduce of `bytes` with no
+/// compression: 2(N−1)/N × bytes (two-phase or ring). The volume a round's
+/// compression ratio and the benchmarks' bounds are measured against; 0 for
+/// one site.
+double allreduce_bytes_per_site(double bytes, std::size_t parts);
+
 /// The weights' shares w_s / Σw, summed in double in participant order and
 /// rounded once to fp32: what each decoded contribution is multiplied by.
 std::vector<float> normalized_weights(std::span<const double> weights);

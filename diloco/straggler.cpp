@@ -88,4 +88,30 @@ Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribut
   return out;
 }
 
+ReportedWork reported_work(std::uint64_t tokens, double loss) {
+  return {std::max<std::uint64_t>(tokens, 1), std::isfinite(loss) ? loss : 0.0};
+}
+
+OrderedPlan order_plan(std::span<const ContributionDecision> decisions, std::span<const std::string> names,
+                       std::span<const ReportedWork> work) {
+  std::vector<const ContributionDecision*> by_name;
+  for (const auto& d : decisions) by_name.push_back(&d);
+  std::sort(by_name.begin(), by_name.end(), [&](auto* a, auto* b) { return names[a->site] < names[b->site]; });
+  OrderedPlan plan;
+  double weight_sum = 0, loss_sum = 0;
+  for (const auto* d : by_name) {
+    if (!d->included) {
+      plan.left_out.push_back(d->site);
+      continue;
+    }
+    plan.participants.push_back(d->site);
+    plan.weights.push_back(d->weight);
+    plan.tokens += work[d->site].tokens;
+    weight_sum += d->weight;
+    loss_sum += d->weight * work[d->site].loss;
+  }
+  plan.loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+  return plan;
+}
+
 }  // namespace geoloco::diloco

@@ -81,4 +81,27 @@ Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribut
                                                        std::uint64_t round, Weighting weighting,
                                                        const StragglerOptions& options);
 
+/// What a site reports of its inner phase, as its READY carries it: at least
+/// one token (token weighting never sees zero) and a finite loss (0 when the
+/// trainer's was not finite).
+struct ReportedWork {
+  std::uint64_t tokens = 1;
+  double loss = 0;
+};
+ReportedWork reported_work(std::uint64_t tokens, double loss);
+
+/// A round's plan from its decisions: the included sites in name order (the
+/// all-reduce's order on every site) with their weights, the sum of their
+/// tokens and their weight-averaged loss, summed in that order; the sites
+/// left out, in name order. `names` and `work` are by site index.
+struct OrderedPlan {
+  std::vector<std::uint32_t> participants;
+  std::vector<double> weights;
+  std::vector<std::uint32_t> left_out;
+  std::uint64_t tokens = 0;
+  double loss = 0;
+};
+OrderedPlan order_plan(std::span<const ContributionDecision> decisions, std::span<const std::string> names,
+                       std::span<const ReportedWork> work);
+
 }  // namespace geoloco::diloco

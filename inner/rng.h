@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/mix.h"
+
 namespace geoloco::inner {
 
 class Rng {
@@ -19,10 +21,7 @@ class Rng {
   }
 
   std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return mix64(state_ += 0x9e3779b97f4a7c15ull);
   }
   /// Uniform in [0, 1) with 53 bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }

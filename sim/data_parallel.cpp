@@ -1,6 +1,7 @@
 #include "sim/data_parallel.h"
 
 #include "common/digest.h"
+#include "diloco/exchange.h"
 #include "inner/collective/collective.h"
 #include "inner/cpu/blas.h"
 #include "inner/train/run_training.h"
@@ -29,8 +30,8 @@ Result<DataParallelReport> run_data_parallel(const DataParallelOptions& o,
   if (!trainer.ok()) return trainer.status();
   DataParallelReport report;
   report.parameters = (*trainer)->layout().total();
-  const double k = o.sites;
-  const auto per_step = static_cast<std::uint64_t>(2.0 * (k - 1) / k * 4.0 * static_cast<double>(report.parameters));
+  const auto per_step = static_cast<std::uint64_t>(
+      diloco::allreduce_bytes_per_site(4.0 * static_cast<double>(report.parameters), o.sites));
   inner::TrainHooks hooks;
   hooks.on_eval = [&](std::uint64_t step, const inner::EvalResult& e) {
     if (step == 0 || step % o.steps_per_round != 0) return;

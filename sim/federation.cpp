@@ -61,7 +61,9 @@ void read_eval_log(const std::string& path, FederationReport& report) {
 
 class Federation {
  public:
-  explicit Federation(const FederationOptions& o) : o_(o) {}
+  explicit Federation(const FederationOptions& o) : o_(o) {
+    for (const auto& s : o_.sites) names_.push_back(s.name);
+  }
 
   ~Federation() {
     {
@@ -179,18 +181,15 @@ class Federation {
     // The plan, as the coordinator makes it: weights by the straggler rule,
     // participants in name order.
     std::vector<diloco::Contribution> contributions;
-    for (std::uint32_t i = 0; i < sites_.size(); ++i)
-      contributions.push_back({i, r, o_.inner_steps, std::max<std::uint64_t>(sync_of(*sites_[i])->tokens, 1)});
+    std::vector<diloco::ReportedWork> work;
+    for (std::uint32_t i = 0; i < sites_.size(); ++i) {
+      const SiteSync& s = *sync_of(*sites_[i]);
+      work.push_back(diloco::reported_work(s.tokens, s.loss));  // as the site's READY carries it
+      contributions.push_back({i, r, o_.inner_steps, work.back().tokens});
+    }
     auto decisions = diloco::decide_round(contributions, r, o_.weighting, o_.straggler);
     if (!decisions.ok()) return Status(decisions.status().code(), cat("round ", r, ": ", decisions.status().message()));
-    std::vector<std::pair<std::string, std::uint32_t>> order;  // (name, site index) of the included
-    std::vector<double> weight_of(sites_.size(), 0.0);
-    for (const auto& d : *decisions)
-      if (d.included) {
-        order.emplace_back(o_.sites[d.site].name, d.site);
-        weight_of[d.site] = d.weight;
-      }
-    std::sort(order.begin(), order.end());
+    const auto ordered = diloco::order_plan(*decisions, names_, work);
 
     const auto& desc = sites_.front()->fragments().at(f);  // every site's table is cut alike
     RoundReport rep;
@@ -203,20 +202,16 @@ class Federation {
     spec.feedback_offset = desc.offset;
     spec.pipeline = o_.pipeline;
     std::vector<ExchangeInput> inputs;
-    double weight_sum = 0, loss_sum = 0;
     const auto base = std::span<const float>(anchor_).subspan(desc.offset, desc.length);
-    for (const auto& [name, i] : order) {
-      const SiteSync& s = *sync_of(*sites_[i]);
-      rep.participants.push_back(name);
-      rep.weights.push_back(weight_of[i]);
-      rep.tokens += std::max<std::uint64_t>(s.tokens, 1);
-      weight_sum += weight_of[i];
-      loss_sum += weight_of[i] * (std::isfinite(s.loss) ? s.loss : 0.0);
-      spec.weights.push_back(weight_of[i]);
+    for (auto i : ordered.participants) {
+      rep.participants.push_back(o_.sites[i].name);
       inputs.push_back({std::span<const float>(sites_[i]->parameters()).subspan(desc.offset, desc.length), base,
                         feedback_.empty() ? nullptr : feedback_[i].get()});
     }
-    rep.train_loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+    rep.weights = ordered.weights;
+    rep.tokens = ordered.tokens;
+    rep.train_loss = ordered.loss;
+    spec.weights = ordered.weights;
     auto ex = run_exchange(spec, inputs);
     if (!ex.ok()) return Status(ex.status().code(), cat("round ", r, ": ", ex.status().message()));
 
@@ -240,6 +235,7 @@ class Federation {
   }
 
   const FederationOptions& o_;
+  std::vector<std::string> names_;  // by site index, job order
   Monitor monitor_;
   std::vector<std::unique_ptr<SimulatedSite>> sites_;
   std::vector<std::thread> threads_;

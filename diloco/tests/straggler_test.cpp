@@ -1,6 +1,7 @@
 #include "diloco/straggler.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
 
 #include "diloco/phase.h"
@@ -167,4 +168,24 @@ TEST_CASE("late work: on time counts, late is carried under carry up to max_roun
   StragglerOptions drop;
   drop.policy = StragglerPolicy::drop;
   CHECK(late_work(1, drop) == LateWork::drop);
+}
+
+TEST_CASE("a round's plan: included sites in name order with their weights, tokens and weighted loss; the rest left out") {
+  CHECK(reported_work(0, std::nan("")).tokens == 1);
+  CHECK(reported_work(0, std::nan("")).loss == 0.0);
+  CHECK(reported_work(640, 1.5).tokens == 640);
+  CHECK(reported_work(640, 1.5).loss == 1.5);
+  // Site indices in job order; names not in that order.
+  const std::vector<std::string> names{"c", "a", "b"};
+  const std::vector<ReportedWork> work{{300, 3.0}, {100, 1.0}, {200, 2.0}};
+  std::vector<ContributionDecision> decisions(3);
+  decisions[0] = {0, true, 3.0, 0, ""};
+  decisions[1] = {1, false, 0.0, 5, ""};
+  decisions[2] = {2, true, 1.0, 0, ""};
+  const auto plan = order_plan(decisions, names, work);
+  CHECK(plan.participants == std::vector<std::uint32_t>{2, 0});  // "b", "c"
+  CHECK(plan.weights == std::vector<double>{1.0, 3.0});
+  CHECK(plan.left_out == std::vector<std::uint32_t>{1});
+  CHECK(plan.tokens == 500);
+  CHECK(plan.loss == (1.0 * 2.0 + 3.0 * 3.0) / 4.0);
 }

@@ -5,7 +5,7 @@
 namespace geoloco::daemon {
 
 CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
-    : options_(std::move(options)), round_(round), tokens_(options_.tokens_so_far) {
+    : options_(std::move(options)), round_(round), attempt_(options_.first_attempt), tokens_(options_.tokens_so_far) {
   for (const auto& s : options_.sites) heard_[s] = now;
 }
 

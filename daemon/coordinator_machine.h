@@ -38,6 +38,7 @@ struct CoordinatorOptions {
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
   std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
+  std::uint64_t first_attempt = 0;      ///< the first plan's attempt (a resumed job: past the journal's last)
 };
 
 class CoordinatorMachine {
@@ -73,7 +74,7 @@ class CoordinatorMachine {
 
   Phase phase() const { return phase_; }
   std::uint64_t round() const { return round_; }
-  /// The current round's attempt: its plans so far, less one.
+  /// The current round's attempt: the number of its latest plan.
   std::uint64_t attempt() const { return attempt_; }
   /// The participants of the current plan (planned phase).
   const std::vector<std::string>& participants() const { return participants_; }
@@ -92,7 +93,7 @@ class CoordinatorMachine {
   std::map<std::string, Clock::time_point> ready_at_;
   std::vector<std::string> participants_;
   std::uint64_t plan_tokens_ = 0;
-  std::uint64_t attempt_ = 0;           // plans of round_ so far
+  std::uint64_t attempt_ = 0;           // the current plan of round_; never reused for a round
   std::optional<std::string> failure_;  // a participant's report
   std::uint64_t tokens_ = 0;
   std::map<std::string, std::string> commits_;  // site -> digest

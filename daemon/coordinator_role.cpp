@@ -10,26 +10,6 @@ namespace geoloco::daemon {
 
 namespace {
 
-
-struct JournalSummary {
-  std::uint64_t round = 0;  // last committed
-  std::string digest;
-  std::uint64_t tokens = 0;
-  bool final = false;
-};
-
-JournalSummary summarize(const Journal& journal) {
-  JournalSummary s;
-  for (const auto& r : journal.records()) {
-    if (r.value("type", "") != "committed") continue;
-    s.round = r.value("round", std::uint64_t{0});
-    s.digest = r.value("anchor_digest", std::string());
-    s.tokens = r.value("tokens", std::uint64_t{0});
-    s.final = r.value("final", false);
-  }
-  return s;
-}
-
 CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s) {
   CoordinatorOptions o;
   o.sites = job.sites;
@@ -40,6 +20,7 @@ CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout,
   o.stop_after_round = job.last_round().value_or(0);
   o.stop_after_tokens = job.stop_tokens.value_or(0);
   o.tokens_so_far = s.tokens;
+  o.first_attempt = s.next_attempt;
   return o;
 }
 
@@ -63,10 +44,10 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
       journal_(std::move(journal)),
       send_(std::move(send)),
       note_(std::move(note)),
-      coordinator_(options_of(job, heartbeat_timeout, summarize(journal_)), summarize(journal_).round + 1,
+      coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records())), summarize_journal(journal_.records()).round + 1,
                    Clock::now()),
       wake_(executor) {
-  const JournalSummary s = summarize(journal_);
+  const JournalSummary s = summarize_journal(journal_.records());
   committed_round_ = s.round;
   committed_digest_ = s.digest;
   committed_tokens_ = s.tokens;

@@ -103,4 +103,23 @@ Status Journal::append(const nlohmann::json& record) {
   return {};
 }
 
+JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
+  JournalSummary s;
+  std::uint64_t planned_round = 0, planned_attempt = 0;
+  for (const auto& r : records) {
+    const std::string type = r.value("type", "");
+    if (type == "plan") {
+      planned_round = r.value("round", std::uint64_t{0});
+      planned_attempt = r.value("attempt", std::uint64_t{0});
+    } else if (type == "committed") {
+      s.round = r.value("round", std::uint64_t{0});
+      s.digest = r.value("anchor_digest", std::string());
+      s.tokens = r.value("tokens", std::uint64_t{0});
+      s.final = r.value("final", false);
+    }
+  }
+  s.next_attempt = planned_round == s.round + 1 ? planned_attempt + 1 : 0;
+  return s;
+}
+
 }  // namespace geoloco::daemon

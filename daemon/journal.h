@@ -44,4 +44,20 @@ class Journal {
   std::size_t dropped_bytes_ = 0;
 };
 
+/// Where a journal leaves the coordinator: the last committed round (0:
+/// none), its anchor digest, the tokens of every committed round, whether
+/// it was the job's last, and the attempt number the next round's first
+/// plan takes. Plans are journaled before they are sent, so starting past
+/// the last journaled attempt means a resumed coordinator never reuses an
+/// attempt number: a site that declined (round, attempt) before the restart
+/// drops that operation's frames, and would drop a new plan's under it.
+struct JournalSummary {
+  std::uint64_t round = 0;
+  std::string digest;
+  std::uint64_t tokens = 0;
+  bool final = false;
+  std::uint64_t next_attempt = 0;
+};
+JournalSummary summarize_journal(const std::vector<nlohmann::json>& records);
+
 }  // namespace geoloco::daemon

@@ -90,4 +90,14 @@ Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federati
                                                       const TransportOptions& options, std::uint64_t job = 1,
                                                       std::vector<std::string> peers = {});
 
+/// Waits for every one of `futures`, in order, and returns their values. A
+/// test that checks the first result before the others have ended would
+/// free buffers their operations still write.
+template <class T>
+std::vector<T> wait_all(std::vector<std::future<T>>& futures) {
+  std::vector<T> values;
+  for (auto& f : futures) values.push_back(f.get());
+  return values;
+}
+
 }  // namespace geoloco::transport::loopback

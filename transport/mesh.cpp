@@ -293,7 +293,7 @@ asio::awaitable<Status> Mesh::wait_connected(std::vector<std::string> peers, std
 }
 
 void Mesh::begin(OpKey key, FrameSink* sink) {
-  declined_.erase(key);  // declined once (a coordinator's attempt numbers restart after it does), run now
+  declined_.erase(key);  // declined, then run after all: its frames from now on are delivered
   current_ = key;
   have_current_ = true;
   sink_ = sink;

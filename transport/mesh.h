@@ -28,6 +28,7 @@
 #include <asio/ip/tcp.hpp>
 #include <chrono>
 #include <compare>
+#include <optional>
 #include <cstdint>
 #include <deque>
 #include <set>
@@ -117,6 +118,8 @@ class Mesh {
   /// Makes `key` the current operation, delivered to `sink`, and releases
   /// frames that waited for it.
   void begin(OpKey key, FrameSink* sink);
+  /// The operation begun last, if any.
+  std::optional<OpKey> current() const { return have_current_ ? std::optional<OpKey>(current_) : std::nullopt; }
   /// Ends the current operation: its late frames are refused as stale.
   void end(OpKey key);
   /// Gives the current operation up if it is `key` (FrameSink::cancel): its

@@ -205,3 +205,29 @@ TEST_CASE("a token stop ends the job with the round that reaches it, marked fina
   CHECK(c.tokens() == 550);
   CHECK(c.phase() == CoordinatorMachine::Phase::finished);
 }
+
+TEST_CASE("a resumed coordinator starts at the attempt after its journal's last plan, and counts on from there") {
+  auto o = three_sites();
+  o.stop_after_round = 0;
+  o.first_attempt = 3;  // attempts 0..2 of round 2 were planned before the restart
+  CoordinatorMachine c(o, 2, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 100), t0).ok());
+  auto p = c.step(t0);
+  REQUIRE(p.plan);
+  CHECK(p.plan->round == 2);
+  CHECK(p.plan->attempt == 3);
+  REQUIRE(c.on_failed("a", FailedMessage{2, 3, "peer b: reset"}).ok());
+  REQUIRE(c.step(t0 + 1s).abort);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 100), t0 + 2s).ok());
+  auto again = c.step(t0 + 2s);
+  REQUIRE(again.plan);
+  CHECK(again.plan->attempt == 4);
+  // The next round starts at attempt 0: keys are (round, attempt).
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {2, "0123456789abcdef", 4}).ok());
+  REQUIRE(c.step(t0 + 3s).committed);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(3, 100), t0 + 4s).ok());
+  auto next = c.step(t0 + 4s);
+  REQUIRE(next.plan);
+  CHECK(next.plan->round == 3);
+  CHECK(next.plan->attempt == 0);
+}

@@ -110,3 +110,28 @@ TEST_CASE("an unopenable journal is an io error naming the path") {
   CHECK(j.status().code() == Err::io);
   CHECK(j.status().message().find("/nonexistent-dir/geoloco/journal") != std::string::npos);
 }
+
+TEST_CASE("a journal's summary: the last commit, and the attempt after the last plan of the round in flight") {
+  using nlohmann::json;
+  CHECK(summarize_journal({}).round == 0);
+  CHECK(summarize_journal({}).next_attempt == 0);
+  std::vector<json> records{
+      {{"type", "plan"}, {"round", 1}, {"attempt", 0}},
+      {{"type", "committed"}, {"round", 1}, {"anchor_digest", "00000000000000a1"}, {"tokens", 640}, {"final", false}},
+      {{"type", "plan"}, {"round", 2}, {"attempt", 0}},
+      {{"type", "plan"}, {"round", 2}, {"attempt", 1}},
+  };
+  auto s = summarize_journal(records);
+  CHECK(s.round == 1);
+  CHECK(s.digest == "00000000000000a1");
+  CHECK(s.tokens == 640);
+  CHECK_FALSE(s.final);
+  CHECK(s.next_attempt == 2);  // round 2's attempts 0 and 1 were sent: the next is 2
+  records.push_back(
+      {{"type", "committed"}, {"round", 2}, {"anchor_digest", "00000000000000a2"}, {"tokens", 1280}, {"final", true}});
+  s = summarize_journal(records);
+  CHECK(s.round == 2);
+  CHECK(s.tokens == 1280);
+  CHECK(s.final);
+  CHECK(s.next_attempt == 0);  // round 3 was never planned
+}

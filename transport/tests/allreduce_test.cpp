@@ -368,7 +368,7 @@ TEST_CASE("observers receive the same average without contributing, and losing o
     Mesh& mesh = sites[s]->mesh();
     futures.push_back(sites[s]->spawn([&mesh, r]() { return all_reduce(mesh, r); }));
   }
-  for (auto& f : futures) REQUIRE(f.get().ok());
+  for (const auto& r : loopback::wait_all(futures)) REQUIRE(r.ok());
   const auto ref = reference(3, n);
   for (int s = 0; s < 4; ++s) CHECK(out[s] == ref);
 

@@ -75,25 +75,6 @@ JobState state_of(JobEnd e) {
 
 }  // namespace
 
-std::string_view job_state_name(JobState s) {
-  switch (s) {
-    case JobState::starting: return "starting";
-    case JobState::running: return "running";
-    case JobState::finished: return "finished";
-    case JobState::failed: return "failed";
-    case JobState::cancelled: return "cancelled";
-    case JobState::stopped: return "stopped";
-  }
-  return "unknown";
-}
-
-Result<JobState> parse_job_state(std::string_view name) {
-  for (auto s : {JobState::starting, JobState::running, JobState::finished, JobState::failed, JobState::cancelled,
-                 JobState::stopped})
-    if (job_state_name(s) == name) return s;
-  return GEOLOCO_ERROR(Err::invalid_argument, "unknown job state '", name, "'");
-}
-
 std::vector<outer::TensorInfo> outer_layout(const inner::protocol::Layout& layout, std::uint64_t values) {
   std::vector<outer::TensorInfo> out;
   for (const auto& t : layout) out.push_back({t.name, t.shape});
@@ -120,7 +101,7 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
     out << job->yaml_;
     GEOLOCO_RETURN_IF(!out.good(), Err::io, "cannot write ", dir, "/job.yaml");
   }
-  job->persist_state();
+  GEOLOCO_TRY(write_status_file(dir, {job->job_state_, job->file_, job->message_}));
   return job;
 }
 
@@ -146,19 +127,8 @@ void JobRun::note(const std::string& line) { spdlog::info("[{}] {}", spec_.name,
 void JobRun::set_state(JobState state, const std::string& message) {
   job_state_ = state;
   message_ = message;
-  persist_state();
+  if (Status s = write_status_file(dir_, {state, file_, message}); !s.ok()) spdlog::warn("[{}] {}", spec_.name, s.message());
   changed_.notify_all();
-}
-
-void JobRun::persist_state() const {
-  const fs::path path = fs::path(dir_) / "status.json";
-  const fs::path tmp = fs::path(dir_) / "status.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json{{"state", job_state_name(job_state_)}, {"file", file_}, {"message", message_}}.dump() << "\n";
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
 }
 
 // ---------------------------------------------------------------- messages

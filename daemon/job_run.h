@@ -55,6 +55,7 @@
 #include "compression/error_feedback.h"
 #include "daemon/control_messages.h"
 #include "daemon/coordinator_role.h"
+#include "daemon/job_status.h"
 #include "job/job_spec.h"
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
@@ -68,30 +69,6 @@
 #include "transport/mesh.h"
 
 namespace geoloco::daemon {
-
-enum class JobState { starting, running, finished, failed, cancelled, stopped };
-std::string_view job_state_name(JobState state);
-/// Errors: invalid_argument.
-Result<JobState> parse_job_state(std::string_view name);
-
-/// What one committed round looked like from this site (geoloco watch).
-struct RoundRecord {
-  std::uint64_t round = 0;
-  std::uint32_t fragment = 0;      ///< the fragment synced (Streaming DiLoCo; 0: the whole model)
-  std::uint32_t fragments = 1;     ///< the job's F; status shows `fragment` only when > 1
-  std::vector<std::string> participants;
-  std::vector<std::string> late;
-  double loss = 0;                 ///< participants' weighted mean training loss (from the PLAN)
-  std::uint64_t tokens = 0;        ///< tokens of the round's contributions
-  std::uint64_t bytes_sent = 0;    ///< this site, frames of the all-reduce
-  std::uint64_t bytes_received = 0;
-  double compression_ratio = 0;    ///< raw fp32 bytes of the same all-reduce / bytes sent (0: sent nothing)
-  double compute_seconds = 0;      ///< this site's inner phase
-  double waiting_seconds = 0;      ///< READY to PLAN
-  double exchange_seconds = 0;     ///< PLAN to COMMITTED
-  std::string digest;
-  bool contributed = false;        ///< this site's Δ was in the round
-};
 
 /// The job id frames carry: xxh3 of the job's name, never 0 (0 is the federation).
 std::uint64_t job_id_of(const std::string& name);
@@ -129,7 +106,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   asio::awaitable<void> stop(JobState state, std::string reason);
 
   nlohmann::json status() const;
-  static nlohmann::json record_json(const RoundRecord& record, const std::map<std::uint64_t, double>& eval);
   const std::vector<RoundRecord>& records() const { return records_; }
   /// Eval loss by anchor round, from the trainer's eval log.
   std::map<std::uint64_t, double> eval_losses() const;
@@ -149,7 +125,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool streaming() const { return spec_.fragments() > 1; }
   void note(const std::string& line);
   void set_state(JobState state, const std::string& message);
-  void persist_state() const;
 
   // Messages (job_run.cpp).
   void send(const std::string& site, const ControlMessage& message);

@@ -12,6 +12,7 @@
 
 #include "common/digest.h"
 #include "daemon/job_run.h"
+#include "inner/protocol/eval_log.h"
 #include "outer/checkpoint.h"
 
 namespace geoloco::daemon {
@@ -207,41 +208,12 @@ Status JobRun::load_checkpoint() {
 // ------------------------------------------------------------------ status
 
 std::map<std::uint64_t, double> JobRun::eval_losses() const {
-  std::map<std::uint64_t, double> out;
-  std::ifstream in(fs::path(dir_) / "eval.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("round") || !j.contains("eval_loss")) continue;
-    if (!j["round"].is_number_unsigned() || !j["eval_loss"].is_number()) continue;
-    out[j["round"].get<std::uint64_t>()] = j["eval_loss"].get<double>();
-  }
-  return out;
-}
-
-nlohmann::json JobRun::record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
-  nlohmann::json j{{"round", r.round},
-                   {"participants", r.participants},
-                   {"late", r.late},
-                   {"loss", r.loss},
-                   {"tokens", r.tokens},
-                   {"bytes_sent", r.bytes_sent},
-                   {"bytes_received", r.bytes_received},
-                   {"compression_ratio", r.compression_ratio},
-                   {"compute_seconds", r.compute_seconds},
-                   {"waiting_seconds", r.waiting_seconds},
-                   {"exchange_seconds", r.exchange_seconds},
-                   {"digest", r.digest},
-                   {"contributed", r.contributed}};
-  if (r.fragments > 1) j["fragment"] = r.fragment;  // Streaming DiLoCo: the fragment this round synced
-  // The eval loss of the anchor this round started from.
-  if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
-  else j["eval_loss"] = nullptr;
-  return j;
+  return inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string()).loss;
 }
 
 nlohmann::json JobRun::status() const {
-  const auto eval = eval_losses();
+  const auto history = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
+  const auto& eval = history.loss;
   nlohmann::json rounds = nlohmann::json::array();
   for (const auto& r : records_) rounds.push_back(record_json(r, eval));
   nlohmann::json j{{"name", spec_.name},
@@ -262,16 +234,9 @@ nlohmann::json JobRun::status() const {
   j["loss"] = records_.empty() ? nlohmann::json(nullptr) : nlohmann::json(records_.back().loss);
   j["eval_loss"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->second);
   j["eval_round"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->first);
-  j["eval_accuracy"] = nullptr;
-  {
-    std::ifstream in(fs::path(dir_) / "eval.jsonl");
-    std::string line, last;
-    while (std::getline(in, line))
-      if (!line.empty()) last = line;
-    auto e = nlohmann::json::parse(last, nullptr, false);
-    if (!e.is_discarded() && e.is_object() && e.contains("accuracy") && e["accuracy"].is_number())
-      j["eval_accuracy"] = e["accuracy"];
-  }
+  j["eval_accuracy"] = nullptr;  // of the latest evaluated anchor, for a classifier
+  if (!eval.empty())
+    if (auto it = history.accuracy.find(eval.rbegin()->first); it != history.accuracy.end()) j["eval_accuracy"] = it->second;
   const fs::path checkpoint = fs::path(dir_) / "checkpoint.safetensors";
   j["checkpoint"] = fs::exists(checkpoint) ? nlohmann::json(checkpoint.string()) : nlohmann::json(nullptr);
   if (role_) {

@@ -131,14 +131,17 @@ Status SiteDaemon::start() {
 void SiteDaemon::resume_jobs() {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(site_.data_dir) / "jobs", ec)) {
-    const fs::path status_path = entry.path() / "status.json";
     const fs::path yaml_path = entry.path() / "job.yaml";
-    if (!fs::exists(status_path) || !fs::exists(yaml_path)) continue;
-    auto status = nlohmann::json::parse(read_file(status_path), nullptr, false);
-    if (status.is_discarded() || !status.is_object()) continue;
-    const std::string state = status.value("state", "");
-    const std::string file = status.value("file", yaml_path.string());
-    if (state != "starting" && state != "running" && state != "stopped") continue;
+    if (!fs::exists(entry.path() / "status.json") || !fs::exists(yaml_path)) continue;
+    auto status = read_status_file(entry.path().string());
+    if (!status.ok()) {
+      spdlog::warn("job folder {} is not resumed: {}", entry.path().string(), status.status().message());
+      continue;
+    }
+    const auto state = job_state_name(status->state);
+    const std::string file = status->file.empty() ? yaml_path.string() : status->file;
+    if (status->state != JobState::starting && status->state != JobState::running && status->state != JobState::stopped)
+      continue;
     if (active_) {
       spdlog::warn("job folder {} was {} too; only one job runs at a time, it stays stopped", entry.path().string(),
                    state);
@@ -164,13 +167,14 @@ Result<std::shared_ptr<JobRun>> SiteDaemon::start_job(const std::string& yaml, c
   }
   // A job name is used once: a finished, failed or cancelled job keeps its
   // folder (checkpoint, journal, logs), and reusing it would mix two runs.
-  const fs::path status_path = fs::path(site_.data_dir) / "jobs" / spec->name / "status.json";
-  if (fs::exists(status_path)) {
-    auto previous = nlohmann::json::parse(read_file(status_path), nullptr, false);
-    const std::string state = previous.is_object() ? previous.value("state", std::string()) : std::string();
-    GEOLOCO_RETURN_IF(state == "finished" || state == "failed" || state == "cancelled", Err::invalid_argument,
-                      "job '", spec->name, "' already ran on ", site_.name, " (", state, "); its folder ",
-                      status_path.parent_path().string(), " keeps its checkpoint and logs: give the job another name");
+  const fs::path job_dir = fs::path(site_.data_dir) / "jobs" / spec->name;
+  if (fs::exists(job_dir / "status.json")) {
+    auto previous = read_status_file(job_dir.string());
+    const bool ended = previous.ok() && (previous->state == JobState::finished || previous->state == JobState::failed ||
+                                         previous->state == JobState::cancelled);
+    GEOLOCO_RETURN_IF(ended, Err::invalid_argument, "job '", spec->name, "' already ran on ", site_.name, " (",
+                      job_state_name(previous->state), "); its folder ", job_dir.string(),
+                      " keeps its checkpoint and logs: give the job another name");
   }
   JobEnvironment env;
   env.executor = io_.get_executor();
@@ -347,7 +351,7 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
       const auto eval = shown < records.size() ? job->eval_losses() : std::map<std::uint64_t, double>{};
       for (; shown < records.size(); ++shown) {
         nlohmann::json line;
-        line["round"] = JobRun::record_json(records[shown], eval);
+        line["round"] = record_json(records[shown], eval);
         const bool alive = co_await reply(line);
         if (!alive) co_return Status{};
       }

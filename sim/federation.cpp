@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -13,6 +11,7 @@
 #include "diloco/fragments.h"
 #include "inner/collective/collective.h"
 #include "inner/cpu/blas.h"
+#include "inner/train/eval_log.h"
 #include "inner/train/synced_training.h"
 #include "inner/train/trainer.h"
 #include "sim/exchange.h"
@@ -48,15 +47,11 @@ Status run_trainer(const SimulatedSiteOptions& site, SimulatedSite& channel, con
 // The coordinator's trainer's eval log: the line of round r + 1 evaluates
 // the anchor after round r (eval_log.h).
 void read_eval_log(const std::string& path, FederationReport& report) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["round"].is_number_unsigned() || !j["eval_loss"].is_number()) continue;
-    const std::uint64_t after = j["round"].get<std::uint64_t>() - 1;
-    report.eval_loss[after] = j["eval_loss"].get<double>();
-    if (j["accuracy"].is_number()) report.accuracy[after] = j["accuracy"].get<double>();
-  }
+  const auto h = inner::read_eval_log(path);
+  for (const auto& [round, loss] : h.loss)
+    if (round > 0) report.eval_loss[round - 1] = loss;
+  for (const auto& [round, accuracy] : h.accuracy)
+    if (round > 0) report.accuracy[round - 1] = accuracy;
 }
 
 class Federation {

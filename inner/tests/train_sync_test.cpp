@@ -379,6 +379,34 @@ TEST_CASE("eval log lines: fixed keys, null accuracy for gpt, null for a non-fin
   CHECK(EvalLog::open("/nonexistent-dir/eval.jsonl").status().code() == Err::io);
 }
 
+TEST_CASE("reading an eval log: losses and accuracies by round, the later line winning, torn lines skipped",
+          "[train][eval-log]") {
+  TempDir dir("geoloco-eval-log", /*create=*/true);
+  const std::string path = dir.path + "/eval.jsonl";
+  CHECK(read_eval_log(path).loss.empty());  // no file yet
+  {
+    std::ofstream out(path);
+    EvalLogEntry e;
+    e.round = 0;
+    e.eval = EvalResult{2.5, 1, 4};
+    e.has_accuracy = true;
+    out << eval_log_line(e);
+    e.round = 1;
+    e.eval = EvalResult{std::nan(""), 0, 4};  // a non-finite loss: null, not read
+    out << eval_log_line(e);
+    e.round = 1;  // a restarted trainer's line for the same anchor
+    e.eval = EvalResult{1.25, 3, 4};
+    out << eval_log_line(e);
+    e.round = 2;
+    e.has_accuracy = false;
+    e.eval = EvalResult{1.0, 0, 0};
+    out << eval_log_line(e) << "{\"round\": 3, \"eval_lo";  // torn by a crash
+  }
+  const auto h = read_eval_log(path);
+  CHECK(h.loss == std::map<std::uint64_t, double>{{0, 2.5}, {1, 1.25}, {2, 1.0}});
+  CHECK(h.accuracy == std::map<std::uint64_t, double>{{0, 0.25}, {1, 0.75}});
+}
+
 TEST_CASE("time-based phases: at least S seconds and min_steps; rules refused", "[train][duration]") {
   TrainHooks h;
   h.sync_seconds = 0.3;

@@ -12,7 +12,8 @@
 // finite (JSON has no NaN). `items` counts images or text windows (the unit
 // of --eval-limit). Each line is one write(2) on an O_APPEND descriptor, not
 // buffered (no fsync: a line lost in a power cut costs nothing), and a
-// restarted trainer appends to the lines of the one before.
+// restarted trainer appends to the lines of the one before. The daemon and
+// the simulator read it back with inner/protocol/eval_log.h.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "inner/protocol/eval_log.h"
 #include "inner/models/model.h"
 
 namespace geoloco::inner {

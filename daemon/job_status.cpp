@@ -1,0 +1,83 @@
+#include "daemon/job_status.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace geoloco::daemon {
+
+namespace fs = std::filesystem;
+
+std::string_view job_state_name(JobState s) {
+  switch (s) {
+    case JobState::starting: return "starting";
+    case JobState::running: return "running";
+    case JobState::finished: return "finished";
+    case JobState::failed: return "failed";
+    case JobState::cancelled: return "cancelled";
+    case JobState::stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Result<JobState> parse_job_state(std::string_view name) {
+  for (auto s : {JobState::starting, JobState::running, JobState::finished, JobState::failed, JobState::cancelled,
+                 JobState::stopped})
+    if (job_state_name(s) == name) return s;
+  return GEOLOCO_ERROR(Err::invalid_argument, "unknown job state '", name, "'");
+}
+
+nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
+  nlohmann::json j{{"round", r.round},
+                   {"participants", r.participants},
+                   {"late", r.late},
+                   {"loss", r.loss},
+                   {"tokens", r.tokens},
+                   {"bytes_sent", r.bytes_sent},
+                   {"bytes_received", r.bytes_received},
+                   {"compression_ratio", r.compression_ratio},
+                   {"compute_seconds", r.compute_seconds},
+                   {"waiting_seconds", r.waiting_seconds},
+                   {"exchange_seconds", r.exchange_seconds},
+                   {"digest", r.digest},
+                   {"contributed", r.contributed}};
+  if (r.fragments > 1) j["fragment"] = r.fragment;  // Streaming DiLoCo: the fragment this round synced
+  // The eval loss of the anchor this round started from.
+  if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
+  else j["eval_loss"] = nullptr;
+  return j;
+}
+
+Status write_status_file(const std::string& job_dir, const StatusFile& s) {
+  const fs::path path = fs::path(job_dir) / "status.json";
+  const fs::path tmp = fs::path(job_dir) / "status.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"state", job_state_name(s.state)}, {"file", s.file}, {"message", s.message}}.dump() << "\n";
+    GEOLOCO_RETURN_IF(!out.flush(), Err::io, "cannot write ", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  GEOLOCO_RETURN_IF(ec, Err::io, "cannot replace ", path.string(), ": ", ec.message());
+  return {};
+}
+
+Result<StatusFile> read_status_file(const std::string& job_dir) {
+  const fs::path path = fs::path(job_dir) / "status.json";
+  std::ifstream in(path);
+  GEOLOCO_RETURN_IF(!in, Err::io, "cannot read ", path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  GEOLOCO_RETURN_IF(j.is_discarded() || !j.is_object() || !j.contains("state") || !j["state"].is_string(),
+                    Err::malformed, path.string(), " is not a job status ({\"state\": ...})");
+  auto state = parse_job_state(j["state"].get<std::string>());
+  if (!state.ok()) return Status(Err::malformed, cat(path.string(), ": ", state.status().message()));
+  StatusFile s;
+  s.state = *state;
+  s.file = j.value("file", std::string());
+  s.message = j.value("message", std::string());
+  return s;
+}
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,60 @@
+// A job's status file and round records: what a restarted geolocod reads to
+// resume a job, and what status and watch print, checked by value.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/job_status.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+
+TEST_CASE("a job's status file reads back as written; a damaged or foreign one is refused by name") {
+  const auto dir = std::filesystem::temp_directory_path() / ("geoloco-job-status-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CHECK(read_status_file(dir.string()).status().code() == Err::io);  // none yet
+  for (auto state : {JobState::starting, JobState::running, JobState::finished, JobState::failed, JobState::cancelled,
+                     JobState::stopped}) {
+    REQUIRE(write_status_file(dir.string(), {state, "/etc/geoloco/jobs/demo.yaml", "round 3 committed"}).ok());
+    auto back = read_status_file(dir.string());
+    REQUIRE(back.ok());
+    CHECK(back->state == state);
+    CHECK(back->file == "/etc/geoloco/jobs/demo.yaml");
+    CHECK(back->message == "round 3 committed");
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "status.json.tmp"));
+  std::ofstream(dir / "status.json", std::ios::trunc) << "{\"state\": \"paused\"}\n";
+  auto unknown = read_status_file(dir.string());
+  CHECK(unknown.status().code() == Err::malformed);
+  CHECK(unknown.status().message() == (dir / "status.json").string() + ": unknown job state 'paused'");
+  std::ofstream(dir / "status.json", std::ios::trunc) << "{\"state\": \"runn";  // torn
+  CHECK(read_status_file(dir.string()).status().code() == Err::malformed);
+  CHECK(write_status_file((dir / "missing").string(), {}).code() == Err::io);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a round's record shows the eval loss of the anchor it started from, and its fragment when streaming") {
+  RoundRecord r;
+  r.round = 4;
+  r.participants = {"a", "b"};
+  r.late = {"c"};
+  r.loss = 1.5;
+  r.tokens = 640;
+  r.bytes_sent = 1000;
+  r.digest = "00000000000000a4";
+  r.contributed = true;
+  auto j = record_json(r, {{3, 2.0}, {4, 1.75}});
+  CHECK(j["round"] == 4);
+  CHECK(j["eval_loss"] == 1.75);
+  CHECK(j["late"] == std::vector<std::string>{"c"});
+  CHECK(j["tokens"] == 640);
+  CHECK(j["digest"] == "00000000000000a4");
+  CHECK_FALSE(j.contains("fragment"));
+  CHECK(record_json(r, {}).at("eval_loss").is_null());
+  r.fragments = 3;
+  r.fragment = 1;
+  CHECK(record_json(r, {})["fragment"] == 1);
+}

@@ -113,7 +113,9 @@ JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::str
       dir_(std::move(dir)),
       id_(job_id_of(spec_.name)),
       config_hash_(digest_hex(xxh3_64(std::as_bytes(std::span<const char>(yaml_))))),
-      changed_(env_.executor) {}
+      changed_(env_.executor) {
+  if (env_.mesh) outbox_ = ControlOutbox::create(env_.executor, *env_.mesh, spec_.name);
+}
 
 JobRun::~JobRun() = default;
 
@@ -139,7 +141,11 @@ void JobRun::send(const std::string& site, const ControlMessage& message) {
     asio::post(env_.executor, [self = shared_from_this(), message] { self->deliver(self->self(), message); });
     return;
   }
-  send_frame(site, control_header(), encode_control(message));
+  outbox_->send(site, control_header(), encode_control(message));
+}
+
+void JobRun::send_now(const std::string& site, const ControlMessage& message) {
+  outbox_->send_now(site, control_header(), encode_control(message));
 }
 
 transport::FrameHeader JobRun::control_header() const {
@@ -148,43 +154,6 @@ transport::FrameHeader JobRun::control_header() const {
   h.job = id_;
   h.round = state_.round;
   return h;
-}
-
-void JobRun::send_now(const std::string& site, const ControlMessage& message) {
-  asio::co_spawn(
-      env_.executor,
-      [keep = shared_from_this(), site, h = control_header(), text = encode_control(message)]() -> asio::awaitable<void> {
-        Status sent = co_await keep->env_.mesh->send_control_frame(site, h, std::as_bytes(std::span<const char>(text)));
-        if (!sent.ok()) spdlog::info("[{}] a STATE_SYNC message to {} was lost: {}", keep->spec_.name, site, sent.message());
-      },
-      asio::detached);
-}
-
-void JobRun::send_frame(const std::string& site, transport::FrameHeader header, std::string payload) {
-  auto& box = outboxes_[site];
-  if (box.frames.size() > 1024) box.frames.pop_front();  // a long-dead peer: keep the newest
-  box.frames.emplace_back(header, std::move(payload));
-  if (!box.draining) {
-    box.draining = true;
-    asio::co_spawn(env_.executor, drain(site), asio::detached);
-  }
-}
-
-asio::awaitable<void> JobRun::drain(std::string site) {
-  auto keep = shared_from_this();
-  auto& box = outboxes_[site];
-  while (!box.frames.empty()) {
-    auto [header, payload] = box.frames.front();
-    box.frames.pop_front();
-    Status sent;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      sent = co_await env_.mesh->send_control_frame(site, header, std::as_bytes(std::span<const char>(payload)));
-      if (sent.ok()) break;
-      co_await sleep_for(std::chrono::milliseconds(200 * (attempt + 1)));
-    }
-    if (!sent.ok()) spdlog::debug("[{}] a control message to {} was lost: {}", spec_.name, site, sent.message());
-  }
-  box.draining = false;
 }
 
 Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& header,

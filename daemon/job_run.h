@@ -43,7 +43,6 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
-#include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -54,6 +53,7 @@
 #include "common/status.h"
 #include "compression/error_feedback.h"
 #include "daemon/control_messages.h"
+#include "daemon/control_outbox.h"
 #include "daemon/coordinator_role.h"
 #include "daemon/job_status.h"
 #include "job/job_spec.h"
@@ -128,15 +128,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   // Messages (job_run.cpp).
   void send(const std::string& site, const ControlMessage& message);
-  /// Sends at once, not behind the site's outbox (where messages to a peer
-  /// that was down wait their retries): STATE_SYNC's offer and accept, which
-  /// a (re)joining peer needs now. Lost when the peer is not connected; the
-  /// asker asks again.
+  /// Sends at once, not behind the peer's queue (ControlOutbox::send_now):
+  /// STATE_SYNC's offer and accept.
   void send_now(const std::string& site, const ControlMessage& message);
   /// The header of this job's control frames.
   transport::FrameHeader control_header() const;
-  void send_frame(const std::string& site, transport::FrameHeader header, std::string payload);
-  asio::awaitable<void> drain(std::string site);
   void deliver(const std::string& from, const ControlMessage& message);
   void on_state_frame(const std::string& peer, const transport::FrameHeader& header,
                       std::span<const std::byte> payload);
@@ -225,12 +221,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
-
-  struct Outbox {
-    std::deque<std::pair<transport::FrameHeader, std::string>> frames;
-    bool draining = false;
-  };
-  std::map<std::string, Outbox> outboxes_;
+  std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer
 };
 
 }  // namespace geoloco::daemon

@@ -1,8 +1,12 @@
 #include "daemon/metrics.h"
 
-#include <cmath>
-#include <iomanip>
-#include <sstream>
+#include <algorithm>
+#include <map>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <stdexcept>
 
 namespace geoloco::daemon {
 
@@ -14,34 +18,26 @@ bool valid_name(const std::string& name) {
   return true;
 }
 
-std::string number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  std::ostringstream out;
-  out << std::setprecision(17) << v;
-  return out.str();
-}
+prometheus::Labels labels_of(const Labels& labels) { return prometheus::Labels(labels.begin(), labels.end()); }
 }  // namespace
 
-std::string escape_label_value(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {}
+Metrics::~Metrics() = default;
 
 Status Metrics::declare(const std::string& name, Type type, const std::string& help) {
   GEOLOCO_RETURN_IF(!valid_name(name), Err::invalid_argument, "metric '", name,
                     "': names start with geoloco_ and use only a-z, 0-9 and _");
   GEOLOCO_RETURN_IF(type == Type::counter && (name.size() < 6 || name.compare(name.size() - 6, 6, "_total") != 0),
                     Err::invalid_argument, "counter '", name, "' must end in _total");
-  auto [it, inserted] = families_.try_emplace(name, Family{type, help, {}});
-  GEOLOCO_RETURN_IF(!inserted && it->second.type != type, Err::invalid_argument, "metric '", name,
-                    "' was declared with another type");
+  if (auto it = families_.find(name); it != families_.end()) {
+    GEOLOCO_RETURN_IF(it->second.type != type, Err::invalid_argument, "metric '", name,
+                      "' was declared with another type");
+    return {};
+  }
+  Family f{type};
+  if (type == Type::counter) f.counters = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+  else f.gauges = &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  families_.emplace(name, f);
   return {};
 }
 
@@ -50,7 +46,11 @@ Status Metrics::add(const std::string& name, const Labels& labels, double delta)
   GEOLOCO_RETURN_IF(it == families_.end() || it->second.type != Type::counter, Err::invalid_argument, "'", name,
                     "' is not a declared counter");
   GEOLOCO_RETURN_IF(!(delta >= 0), Err::invalid_argument, "counter '", name, "' cannot go down (", delta, ")");
-  it->second.samples[labels] += delta;
+  try {
+    it->second.counters->Add(labels_of(labels)).Increment(delta);
+  } catch (const std::invalid_argument& e) {  // a label name prometheus-cpp refuses
+    return GEOLOCO_ERROR(Err::invalid_argument, "counter '", name, "': ", e.what());
+  }
   return {};
 }
 
@@ -58,47 +58,31 @@ Status Metrics::set(const std::string& name, const Labels& labels, double value)
   auto it = families_.find(name);
   GEOLOCO_RETURN_IF(it == families_.end() || it->second.type != Type::gauge, Err::invalid_argument, "'", name,
                     "' is not a declared gauge");
-  it->second.samples[labels] = value;
+  try {
+    it->second.gauges->Add(labels_of(labels)).Set(value);
+  } catch (const std::invalid_argument& e) {
+    return GEOLOCO_ERROR(Err::invalid_argument, "gauge '", name, "': ", e.what());
+  }
   return {};
 }
 
 double Metrics::value(const std::string& name, const Labels& labels) const {
   auto it = families_.find(name);
   if (it == families_.end()) return 0;
-  auto s = it->second.samples.find(labels);
-  return s == it->second.samples.end() ? 0 : s->second;
+  const auto l = labels_of(labels);
+  const Family& f = it->second;
+  if (f.counters) return f.counters->Has(l) ? f.counters->Add(l).Value() : 0;
+  return f.gauges->Has(l) ? f.gauges->Add(l).Value() : 0;
 }
 
 std::string Metrics::render() const {
-  std::string out;
-  for (const auto& [name, f] : families_) {
-    out += "# HELP ";
-    out += name;
-    out += ' ';
-    out += f.help;
-    out += "\n# TYPE ";
-    out += name;
-    out += f.type == Type::counter ? " counter\n" : " gauge\n";
-    for (const auto& [labels, v] : f.samples) {
-      out += name;
-      if (!labels.empty()) {
-        out += "{";
-        for (std::size_t i = 0; i < labels.size(); ++i) {
-          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on a chain of operator+.
-          if (i > 0) out += ',';
-          out += labels[i].first;
-          out += "=\"";
-          out += escape_label_value(labels[i].second);
-          out += '"';
-        }
-        out += "}";
-      }
-      out += ' ';
-      out += number(v);
-      out += '\n';
-    }
-  }
-  return out;
+  // prometheus-cpp keeps a family's series in a hash map: sort families by
+  // name and series by labels, so a scrape reads the same from one to the next.
+  auto families = registry_->Collect();
+  std::sort(families.begin(), families.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& f : families)
+    std::sort(f.metric.begin(), f.metric.end(), [](const auto& a, const auto& b) { return a.label < b.label; });
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace geoloco::daemon

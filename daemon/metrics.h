@@ -1,5 +1,6 @@
-// The site's metrics, rendered in Prometheus' text format (version 0.0.4)
-// for the daemon's local HTTP endpoint. Names follow Prometheus' rules and
+// The site's metrics, kept in a prometheus-cpp registry and rendered by its
+// text serializer (Prometheus' text format 0.0.4) for the daemon's local
+// HTTP endpoint (metrics_http.h). Names follow Prometheus' rules and
 // the house ones: `geoloco_` prefix, base units, `_total` for counters,
 // `_seconds` and `_bytes` suffixes (docs/design.md §7).
 //
@@ -8,11 +9,20 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+template <typename T>
+class Family;
+}  // namespace prometheus
 
 namespace geoloco::daemon {
 
@@ -21,6 +31,11 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Metrics {
  public:
   enum class Type { counter, gauge };
+
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
 
   /// Declares a metric. Errors: invalid_argument (name without the
   /// geoloco_ prefix, characters outside [a-z0-9_], a counter not ending in
@@ -34,19 +49,17 @@ class Metrics {
   double value(const std::string& name, const Labels& labels) const;
 
   /// The exposition text: HELP and TYPE lines, then samples, sorted by name
-  /// and labels so the output is stable.
+  /// and labels so the output is stable. Labels are written in name order.
   std::string render() const;
 
  private:
   struct Family {
     Type type;
-    std::string help;
-    std::map<Labels, double> samples;
+    prometheus::Family<prometheus::Counter>* counters = nullptr;  ///< owned by registry_
+    prometheus::Family<prometheus::Gauge>* gauges = nullptr;
   };
+  std::shared_ptr<prometheus::Registry> registry_;
   std::map<std::string, Family> families_;
 };
-
-/// Escapes a label value (backslash, double quote, newline).
-std::string escape_label_value(const std::string& value);
 
 }  // namespace geoloco::daemon

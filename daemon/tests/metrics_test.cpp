@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "daemon/metrics.h"
 
@@ -41,5 +42,10 @@ TEST_CASE("metric names and uses that break the conventions are refused") {
   REQUIRE(m.declare("geoloco_x_total", Metrics::Type::counter, "").ok());
   CHECK(m.add("geoloco_x_total", {}, -1).code() == Err::invalid_argument);
   CHECK(m.set("geoloco_x_total", {}, 1).code() == Err::invalid_argument);
-  CHECK(escape_label_value("a\\b\n") == "a\\\\b\\n");
+  CHECK(m.add("geoloco_x_total", {{"bad-label", "v"}}, 1).code() == Err::invalid_argument);
+  CHECK(m.value("geoloco_x_total", {}) == 0);
+  // A loss that is not finite is still shown (prometheus-cpp spells it
+  // "Nan"; Prometheus reads NaN in any case).
+  REQUIRE(m.set("geoloco_loss", {}, std::nan("")).ok());
+  CHECK(m.render().find("\ngeoloco_loss Nan\n") != std::string::npos);
 }

@@ -26,7 +26,7 @@ bool have_gloo() { return GEOLOCO_HAVE_GLOO != 0; }
 Result<std::vector<AllReduceBenchRow>> run_allreduce_bench(const AllReduceBenchOptions& o) {
   GEOLOCO_RETURN_IF(o.sites < 2 || o.sites > 16, Err::invalid_argument, "bench allreduce: --sites must be 2..16");
   GEOLOCO_RETURN_IF(o.size_bytes < 4096, Err::invalid_argument, "bench allreduce: --size must be at least 4096");
-  GEOLOCO_RETURN_IF(o.rate_mbit < 0, Err::invalid_argument, "bench allreduce: --rate-mbit must be >= 0");
+  GEOLOCO_RETURN_IF(o.rate_mbit < 0, Err::invalid_argument, "bench allreduce: --rate must be >= 0");
   GEOLOCO_RETURN_IF(o.repeats < 1, Err::invalid_argument, "bench allreduce: --repeats must be >= 1");
   const std::size_t n = o.size_bytes / sizeof(float);
 

@@ -1,6 +1,6 @@
 """docs/design.md §10's "a rejoining site's state sync runs at link speed", measured.
 
-Two geolocod sites whose egress is capped at R Mbit/s (transport.rate_limit_mbit,
+Two geolocod sites whose egress is capped at R bit/s (transport.rate_limit,
 the stand-in for a WAN link) run an external-trainer job of P parameters (the
 Python client, no compute). The second site starts without state and gets it
 by STATE_SYNC from the coordinator: anchor and momentum, 8 bytes per
@@ -11,9 +11,10 @@ bound, bytes x 8 / R. The time runs from site-b's request to the state in
 place (one round trip more than the transfer itself); the sender's own
 figure (its first frame to its last, through the rate cap) is printed too.
 
-    /usr/bin/python3 bench/state_sync.py [--params N] [--rate-mbit R] [--build DIR] [--json]
+    /usr/bin/python3 bench/state_sync.py [--params N] [--rate R] [--build DIR] [--json]
 
---rate-mbit 0 runs without a cap (loopback: no bound, the rate is printed).
+R is bit/s with the suffixes geoloco takes everywhere (1G, 400M; default
+1G); --rate 0 runs without a cap (loopback: no bound, the rate is printed).
 """
 
 import argparse
@@ -32,20 +33,32 @@ from daemon_memory import matrix_layout, run_external_job  # noqa: E402
 import numpy as np  # noqa: E402
 
 RECEIVED = re.compile(r"state of round (\d+) received from (\S+): (\d+) parameters, (\d+) bytes in ([0-9.]+) s")
+RATE = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(k|K|M|G|T|Ki|Mi|Gi|Ti)?$")
+SCALE = {None: 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def rate_mbit(text):
+    """--rate's bit/s (common/units.h's suffixes) in Mbit/s; 0: no cap."""
+    found = RATE.match(text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"'{text}': expected bit/s with an optional suffix k, M, G, T, Ki, Mi, Gi, Ti")
+    return float(found.group(1)) * SCALE[found.group(2)] / 1e6
+
+
 SENT = re.compile(r"state of round (\d+) sent to site-b: (\d+) bytes in ([0-9.]+) s")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", type=int, default=16 << 20)
-    ap.add_argument("--rate-mbit", type=float, default=1000)
+    ap.add_argument("--rate", type=rate_mbit, default=1000.0, dest="rate_mbit", metavar="R")
     ap.add_argument("--build", default=os.path.join(HERE, "../build"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     layout, P = matrix_layout(args.params)
 
     with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s", read_timeout="20s",
-                    rate_limit_mbit=args.rate_mbit) as fed:
+                    rate_limit=f"{args.rate_mbit:g}M") as fed:
         fed.start()
         job = fed.write_job("""name: statesync
 sites: [site-a, site-b]

@@ -1,16 +1,18 @@
+#include <iomanip>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "bench/allreduce_bench.h"
 #include "bench/codec_bench.h"
 #include "cli/commands.h"
-#include "cli/units.h"
+#include "common/units.h"
 
 namespace geoloco::cli {
 
 namespace {
 
-// --size takes 268435456, 256Mi or 268M (cli/units.h): rewritten to bytes for CLI11.
+// --size takes 268435456, 256Mi or 268M (common/units.h): rewritten to bytes for CLI11.
 CLI::Validator size_in_bytes() {
   return CLI::Validator(
       [](std::string& text) {
@@ -20,6 +22,21 @@ CLI::Validator size_in_bytes() {
         return std::string();
       },
       "BYTES");
+}
+
+// --rate takes 400M, 1G or a plain bit/s (common/units.h), 0 for no cap:
+// rewritten to Mbit/s, the unit the benchmark's options and output use.
+CLI::Validator rate_in_mbit() {
+  return CLI::Validator(
+      [](std::string& text) {
+        auto rate = parse_rate_cap(text);
+        if (!rate.ok()) return rate.status().message();
+        std::ostringstream mbit;
+        mbit << std::setprecision(17) << *rate / 1e6;
+        text = mbit.str();
+        return std::string();
+      },
+      "BIT/S");
 }
 
 }  // namespace
@@ -58,8 +75,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   allreduce->add_option("--size", ar->size_bytes, "fp32 tensor size in bytes (suffixes k M G, Ki Mi Gi)")
       ->transform(size_in_bytes())
       ->capture_default_str();
-  allreduce->add_option("--rate-mbit", ar->rate_mbit, "cap on each site's egress, Mbit/s (0 = none)")
-      ->capture_default_str();
+  allreduce->add_option("--rate", ar->rate_mbit, "cap on each site's egress in bit/s (suffixes k M G; 0 = none)")
+      ->transform(rate_in_mbit())
+      ->default_str("0");
   allreduce->add_option("--repeats", ar->repeats, "timed runs; the fastest counts")->capture_default_str();
   allreduce->add_option("--connections", ar->connections_per_peer, "TLS connections per peer pair")
       ->capture_default_str();

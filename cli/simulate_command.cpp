@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/units.h"
+#include "common/units.h"
 #include "compression/pipeline_spec.h"
 #include "job/job_spec.h"
 #include "job/job_trainer.h"

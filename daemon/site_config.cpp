@@ -1,5 +1,7 @@
 #include "daemon/site_config.h"
 
+#include "common/units.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -74,6 +76,13 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
     double seconds = 0;
     if (yaml::read_duration(v, what, seconds, p)) out = static_cast<int>(seconds * 1000 + 0.5);
   };
+  auto mbit = [&](const YAML::Node& v, const std::string& what, double& out) {  // bit/s with suffixes, 0: none
+    std::string text;
+    if (!yaml::read_string(v, what, text, p)) return;
+    auto rate = parse_rate_cap(text);
+    if (rate.ok()) out = *rate / 1e6;
+    else p.add(v, cat(what, ": ", rate.status().message()));
+  };
   for (const auto& kv : doc) {
     const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
     const YAML::Node& v = kv.second;
@@ -141,7 +150,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         const std::string what = "transport." + k;
         auto& o = c.transport;
         if (k == "connections_per_peer") yaml::read_number(t.second, what, o.connections_per_peer, p);
-        else if (k == "rate_limit_mbit") yaml::read_number(t.second, what, o.rate_limit_mbit, p);
+        else if (k == "rate_limit") mbit(t.second, what, o.rate_limit_mbit);
         else if (k == "io_threads") yaml::read_number(t.second, what, o.io_threads, p);
         else if (k == "read_timeout") millis(t.second, what, o.read_timeout_ms);
         else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);
@@ -150,7 +159,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         else if (k == "reconnect_max") millis(t.second, what, o.reconnect_max_ms);
         else
           p.add(t.first, cat("transport: unknown key '", k,
-                             "' (allowed: connections_per_peer, rate_limit_mbit, io_threads, read_timeout, "
+                             "' (allowed: connections_per_peer, rate_limit, io_threads, read_timeout, "
                              "write_timeout, keepalive_interval, connect_timeout, reconnect_max)"));
       }
     } else {
@@ -182,7 +191,7 @@ const std::vector<SettingDoc>& overridable_settings() {
       {"GEOLOCO_METRICS", "--metrics", "host:port of the Prometheus endpoint (default 127.0.0.1:9400)"},
       {"GEOLOCO_CONTROL_SOCKET", "--control-socket", "Unix socket of the CLI (default /run/geoloco/geolocod.sock)"},
       {"GEOLOCO_LOG_FORMAT", "--log-format", "text or json (default text)"},
-      {"GEOLOCO_RATE_LIMIT_MBIT", "--rate-limit-mbit", "cap on this site's egress, Mbit/s (default 0: none)"},
+      {"GEOLOCO_RATE_LIMIT", "--rate-limit", "cap on this site's egress in bit/s, e.g. 1G (default 0: none)"},
   };
   return docs;
 }
@@ -197,12 +206,10 @@ Status apply_override(SiteConfig& c, std::string_view flag, std::string_view val
     auto hp = parse_host_port(v);
     GEOLOCO_RETURN_IF(!hp.ok(), Err::invalid_argument, flag, ": ", hp.status().message());
     (flag == "--listen" ? c.listen : c.metrics) = *hp;
-  } else if (flag == "--rate-limit-mbit") {
-    double rate = 0;
-    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), rate);
-    GEOLOCO_RETURN_IF(ec != std::errc() || end != v.data() + v.size() || rate < 0, Err::invalid_argument, flag,
-                      ": expected a number of Mbit/s >= 0, got '", v, "'");
-    c.transport.rate_limit_mbit = rate;
+  } else if (flag == "--rate-limit") {
+    auto rate = parse_rate_cap(v);
+    GEOLOCO_RETURN_IF(!rate.ok(), Err::invalid_argument, flag, ": ", rate.status().message());
+    c.transport.rate_limit_mbit = *rate / 1e6;
   } else {
     return GEOLOCO_ERROR(Err::invalid_argument, "unknown setting ", flag);
   }

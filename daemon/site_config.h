@@ -15,9 +15,12 @@
 //   gpus: [0, 1, 2, 3]
 //   log_format: text            # text | json
 //   heartbeat: {interval: 2s, timeout: 60s}
-//   transport: {connections_per_peer: 4, rate_limit_mbit: 0, io_threads: 4, read_timeout: 20s,
+//   transport: {connections_per_peer: 4, rate_limit: 0, io_threads: 4, read_timeout: 20s,
 //               write_timeout: 20s, keepalive_interval: 5s, connect_timeout: 10s,
 //               reconnect_max: 10s}     # longest wait between dials to a peer that is down
+//
+// rate_limit caps the site's egress in bit/s with the suffixes of
+// common/units.h (1G, 400M; 0: no cap).
 #pragma once
 
 #include <functional>

@@ -21,7 +21,7 @@ peers:
 tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
 data_dir: /srv/geoloco
 gpus: [0, 1]
-transport: {connections_per_peer: 8, rate_limit_mbit: 900, io_threads: 6, read_timeout: 30s, keepalive_interval: 2s}
+transport: {connections_per_peer: 8, rate_limit: 900M, io_threads: 6, read_timeout: 30s, keepalive_interval: 2s}
 )");
   INFO(c.status().message());
   REQUIRE(c.ok());
@@ -83,9 +83,14 @@ TEST_CASE("flags override the environment, which overrides the file") {
   REQUIRE(apply_override(*c, "--data-dir", "/from/flag").ok());
   CHECK(c->data_dir == "/from/flag");
 
-  env["GEOLOCO_RATE_LIMIT_MBIT"] = "fast";
+  env["GEOLOCO_RATE_LIMIT"] = "1.5G";
+  REQUIRE(apply_environment(*c, getenv).ok());
+  CHECK(c->transport.rate_limit_mbit == 1500);
+  env["GEOLOCO_RATE_LIMIT"] = "fast";
   Status s = apply_environment(*c, getenv);
-  CHECK(s.message() == "GEOLOCO_RATE_LIMIT_MBIT (--rate-limit-mbit): --rate-limit-mbit: expected a number of Mbit/s >= 0, got 'fast'");
+  CHECK(s.message() ==
+        "GEOLOCO_RATE_LIMIT (--rate-limit): --rate-limit: 'fast': expected a number > 0 with an optional suffix k, M, G, "
+        "T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), or 0 for no cap");
   CHECK(overridable_settings().size() == 7);
 }
 

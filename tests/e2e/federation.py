@@ -137,7 +137,7 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
 
 class Federation:
     def __init__(self, names=("site-a", "site-b", "site-c"), build=None, log_format="text",
-                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit_mbit=0,
+                 heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit="0",
                  trainer=None, site_extra=""):
         """trainer: the built-in trainer's program, relative to the build folder
         (default bin/geoloco-train); site_extra: lines added to every site file."""
@@ -153,8 +153,8 @@ class Federation:
         self.log_format = log_format
         self.heartbeat_interval, self.heartbeat_timeout, self.read_timeout = \
             heartbeat_interval, heartbeat_timeout, read_timeout
-        # Each site's egress cap (transport.rate_limit_mbit); 0: none.
-        self.transport_extra = f", rate_limit_mbit: {rate_limit_mbit}" if rate_limit_mbit else ""
+        # Each site's egress cap in bit/s, e.g. "1G" (transport.rate_limit); "0": none.
+        self.transport_extra = f", rate_limit: {rate_limit}" if str(rate_limit) != "0" else ""
         os.makedirs(os.path.join(self.root, "run"))
         ports = free_ports(2 * len(names))
         self.sites = [Site(self, n, ports[2 * i], ports[2 * i + 1]) for i, n in enumerate(names)]

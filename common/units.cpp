@@ -1,9 +1,9 @@
-#include "cli/units.h"
+#include "common/units.h"
 
 #include <cmath>
 #include <cstdlib>
 
-namespace geoloco::cli {
+namespace geoloco {
 
 namespace {
 
@@ -33,6 +33,13 @@ Result<double> parse_quantity(const std::string& text) {
 
 Result<double> parse_rate(const std::string& text) { return parse_quantity(text); }
 
+Result<double> parse_rate_cap(const std::string& text) {
+  if (text == "0") return 0.0;
+  auto rate = parse_quantity(text);
+  if (!rate.ok()) return Status(Err::invalid_argument, cat(rate.status().message(), ", or 0 for no cap"));
+  return *rate;
+}
+
 Result<std::uint64_t> parse_size(const std::string& text) {
   auto v = parse_quantity(text);
   if (!v.ok()) return v.status();
@@ -41,4 +48,4 @@ Result<std::uint64_t> parse_size(const std::string& text) {
   return static_cast<std::uint64_t>(*v);
 }
 
-}  // namespace geoloco::cli
+}  // namespace geoloco

@@ -67,7 +67,7 @@ class Fields {
     }
   }
   // Optional: a list of {name, shape} whose sizes add up to `values`.
-  void layout(const char* key, std::vector<TensorShape>& out, std::uint64_t values) {
+  void layout(const char* key, Layout& out, std::uint64_t values) {
     if (!j_.contains(key)) return;
     const json& v = j_[key];
     if (!v.is_array() || v.size() > (1u << 16)) return fail(key, "a list of at most 65536 tensors");
@@ -79,20 +79,21 @@ class Fields {
           name->get_ref<const std::string&>().size() > 1024 || shape == e.end() || !shape->is_array() ||
           shape->size() > 8)
         return fail(key, "a list of {name, shape} with shapes of rank 8 at most");
-      TensorShape t{name->get<std::string>(), {}};
+      TensorDesc t{name->get<std::string>(), {}, total};
       std::uint64_t size = 1;
       for (const auto& d : *shape) {
-        if (!d.is_number_unsigned() || d.get<std::uint64_t>() == 0 || d.get<std::uint64_t>() > (1ull << 40))
-          return fail(key, "shapes of dimensions 1..2^40");
-        if (size > (1ull << 40) / d.get<std::uint64_t>()) return fail(key, "tensors of at most 2^40 values");
+        if (!d.is_number_unsigned() || d.get<std::uint64_t>() == 0 || d.get<std::uint64_t>() > kMaxLayoutValues)
+          return fail(key, "shapes of dimensions 1..2^36");
+        if (size > kMaxLayoutValues / d.get<std::uint64_t>()) return fail(key, "tensors of at most 2^36 values");
         size *= d.get<std::uint64_t>();
       }
       total += size;
-      if (total > (1ull << 40)) return fail(key, "at most 2^40 values in all");
+      if (total > kMaxLayoutValues) return fail(key, "at most 2^36 values in all");
       out.push_back(std::move(t));
       for (const auto& d : *shape) out.back().shape.push_back(d.get<std::uint64_t>());
     }
-    if (!out.empty() && total != values) fail(key, cat("tensors that add up to the offer's ", values, " values"));
+    if (!out.empty() && total != values) return fail(key, cat("tensors that add up to the offer's ", values, " values"));
+    if (Status rules = check_layout(out); !out.empty() && !rules.ok()) fail(key, cat("a valid layout (", rules.message(), ")"));
   }
   void check(bool ok, const std::string& what) {
     if (!ok && status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: ", what));
@@ -279,7 +280,7 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.layout("layout", m.layout, m.values);
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
-      f.check(m.values >= 1 && m.values <= (1ull << 40), "values must be 1..2^40");
+      f.check(m.values >= 1 && m.values <= kMaxLayoutValues, "values must be 1..2^36");
       f.check(m.chunk_values >= 1024 && m.chunk_values <= (16u << 20), "chunk_values must be 1024..16Mi");
     }
     out = m;

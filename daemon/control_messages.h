@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/layout.h"
 #include "common/status.h"
 
 namespace geoloco::daemon {
@@ -86,12 +87,6 @@ struct JobCancelMessage {
 struct StateRequestMessage {
   std::string job;
 };
-/// One tensor of a model's layout, as a state offer names it.
-struct TensorShape {
-  std::string name;
-  std::vector<std::uint64_t> shape;
-  bool operator==(const TensorShape&) const = default;
-};
 
 /// STATE_SYNC, answered: the state of `round` is on offer, unless `reason`
 /// says why there is none. The asker takes it with a state_accept, and the
@@ -108,7 +103,8 @@ struct StateOfferMessage {
   /// The tensors of the flat anchor, in order (optional: empty when the
   /// offering site knows only the number of values). A joining site needs
   /// them before its trainer says HELLO, e.g. to cut streaming fragments.
-  std::vector<TensorShape> layout;
+  /// On the wire: names and shapes; the offsets follow from the order.
+  Layout layout;
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once

@@ -124,17 +124,8 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
   const std::uint64_t n = state_.anchor.size();
   if (!streaming()) return inner::protocol::FragmentDesc{0, n, round};
   // The same cut as the trainer's fragment table (TrainerHost: split_fragments of its layout).
-  inner::protocol::Layout layout;
-  std::uint64_t offset = 0;
-  for (const auto& t : state_.layout) {
-    inner::protocol::TensorDesc d;
-    d.name = t.name;
-    d.shape = t.shape;
-    d.offset = offset;
-    offset += d.size();
-    layout.push_back(std::move(d));
-  }
-  auto table = inner::protocol::split_fragments(layout, spec_.fragments(), round);
+  const std::uint64_t offset = layout_values(state_.layout);
+  auto table = inner::protocol::split_fragments(state_.layout, spec_.fragments(), round);
   if (!table.ok())
     return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
   GEOLOCO_RETURN_IF(offset != n, Err::internal, "the layout holds ", offset, " values, the anchor ", n);

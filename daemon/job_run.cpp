@@ -75,13 +75,6 @@ JobState state_of(JobEnd e) {
 
 }  // namespace
 
-std::vector<outer::TensorInfo> outer_layout(const inner::protocol::Layout& layout, std::uint64_t values) {
-  std::vector<outer::TensorInfo> out;
-  for (const auto& t : layout) out.push_back({t.name, t.shape});
-  if (out.empty()) out.push_back({"parameters", {values}});
-  return out;
-}
-
 std::uint64_t job_id_of(const std::string& name) {
   const std::uint64_t id = xxh3_64(std::as_bytes(std::span<const char>(name)));
   return id == 0 ? 1 : id;
@@ -367,9 +360,9 @@ asio::awaitable<void> JobRun::run() {
   if (machine_->where() == ParticipantMachine::Where::awaiting_initial) {
     auto initial = co_await host_->initial_parameters();
     if (done()) co_return;
-    auto created = initial.ok() ? outer::OuterState::create(
-                                      spec_.name, outer_layout(host_->snapshot().layout, initial->size()),
-                                      std::move(*initial))
+    // The layout is computed before the values are moved into the state.
+    auto layout = initial.ok() ? layout_for(initial->size(), host_->snapshot().layout) : Layout{};
+    auto created = initial.ok() ? outer::OuterState::create(spec_.name, std::move(layout), std::move(*initial))
                                 : Result<outer::OuterState>(initial.status());
     if (!created.ok()) {
       machine_->on_trainer_failed(cat("no initial parameters: ", created.status().message()));

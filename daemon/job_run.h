@@ -73,9 +73,6 @@ namespace geoloco::daemon {
 /// The job id frames carry: xxh3 of the job's name, never 0 (0 is the federation).
 std::uint64_t job_id_of(const std::string& name);
 
-/// A trainer's layout as the outer state's (one flat tensor when the layout
-/// is not known, e.g. before any trainer said HELLO).
-std::vector<outer::TensorInfo> outer_layout(const inner::protocol::Layout& layout, std::uint64_t values);
 
 struct JobEnvironment {
   asio::any_io_executor executor;

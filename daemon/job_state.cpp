@@ -42,7 +42,7 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason) {
   }
   offer.round = state_.round;
   offer.anchor_digest = digest_hex(state_.anchor_digest());
-  for (const auto& t : state_.layout) offer.layout.push_back({t.name, t.shape});
+  offer.layout = state_.layout;
   send_now(peer, sized_offer(std::move(offer), state_.anchor.size()));
   offered_[peer] = state_.round;  // the frames follow the peer's state_accept
 }
@@ -126,13 +126,9 @@ void JobRun::install_state() {
   const auto& offer = received.offer();
   // The layout: the sender's (the offer checked that it adds up), else the
   // trainer's if it said HELLO, else one flat tensor.
-  if (!offer.layout.empty()) {
-    state_.layout.clear();
-    for (const auto& t : offer.layout) state_.layout.push_back({t.name, t.shape});
-  } else if (state_.anchor.empty() || outer::total_size(state_.layout) != offer.values) {
-    state_.layout = outer_layout(host_->snapshot().layout, offer.values);
-    if (outer::total_size(state_.layout) != offer.values) state_.layout = outer_layout({}, offer.values);
-  }
+  if (!offer.layout.empty()) state_.layout = offer.layout;
+  else if (state_.anchor.empty() || layout_values(state_.layout) != offer.values)
+    state_.layout = layout_for(offer.values, host_->snapshot().layout);
   state_.job = spec_.name;
   state_.anchor = std::move(received.anchor());
   state_.momentum = std::move(received.momentum());

@@ -140,26 +140,29 @@ Result<std::uint64_t> parse_u64(const std::string& text, std::string_view what, 
   return v;
 }
 
-Result<std::vector<TensorInfo>> parse_layout(const std::string& text, std::string_view source) {
+Result<Layout> parse_layout(const std::string& text, std::string_view source) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   GEOLOCO_RETURN_IF(j.is_discarded() || !j.is_array(), Err::malformed, source,
                     ": __metadata__.layout must be a JSON list of {name, shape}");
-  std::vector<TensorInfo> layout;
+  Layout layout;
+  std::uint64_t offset = 0;
   for (const auto& t : j) {
     GEOLOCO_RETURN_IF(!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("shape") ||
                           !t["shape"].is_array(),
                       Err::malformed, source, ": __metadata__.layout entry ", layout.size(),
                       " must be {\"name\": string, \"shape\": [unsigned, ...]}");
-    TensorInfo info;
+    TensorDesc info;
     info.name = t["name"].get<std::string>();
+    info.offset = offset;
     for (const auto& d : t["shape"]) {
       GEOLOCO_RETURN_IF(!d.is_number_unsigned(), Err::malformed, source, ": __metadata__.layout tensor '", info.name,
                         "' has a dimension that is not an unsigned integer");
       info.shape.push_back(d.get<std::uint64_t>());
     }
+    offset += info.size();  // saturates: check_layout refuses what passes its bound
     layout.push_back(std::move(info));
   }
-  Status valid = validate_layout(layout);
+  Status valid = check_layout(layout);
   GEOLOCO_RETURN_IF(!valid.ok(), Err::malformed, source, ": __metadata__.layout: ", valid.message());
   return layout;
 }
@@ -258,7 +261,7 @@ Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const Check
   state.job = std::move(job).value();
   state.round = *round;
   state.layout = std::move(layout).value();
-  const std::uint64_t n = total_size(state.layout);
+  const std::uint64_t n = layout_values(state.layout);
   bool have_anchor = false, have_momentum = false;
   for (const auto& r : ranges) {
     std::vector<float>* target = nullptr;

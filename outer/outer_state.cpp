@@ -6,7 +6,7 @@
 
 namespace geoloco::outer {
 
-Result<OuterState> OuterState::create(std::string job, std::vector<TensorInfo> layout, std::vector<float> initial) {
+Result<OuterState> OuterState::create(std::string job, Layout layout, std::vector<float> initial) {
   OuterState s;
   s.job = std::move(job);
   s.layout = std::move(layout);
@@ -18,8 +18,8 @@ Result<OuterState> OuterState::create(std::string job, std::vector<TensorInfo> l
 
 Status OuterState::validate() const {
   GEOLOCO_RETURN_IF(job.empty(), Err::invalid_argument, "outer state: the job name is empty");
-  GEOLOCO_TRY(validate_layout(layout));
-  const std::uint64_t n = total_size(layout);
+  GEOLOCO_TRY(check_layout(layout));
+  const std::uint64_t n = layout_values(layout);
   GEOLOCO_RETURN_IF(anchor.size() != n, Err::invalid_argument, "outer state: anchor has ", anchor.size(),
                     " values but the layout has ", n);
   GEOLOCO_RETURN_IF(momentum.size() != n, Err::invalid_argument, "outer state: momentum has ", momentum.size(),

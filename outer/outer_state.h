@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "outer/layout.h"
+#include "common/layout.h"
 
 namespace geoloco::outer {
 
@@ -25,14 +25,14 @@ struct SiteResidual {
 struct OuterState {
   std::string job;                   ///< the job's name
   std::uint64_t round = 0;           ///< r: rounds committed so far
-  std::vector<TensorInfo> layout;    ///< names and shapes of the flat anchor
+  Layout layout;                     ///< the flat anchor's tensors
   std::vector<float> anchor;         ///< θ_r, identical on every site
   std::vector<float> momentum;       ///< m, identical on every site
   std::vector<SiteResidual> residuals;
 
   /// A fresh state: anchor = initial, momentum and no residuals, round 0.
   /// Errors: invalid_argument (bad layout, or initial's size differs from it).
-  static Result<OuterState> create(std::string job, std::vector<TensorInfo> layout, std::vector<float> initial);
+  static Result<OuterState> create(std::string job, Layout layout, std::vector<float> initial);
 
   /// Rules: a job name, a valid layout, anchor and momentum and every
   /// residual exactly as long as the layout, unique non-empty site names.

@@ -18,7 +18,7 @@ std::span<float> SimulatedSite::fragment_values(std::uint32_t f) {
 }
 
 inner::ChannelFactory SimulatedSite::factory() {
-  return [this](const protocol::Layout& layout) -> Result<std::unique_ptr<inner::SyncChannel>> {
+  return [this](const Layout& layout) -> Result<std::unique_ptr<inner::SyncChannel>> {
     // The table TrainerHost welcomes with, for the job's first round.
     auto table = protocol::split_fragments(layout, fragments_count_, 1);
     if (!table.ok()) return table.status();
@@ -27,7 +27,7 @@ inner::ChannelFactory SimulatedSite::factory() {
         (*table)[f].next_round = diloco::next_round_of_fragment(f, 1, fragments_count_);
     std::unique_lock lock(monitor_.mutex);
     table_ = std::move(*table);
-    segment_.assign(protocol::layout_values(layout), 0.0f);
+    segment_.assign(layout_values(layout), 0.0f);
     connected_ = true;
     monitor_.changed.notify_all();
     if (!initializes_) {

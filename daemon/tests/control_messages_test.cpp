@@ -42,7 +42,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[11])));
   CHECK(offer.values == 101770);
   CHECK(offer.round == 7);
-  CHECK(offer.layout == std::vector<TensorShape>{{"w", {100, 1017}}, {"b", {70}}});
+  CHECK(offer.layout == Layout{{"w", {100, 1017}, 0}, {"b", {70}, 101700}});
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
 }
 
@@ -68,16 +68,18 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","final":1})") ==
         "committed message: field 'final' must be true or false");
   CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":0,"chunk_values":4096,"reason":""})") ==
-        "state_offer message: values must be 1..2^40");
+        "state_offer message: values must be 1..2^36");
   const std::string offer = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","layout":)";
   CHECK(msg(offer + R"([{"name":"w","shape":[3,3]}]})") ==
         "state_offer message: field 'layout' must be tensors that add up to the offer's 10 values");
   CHECK(msg(offer + R"([{"name":"w","shape":[5,0]}]})") ==
-        "state_offer message: field 'layout' must be shapes of dimensions 1..2^40");
+        "state_offer message: field 'layout' must be shapes of dimensions 1..2^36");
   CHECK(msg(offer + R"([{"name":"","shape":[10]}]})") ==
         "state_offer message: field 'layout' must be a list of {name, shape} with shapes of rank 8 at most");
-  CHECK(msg(offer + R"([{"name":"w","shape":[1099511627776,1099511627776]}]})") ==
-        "state_offer message: field 'layout' must be tensors of at most 2^40 values");
+  CHECK(msg(offer + R"([{"name":"w","shape":[65536,2097152]}]})") ==
+        "state_offer message: field 'layout' must be tensors of at most 2^36 values");
+  CHECK(msg(offer + R"([{"name":"w","shape":[5]},{"name":"w","shape":[5]}]})") ==
+        "state_offer message: field 'layout' must be a valid layout (tensor name 'w' appears twice)");
   CHECK(decode_control(offer + R"([{"name":"w","shape":[2,4]},{"name":"s","shape":[]},{"name":"b","shape":[1]}]})").ok());
   CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");
   CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);

@@ -129,7 +129,7 @@ void TrainerHost::keep_anchor(std::span<const float> anchor) {
 
 std::uint64_t TrainerHost::known_values() const {
   // The Server starts from the expected layout and pins the first welcomed one.
-  return server_ ? protocol::layout_values(server_->snapshot().layout) : 0;
+  return server_ ? layout_values(server_->snapshot().layout) : 0;
 }
 
 // --- the engine's calls ---------------------------------------------------
@@ -245,7 +245,7 @@ Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop, s
   GEOLOCO_RETURN_IF(after <= round, Err::invalid_argument, "job '", options_.job, "': the round after ", round,
                     " cannot be ", after);
   const protocol::ServerSnapshot snap = server_->snapshot();
-  const std::uint64_t values = protocol::layout_values(snap.layout);
+  const std::uint64_t values = layout_values(snap.layout);
   GEOLOCO_RETURN_IF(new_anchor.size() != values, Err::invalid_argument, "job '", options_.job, "': the anchor has ",
                     new_anchor.size(), " values, the layout ", values);
   // The Server checks each completion before it changes anything; every
@@ -316,7 +316,7 @@ void TrainerHost::on_hello(const protocol::HelloEvent& hello) {
   trainer_pid_ = hello.pid;
   hello_layout_ = hello.layout;
   spdlog::info("[{}] trainer: pid {} attached ({} tensors, {} values)", options_.job, hello.pid, hello.layout.size(),
-               protocol::layout_values(hello.layout));
+               layout_values(hello.layout));
   if (stopped_) {
     ++stats_.refusals;
     server_->drop_trainer(Err::invalid_argument, cat("job '", options_.job, "' has finished"));

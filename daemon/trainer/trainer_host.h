@@ -48,7 +48,7 @@ struct TrainerHostOptions {
   std::string job;
   /// The layout the job expects; empty: pinned from the first welcomed
   /// trainer's HELLO, and every later trainer must present the same.
-  inner::protocol::Layout expected_layout;
+  Layout expected_layout;
   /// Fragments of the segment (Streaming DiLoCo's F), cut at tensor
   /// boundaries; a round completes when the trainer has synced all of them,
   /// or, with `streaming`, the one fragment the round syncs.
@@ -221,7 +221,7 @@ class TrainerHost {
   bool closed_ = false;
   Status failed_;
 
-  inner::protocol::Layout hello_layout_;  ///< layout of the HELLO waiting for an answer
+  Layout hello_layout_;  ///< layout of the HELLO waiting for an answer
   std::vector<float> initial_;            ///< the trainer's INIT, until publish_initial()
   bool initial_ready_ = false;
   bool initial_published_ = false;

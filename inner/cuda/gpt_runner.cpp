@@ -226,7 +226,7 @@ Result<std::unique_ptr<DeviceModel>> make_device_gpt(Context& ctx, const ParamLa
                                                      const GptOptions& options) {
   Status missing;
   const auto at = [&](const std::string& name) -> std::size_t {
-    const TensorSpec* t = layout.find(name);
+    const TensorDesc* t = layout.find(name);
     if (t == nullptr) {
       if (missing.ok()) missing = GEOLOCO_ERROR(Err::internal, "gpt: the layout has no tensor ", name);
       return 0;

@@ -64,7 +64,7 @@ void Gpt::init(std::span<float> params, std::uint64_t seed) const {
   // its variance does not grow with depth; biases 0, layernorm gains 1.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers));
   for (std::size_t i = 0; i < layout_.tensors().size(); ++i) {
-    const TensorSpec& t = layout_.tensors()[i];
+    const TensorDesc& t = layout_.tensors()[i];
     std::span<float> v = layout_.view(params, t);
     const std::string& n = t.name;
     auto ends_with = [&](std::string_view s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
@@ -225,7 +225,7 @@ GemmShape Gpt::largest_gemm(std::size_t samples) const {
 
 std::vector<std::pair<std::size_t, std::size_t>> Gpt::decay_ranges() const {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  for (const TensorSpec& t : layout_.tensors())
+  for (const TensorDesc& t : layout_.tensors())
     if (t.shape.size() == 2 && t.name != "wpe") ranges.emplace_back(t.offset, t.offset + t.size());
   return ranges;
 }

@@ -43,8 +43,8 @@ void Mlp::init(std::span<float> params, std::uint64_t seed) const {
   // its own stream, so resizing one layer does not change the others.
   const std::size_t layers = widths_.size() - 1;
   for (std::size_t i = 0; i < layers; ++i) {
-    const TensorSpec& w = layout_.tensors()[2 * i];
-    const TensorSpec& b = layout_.tensors()[2 * i + 1];
+    const TensorDesc& w = layout_.tensors()[2 * i];
+    const TensorDesc& b = layout_.tensors()[2 * i + 1];
     const double gain = i + 1 == layers ? 1.0 : 2.0;
     const double std = std::sqrt(gain / static_cast<double>(widths_[i]));
     Rng rng(seed, 2 * i);
@@ -145,7 +145,7 @@ GemmShape Mlp::largest_gemm(std::size_t samples) const {
 std::vector<std::pair<std::size_t, std::size_t>> Mlp::decay_ranges() const {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (std::size_t i = 0; i + 1 < widths_.size(); ++i) {
-    const TensorSpec& w = layout_.tensors()[2 * i];
+    const TensorDesc& w = layout_.tensors()[2 * i];
     ranges.emplace_back(w.offset, w.offset + w.size());
   }
   return ranges;

@@ -14,19 +14,10 @@
 
 namespace geoloco::inner::protocol {
 
-/// Largest segment accepted: 2^36 values = 256 GiB of fp32. Refused before
-/// any multiplication could overflow or any memory is reserved.
-inline constexpr std::uint64_t kMaxValues = 1ull << 36;
+/// Largest segment accepted: common/layout.h's bound.
+inline constexpr std::uint64_t kMaxValues = kMaxLayoutValues;
 
-/// Values in the flat buffer (end of the last tensor); 0 for an empty layout.
-std::uint64_t layout_values(const Layout& layout);
-
-/// Rules: at least one tensor; names non-empty, unique, without control
-/// characters; every dimension > 0; tensors lie contiguously in list order
-/// (tensor 0 at offset 0, each next one where the previous ends) — the flat
-/// buffer of docs/design.md §3, as inner/ and outer/ lay it out; at most kMaxValues
-/// values. Errors: invalid_argument naming the tensor and the rule.
-Status check_layout(const Layout& layout);
+// What a HELLO's layout must satisfy is common/layout.h's check_layout().
 
 /// Ok when `got` equals `expected` tensor by tensor; otherwise mismatch
 /// naming the first difference ("tensor 2 ('fc2.weight'): the job expects

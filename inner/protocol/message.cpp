@@ -52,7 +52,7 @@ struct BodyWriter {
     w.put(static_cast<std::uint32_t>(m.layout.size()));
     for (const auto& t : m.layout) {
       put_str(w, t.name);
-      w.put(static_cast<std::uint8_t>(t.dtype));
+      w.put(static_cast<std::uint8_t>(DType::f32));
       w.put(static_cast<std::uint8_t>(t.shape.size()));
       for (auto d : t.shape) w.put(d);
       w.put(t.offset);
@@ -216,14 +216,6 @@ std::string_view message_type_name(MessageType type) {
   return "unknown type";
 }
 
-std::uint64_t TensorDesc::size() const {
-  std::uint64_t n = 1;
-  for (auto d : shape) {
-    if (d != 0 && n > std::numeric_limits<std::uint64_t>::max() / d) return std::numeric_limits<std::uint64_t>::max();
-    n *= d;
-  }
-  return n;
-}
 
 MessageType type_of(const Message& message) {
   static constexpr MessageType kTypes[] = {MessageType::hello, MessageType::welcome, MessageType::init,

@@ -51,6 +51,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/layout.h"
 #include "common/status.h"
 
 namespace geoloco::inner::protocol {
@@ -78,7 +79,7 @@ enum class MessageType : std::uint8_t {
 /// "HELLO", "SYNC", ...; "type N" for a value that is not a type.
 std::string_view message_type_name(MessageType type);
 
-enum class DType : std::uint8_t { f32 = 1 };
+enum class DType : std::uint8_t { f32 = 1 };  ///< a tensor's element type on the wire
 
 /// Bounds checked before anything is allocated.
 struct WireLimits {
@@ -91,19 +92,9 @@ struct Header {
   std::uint32_t body_size = 0;
 };
 
-/// One tensor of the parameter layout: row-major fp32 values
-/// [offset, offset + size()) of the flat buffer. An empty shape is a scalar.
-struct TensorDesc {
-  std::string name;
-  std::vector<std::uint64_t> shape;
-  std::uint64_t offset = 0;
-  DType dtype = DType::f32;
-
-  /// Product of the shape; saturates at UINT64_MAX instead of wrapping.
-  std::uint64_t size() const;
-  bool operator==(const TensorDesc&) const = default;
-};
-using Layout = std::vector<TensorDesc>;
+/// The layout HELLO carries is common/layout.h's (TensorDesc, Layout): one
+/// type for the trainer, the protocol, the outer state and the checkpoint.
+/// On the wire each tensor also carries a dtype byte, always DType::f32.
 
 /// One fragment of the segment: values [offset, offset + length); the trainer's
 /// next SYNC of it must carry `next_round`.

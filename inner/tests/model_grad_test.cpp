@@ -9,6 +9,7 @@
 #include "inner/models/mlp.h"
 #include "inner/tests/grad_check.h"
 
+using namespace geoloco;
 using namespace geoloco::inner;
 using namespace geoloco::inner::testing;
 
@@ -28,7 +29,7 @@ void check_model(Model& model, const Batch& batch, double noise, double h, doubl
     return e->loss;
   };
   CHECK(loss() == Approx(*loss0).epsilon(1e-12));  // evaluate and train agree on the loss
-  for (const TensorSpec& t : model.layout().tensors()) {
+  for (const TensorDesc& t : model.layout().tensors()) {
     std::vector<float> x(params.begin() + static_cast<std::ptrdiff_t>(t.offset),
                          params.begin() + static_cast<std::ptrdiff_t>(t.offset + t.size()));
     std::vector<float> g(grads.begin() + static_cast<std::ptrdiff_t>(t.offset),
@@ -122,7 +123,7 @@ TEST_CASE("initialization is deterministic from the seed and layouts are contigu
   (*gpt)->init(c, 6);
   CHECK(a == b);
   CHECK(a != c);
-  const TensorSpec* ln = (*gpt)->layout().find("h0.ln1.w");
+  const TensorDesc* ln = (*gpt)->layout().find("h0.ln1.w");
   REQUIRE(ln != nullptr);
   CHECK(a[ln->offset] == 1.0f);
   // GPT-2 sizes: 2 blocks of 12·C² + 13·C, plus embeddings and the final layernorm.

@@ -165,7 +165,7 @@ Run train_once(const TrainOptions& o, const SyncedOptions& s) {
 std::vector<protocol::FragmentDesc> fragment_table(const TrainOptions& o) {
   auto model = make_model(o);
   REQUIRE(model.ok());
-  auto table = protocol::split_fragments(to_protocol_layout((*model)->layout()), kFragments, 0);
+  auto table = protocol::split_fragments((*model)->layout().tensors(), kFragments, 0);
   REQUIRE(table.ok());
   return *table;
 }

@@ -7,21 +7,9 @@
 
 namespace geoloco::inner {
 
-protocol::Layout to_protocol_layout(const ParamLayout& layout) {
-  protocol::Layout out;
-  for (const auto& t : layout.tensors()) {
-    protocol::TensorDesc d;
-    d.name = t.name;
-    d.shape.assign(t.shape.begin(), t.shape.end());
-    d.offset = t.offset;
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
 Result<std::unique_ptr<DaemonSync>> DaemonSync::connect(const ChannelFactory& channel, const ParamLayout& layout,
                                                         int timeout_ms) {
-  auto connected = channel(to_protocol_layout(layout));
+  auto connected = channel(layout.tensors());
   if (!connected.ok()) return connected.status();
   GEOLOCO_RETURN_IF((*connected)->parameters().size() != layout.total(), Err::mismatch, "the daemon's segment holds ",
                     (*connected)->parameters().size(), " values, the model has ", layout.total());

@@ -24,9 +24,6 @@
 
 namespace geoloco::inner {
 
-/// The protocol's view of a parameter layout (same names, shapes and offsets).
-protocol::Layout to_protocol_layout(const ParamLayout& layout);
-
 class DaemonSync {
  public:
   /// Connects through `channel` with `layout` (HELLO). Errors: the

@@ -27,7 +27,7 @@ class SocketChannel final : public SyncChannel {
 }  // namespace
 
 ChannelFactory socket_channel(std::string socket_path, std::string job, int timeout_ms) {
-  return [socket_path, job, timeout_ms](const protocol::Layout& layout) -> Result<std::unique_ptr<SyncChannel>> {
+  return [socket_path, job, timeout_ms](const Layout& layout) -> Result<std::unique_ptr<SyncChannel>> {
     protocol::ClientOptions options;
     options.connect_timeout_ms = timeout_ms;
     auto client = protocol::Client::connect(socket_path, job, layout, options);

@@ -47,7 +47,7 @@ class SyncChannel {
 };
 
 /// Connects a trainer whose model has `layout` to its daemon.
-using ChannelFactory = std::function<Result<std::unique_ptr<SyncChannel>>(const protocol::Layout& layout)>;
+using ChannelFactory = std::function<Result<std::unique_ptr<SyncChannel>>(const Layout& layout)>;
 
 /// The local sync protocol over `socket_path` (HELLO naming `job`), waiting
 /// at most `timeout_ms` for the daemon's socket to appear.

@@ -25,8 +25,8 @@ OuterState state_at(std::uint64_t k, std::uint64_t per_tensor = 1000) {
   OuterState s;
   s.job = "ckpt-test";
   s.round = k;
-  s.layout = {{"embed", {per_tensor / 2, 2}}, {"head", {per_tensor}}, {"bias", {}}};
-  const std::uint64_t n = total_size(s.layout);
+  s.layout = {{"embed", {per_tensor / 2, 2}, 0}, {"head", {per_tensor}, per_tensor}, {"bias", {}, 2 * per_tensor}};
+  const std::uint64_t n = layout_values(s.layout);
   s.anchor.resize(n);
   s.momentum.resize(n);
   for (std::uint64_t i = 0; i < n; ++i) {

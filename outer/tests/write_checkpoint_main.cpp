@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   OuterState s;
   s.job = "python-test";
   s.round = 17;
-  s.layout = {{"embed", {3, 4}}, {"head", {5}}, {"bias", {}}};
+  s.layout = {{"embed", {3, 4}, 0}, {"head", {5}, 12}, {"bias", {}, 17}};
   for (int i = 0; i < 18; ++i) {
     const float x = static_cast<float>(i);
     s.anchor.push_back(0.5f * x - 3.0f);  // the script recomputes these in fp32

@@ -26,8 +26,8 @@ std::string socket_path() {
   return "/tmp/geoloco-trainer-host-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
 }
 
-protocol::TensorDesc tensor(std::string name, std::vector<std::uint64_t> shape, std::uint64_t offset) {
-  protocol::TensorDesc t;
+TensorDesc tensor(std::string name, std::vector<std::uint64_t> shape, std::uint64_t offset) {
+  TensorDesc t;
   t.name = std::move(name);
   t.shape = std::move(shape);
   t.offset = offset;
@@ -35,9 +35,9 @@ protocol::TensorDesc tensor(std::string name, std::vector<std::uint64_t> shape, 
 }
 
 // w [2, 3] then b [3]: 9 values; two fragments cut at the tensor boundary (6).
-protocol::Layout layout() { return {tensor("w", {2, 3}, 0), tensor("b", {3}, 6)}; }
+Layout layout() { return {tensor("w", {2, 3}, 0), tensor("b", {3}, 6)}; }
 // The same sizes with w transposed: a trainer built for another model.
-protocol::Layout wrong_layout() { return {tensor("w", {3, 2}, 0), tensor("b", {3}, 6)}; }
+Layout wrong_layout() { return {tensor("w", {3, 2}, 0), tensor("b", {3}, 6)}; }
 
 protocol::ClientOptions client_options() {
   protocol::ClientOptions o;

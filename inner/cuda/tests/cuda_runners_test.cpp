@@ -82,7 +82,7 @@ void compare_model(gpu::Context& ctx, Model& cpu_model, const std::vector<Batch>
     CHECK(*gpu_loss == Approx(*cpu_loss).epsilon(1e-5));
     if (step == 0) {
       const auto g = down(ctx, g_grads);
-      for (const TensorSpec& t : layout.tensors()) {
+      for (const TensorDesc& t : layout.tensors()) {
         const double e = nmse(g.data() + t.offset, grads.data() + t.offset, t.size());
         INFO("gradient of " << t.name << ": NMSE " << e << " (bound " << grad_nmse << ")");
         CHECK(e <= grad_nmse);

@@ -88,7 +88,7 @@ std::vector<bool> degenerate_mask(const TrainOptions& o, const ParamLayout& layo
   std::vector<bool> mask(layout.total(), false);
   if (o.model != "gpt") return mask;
   for (std::size_t l = 0; l < o.gpt.layers; ++l) {
-    const TensorSpec* b = layout.find(cat("h", l, ".attn.qkv.b"));
+    const TensorDesc* b = layout.find(cat("h", l, ".attn.qkv.b"));
     REQUIRE(b != nullptr);
     for (std::size_t i = o.gpt.width; i < 2 * o.gpt.width; ++i) mask[b->offset + i] = true;
   }

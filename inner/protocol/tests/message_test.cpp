@@ -19,9 +19,9 @@ namespace {
 
 HelloMsg sample_hello() {
   return HelloMsg{"fashion-mnist",
-                  {{"fc1.weight", {256, 784}, 0, DType::f32},
-                   {"fc1.bias", {256}, 200704, DType::f32},
-                   {"scale", {}, 200960, DType::f32}}};
+                  {{"fc1.weight", {256, 784}, 0},
+                   {"fc1.bias", {256}, 200704},
+                   {"scale", {}, 200960}}};
 }
 
 std::vector<Message> samples() {
@@ -167,7 +167,7 @@ TEST_CASE("trailing bytes, unknown flags and bad fields are malformed, each with
 TEST_CASE("encoding refuses what the format cannot carry, and cuts long reasons", "[sanitize]") {
   HelloMsg long_name{std::string(kMaxNameBytes + 1, 'j'), {}};
   CHECK(encode(long_name).status().code() == Err::invalid_argument);
-  HelloMsg deep{"job", {{"t", std::vector<std::uint64_t>(kMaxRank + 1, 1), 0, DType::f32}}};
+  HelloMsg deep{"job", {{"t", std::vector<std::uint64_t>(kMaxRank + 1, 1), 0}}};
   CHECK_THAT(encode(deep).status().message(), Catch::Contains("rank 9"));
   ErrorMsg e{Err::internal, false, 0, kNoFragment, 0, std::string(kMaxReasonBytes + 100, 'x')};
   auto bytes = encode(e);
@@ -284,6 +284,6 @@ TEST_CASE("the fuzz corpus replays cleanly and its named seeds decode as expecte
   const auto& h = std::get<HelloMsg>(*hello);
   CHECK(h.job == "mlp-test");
   REQUIRE(h.layout.size() == 4);
-  CHECK(h.layout[2] == TensorDesc{"fc2.weight", {3, 4}, 28, DType::f32});
-  CHECK(h.layout[3] == TensorDesc{"fc2.bias", {3}, 40, DType::f32});
+  CHECK(h.layout[2] == TensorDesc{"fc2.weight", {3, 4}, 28});
+  CHECK(h.layout[3] == TensorDesc{"fc2.bias", {3}, 40});
 }

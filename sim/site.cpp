@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "diloco/fragments.h"
 #include "inner/protocol/layout.h"
 
 namespace geoloco::sim {
@@ -20,11 +19,8 @@ std::span<float> SimulatedSite::fragment_values(std::uint32_t f) {
 inner::ChannelFactory SimulatedSite::factory() {
   return [this](const Layout& layout) -> Result<std::unique_ptr<inner::SyncChannel>> {
     // The table TrainerHost welcomes with, for the job's first round.
-    auto table = protocol::split_fragments(layout, fragments_count_, 1);
+    auto table = protocol::welcome_table(layout, fragments_count_, 1, streaming_);
     if (!table.ok()) return table.status();
-    if (streaming_)
-      for (std::uint32_t f = 0; f < table->size(); ++f)
-        (*table)[f].next_round = diloco::next_round_of_fragment(f, 1, fragments_count_);
     std::unique_lock lock(monitor_.mutex);
     table_ = std::move(*table);
     segment_.assign(layout_values(layout), 0.0f);

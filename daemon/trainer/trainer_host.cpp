@@ -341,10 +341,7 @@ void TrainerHost::answer_hello() {
     spdlog::info("[{}] trainer: pid {} waits for the anchor", options_.job, trainer_pid_);
     return;
   }
-  auto fragments = protocol::split_fragments(hello_layout_, options_.fragments, next_round_);
-  if (fragments.ok() && options_.streaming)
-    for (std::uint32_t f = 0; f < fragments->size(); ++f)
-      (*fragments)[f].next_round = diloco::next_round_of_fragment(f, next_round_, options_.fragments);
+  auto fragments = protocol::welcome_table(hello_layout_, options_.fragments, next_round_, options_.streaming);
   Status s = fragments.ok() ? Status() : fragments.status();
   if (s.ok() && has_anchor_) s = server_->welcome(*fragments, current_anchor());
   if (s.ok() && !has_anchor_) s = server_->welcome_for_initial(*fragments);

@@ -59,4 +59,13 @@ Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uin
   return out;
 }
 
+Result<std::vector<FragmentDesc>> welcome_table(const Layout& layout, std::uint32_t count, std::uint64_t next_round,
+                                                bool streaming) {
+  auto table = split_fragments(layout, count, next_round);
+  if (table.ok() && streaming)
+    for (std::uint32_t f = 0; f < table->size(); ++f)
+      (*table)[f].next_round = diloco::next_round_of_fragment(f, next_round, count);
+  return table;
+}
+
 }  // namespace geoloco::inner::protocol

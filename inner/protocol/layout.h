@@ -37,4 +37,11 @@ Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& la
 /// or more than the tensors).
 Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count, std::uint64_t next_round);
 
+/// The table a trainer is welcomed with before round `next_round`: the
+/// layout cut into `count` fragments, each due at `next_round`, or with
+/// streaming at the round that syncs it next (diloco::next_round_of_fragment).
+/// Errors: those of split_fragments.
+Result<std::vector<FragmentDesc>> welcome_table(const Layout& layout, std::uint32_t count, std::uint64_t next_round,
+                                                bool streaming);
+
 }  // namespace geoloco::inner::protocol

@@ -81,6 +81,25 @@ TEST_CASE("split_fragments cuts at the first tensor boundary past each share", "
   CHECK(split_fragments(mlp(), 0, 0).status().code() == Err::invalid_argument);
 }
 
+TEST_CASE("the welcome table: every fragment due at the next round, or with streaming at the round that syncs it", "[sanitize]") {
+  auto plain = welcome_table(mlp(), 1, 5, false);
+  REQUIRE(plain.ok());
+  CHECK(*plain == std::vector<FragmentDesc>{{0, 43, 5}});
+  // Four fragments take turns, round k syncing fragment k mod 4: rounds 4 and 8 fragment 0, round 5 fragment 1, ...
+  auto streaming = welcome_table(mlp(), 4, 5, true);
+  REQUIRE(streaming.ok());
+  REQUIRE(streaming->size() == 4);
+  std::vector<std::uint64_t> due;
+  for (const auto& f : *streaming) due.push_back(f.next_round);
+  CHECK(due == std::vector<std::uint64_t>{8, 5, 6, 7});
+  auto later = welcome_table(mlp(), 4, 7, true);
+  REQUIRE(later.ok());
+  due.clear();
+  for (const auto& f : *later) due.push_back(f.next_round);
+  CHECK(due == std::vector<std::uint64_t>{8, 9, 10, 7});
+  CHECK(welcome_table(mlp(), 5, 1, true).status().code() == Err::invalid_argument);
+}
+
 TEST_CASE("check_sync accepts only the due round of an idle, existing fragment", "[sanitize]") {
   std::vector<FragmentState> f = {{{0, 24, 5}, false}, {{24, 19, 4}, true}};
   CHECK(check_sync(SyncMsg{5, 0, 10, 1.0}, f).ok());

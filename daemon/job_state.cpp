@@ -5,7 +5,6 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <spdlog/spdlog.h>
@@ -13,7 +12,7 @@
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "inner/protocol/eval_log.h"
-#include "outer/checkpoint.h"
+#include "daemon/site_checkpoint.h"
 
 namespace geoloco::daemon {
 
@@ -151,21 +150,10 @@ void JobRun::install_state() {
 // ------------------------------------------------------------- checkpoints
 
 Status JobRun::save_checkpoint() {
-  if (state_.anchor.empty()) return {};
-  outer::OuterState copy;
-  copy.job = state_.job.empty() ? spec_.name : state_.job;
-  copy.round = state_.round;
-  copy.layout = state_.layout;
-  // The checkpoint needs the vectors; move them in and back (no copy of the
-  // model, the residual included: a copy of it was the job's peak, +4 B/param).
-  copy.anchor = std::move(state_.anchor);
-  copy.momentum = std::move(state_.momentum);
-  if (feedback_) copy.residuals.push_back({self(), feedback_->take_residual()});
-  Status saved = outer::save_checkpoint(fs::path(dir_) / "checkpoint.safetensors", copy, config_hash_);
-  state_.anchor = std::move(copy.anchor);
-  state_.momentum = std::move(copy.momentum);
-  if (feedback_) feedback_->put_residual(std::move(copy.residuals.back().values));
-  if (saved.ok()) {
+  if (state_.job.empty()) state_.job = spec_.name;
+  Status saved = save_site_checkpoint(fs::path(dir_) / "checkpoint.safetensors", state_, feedback_.get(), self(),
+                                      config_hash_);
+  if (saved.ok() && !state_.anchor.empty()) {
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
   }
@@ -174,28 +162,13 @@ Status JobRun::save_checkpoint() {
 
 Status JobRun::load_checkpoint() {
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
-  if (!fs::exists(path)) return {};
-  auto loaded = outer::load_checkpoint(path);
-  if (!loaded.ok()) {
-    // Damaged (torn, truncated, a failed digest): never loaded, kept for a
-    // look, and the committed state comes from a peer.
-    const fs::path aside = fs::path(dir_) / "checkpoint.safetensors.damaged";
-    std::error_code ec;
-    fs::rename(path, aside, ec);
-    spdlog::error("[{}] the checkpoint {} cannot be used ({}); {}; the state comes from a peer", spec_.name,
-                  path.string(), loaded.status().message(),
-                  ec ? cat("it could not be moved aside: ", ec.message()) : cat("it is kept as ", aside.string()));
-    return {};
-  }
-  GEOLOCO_RETURN_IF(loaded->config_hash != config_hash_, Err::invalid_argument, "a checkpoint of another "
-                    "configuration of job '", spec_.name, "' is at ", path.string(),
-                    ": remove that folder, or give the changed job another name");
-  state_ = std::move(loaded->state);
-  for (auto& r : state_.residuals) {
-    if (r.site != self() || r.values.size() != state_.anchor.size()) continue;
-    feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(r.values));
-  }
-  state_.residuals.clear();
+  auto loaded = load_site_checkpoint(path, self(), config_hash_, spec_.name);
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->set_aside.empty())
+    spdlog::error("[{}] the checkpoint {}; the state comes from a peer", spec_.name, loaded->set_aside);
+  if (!loaded->loaded) return {};
+  state_ = std::move(loaded->loaded->state);
+  if (loaded->loaded->residual) feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(*loaded->loaded->residual));
   checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
   return {};
@@ -208,51 +181,25 @@ std::map<std::uint64_t, double> JobRun::eval_losses() const {
 }
 
 nlohmann::json JobRun::status() const {
-  const auto history = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
-  const auto& eval = history.loss;
-  nlohmann::json rounds = nlohmann::json::array();
-  for (const auto& r : records_) rounds.push_back(record_json(r, eval));
-  nlohmann::json j{{"name", spec_.name},
-                   {"state", job_state_name(job_state_)},
-                   {"coordinator", spec_.coordinator},
-                   {"sites", spec_.sites},
-                   {"round", state_.round},
-                   {"tokens", 0},
-                   {"bytes_sent", bytes_sent_},
-                   {"bytes_received", bytes_received_},
-                   {"message", message_},
-                   {"rounds", rounds}};
-  j["stop_rounds"] = spec_.last_round() ? nlohmann::json(*spec_.last_round()) : nlohmann::json(nullptr);
-  j["fragments"] = spec_.fragments();
-  std::uint64_t tokens = 0;
-  for (const auto& r : records_) tokens += r.tokens;
-  j["tokens"] = tokens;
-  j["loss"] = records_.empty() ? nlohmann::json(nullptr) : nlohmann::json(records_.back().loss);
-  j["eval_loss"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->second);
-  j["eval_round"] = eval.empty() ? nlohmann::json(nullptr) : nlohmann::json(eval.rbegin()->first);
-  j["eval_accuracy"] = nullptr;  // of the latest evaluated anchor, for a classifier
-  if (!eval.empty())
-    if (auto it = history.accuracy.find(eval.rbegin()->first); it != history.accuracy.end()) j["eval_accuracy"] = it->second;
-  const fs::path checkpoint = fs::path(dir_) / "checkpoint.safetensors";
-  j["checkpoint"] = fs::exists(checkpoint) ? nlohmann::json(checkpoint.string()) : nlohmann::json(nullptr);
-  if (role_) {
-    j["live_sites"] = role_->live_sites();
-    j["lagging"] = role_->lagging();
-  } else {
-    std::vector<std::string> live;
-    if (!records_.empty()) {
-      live = records_.back().participants;
-      live.insert(live.end(), records_.back().late.begin(), records_.back().late.end());
-      std::sort(live.begin(), live.end());
-    }
-    j["live_sites"] = live;
-    j["lagging"] = records_.empty() ? std::vector<std::string>{} : records_.back().late;
-  }
-  j["anchor_digest"] = state_.anchor.empty() ? nlohmann::json(nullptr) : nlohmann::json(digest_hex(state_.anchor_digest()));
-  j["job_dir"] = dir_;
-  // Where this site is in the rounds (the participant machine's state).
-  j["where"] = machine_ ? std::string(ParticipantMachine::where_name(machine_->where())) : std::string("starting");
-  return j;
+  JobStatusView v;
+  v.name = spec_.name;
+  v.state = job_state_;
+  v.message = message_;
+  v.coordinator = spec_.coordinator;
+  v.sites = spec_.sites;
+  v.round = state_.round;
+  v.stop_rounds = spec_.last_round();
+  v.fragments = spec_.fragments();
+  v.bytes_sent = bytes_sent_;
+  v.bytes_received = bytes_received_;
+  v.records = &records_;
+  v.eval = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
+  if (const fs::path c = fs::path(dir_) / "checkpoint.safetensors"; fs::exists(c)) v.checkpoint = c.string();
+  if (!state_.anchor.empty()) v.anchor_digest = digest_hex(state_.anchor_digest());
+  if (role_) v.liveness.emplace(role_->live_sites(), role_->lagging());
+  v.job_dir = dir_;
+  v.where = machine_ ? std::string(ParticipantMachine::where_name(machine_->where())) : std::string("starting");
+  return status_json(v);
 }
 
 }  // namespace geoloco::daemon

@@ -1,5 +1,6 @@
 #include "daemon/job_status.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,6 +46,56 @@ nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, d
   // The eval loss of the anchor this round started from.
   if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
   else j["eval_loss"] = nullptr;
+  return j;
+}
+
+nlohmann::json status_json(const JobStatusView& v) {
+  static const std::vector<RoundRecord> no_records;
+  const auto& records = v.records ? *v.records : no_records;
+  const auto& eval = v.eval.loss;
+  nlohmann::json rounds = nlohmann::json::array();
+  std::uint64_t tokens = 0;
+  for (const auto& r : records) {
+    rounds.push_back(record_json(r, eval));
+    tokens += r.tokens;
+  }
+  using nlohmann::json;
+  json j{{"name", v.name},
+         {"state", job_state_name(v.state)},
+         {"coordinator", v.coordinator},
+         {"sites", v.sites},
+         {"round", v.round},
+         {"tokens", tokens},
+         {"bytes_sent", v.bytes_sent},
+         {"bytes_received", v.bytes_received},
+         {"message", v.message},
+         {"rounds", rounds},
+         {"fragments", v.fragments},
+         {"job_dir", v.job_dir},
+         {"where", v.where}};
+  j["stop_rounds"] = v.stop_rounds ? json(*v.stop_rounds) : json(nullptr);
+  j["loss"] = records.empty() ? json(nullptr) : json(records.back().loss);
+  j["eval_loss"] = eval.empty() ? json(nullptr) : json(eval.rbegin()->second);
+  j["eval_round"] = eval.empty() ? json(nullptr) : json(eval.rbegin()->first);
+  j["eval_accuracy"] = nullptr;  // of the latest evaluated anchor, for a classifier
+  if (!eval.empty())
+    if (auto it = v.eval.accuracy.find(eval.rbegin()->first); it != v.eval.accuracy.end()) j["eval_accuracy"] = it->second;
+  j["checkpoint"] = v.checkpoint ? json(*v.checkpoint) : json(nullptr);
+  j["anchor_digest"] = v.anchor_digest ? json(*v.anchor_digest) : json(nullptr);
+  if (v.liveness) {
+    j["live_sites"] = v.liveness->first;
+    j["lagging"] = v.liveness->second;
+  } else {
+    std::vector<std::string> live, lagging;
+    if (!records.empty()) {
+      live = records.back().participants;
+      live.insert(live.end(), records.back().late.begin(), records.back().late.end());
+      std::sort(live.begin(), live.end());
+      lagging = records.back().late;
+    }
+    j["live_sites"] = live;
+    j["lagging"] = lagging;
+  }
   return j;
 }
 

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "inner/protocol/eval_log.h"
 
 namespace geoloco::daemon {
 
@@ -42,6 +44,32 @@ struct RoundRecord {
 /// A round's record as status and watch show it, with the eval loss of the
 /// anchor the round started from (`eval`: by round, null when not known).
 nlohmann::json record_json(const RoundRecord& record, const std::map<std::uint64_t, double>& eval);
+
+/// What `geoloco status` shows of a job on this site, gathered by JobRun.
+struct JobStatusView {
+  std::string name;
+  JobState state = JobState::starting;
+  std::string message;
+  std::string coordinator;
+  std::vector<std::string> sites;
+  std::uint64_t round = 0;  ///< rounds committed
+  std::optional<std::uint64_t> stop_rounds;
+  std::uint32_t fragments = 1;
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  const std::vector<RoundRecord>* records = nullptr;
+  inner::EvalHistory eval;
+  std::optional<std::string> checkpoint;     ///< its path, when one was saved
+  std::optional<std::string> anchor_digest;  ///< when an anchor is held
+  /// The coordinator's view of who is live and who lags; without it (another
+  /// site) the last committed round's participants and late sites.
+  std::optional<std::pair<std::vector<std::string>, std::vector<std::string>>> liveness;
+  std::string job_dir;
+  std::string where;  ///< the participant machine's state
+};
+/// The status object: the view's fields, every round's record, the tokens
+/// of all rounds, the latest training loss, the latest eval loss (with its
+/// round, and its accuracy for a classifier).
+nlohmann::json status_json(const JobStatusView& view);
 
 /// <job dir>/status.json: {"state": ..., "file": ..., "message": ...}.
 struct StatusFile {

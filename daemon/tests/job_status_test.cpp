@@ -58,3 +58,55 @@ TEST_CASE("a round's record shows the eval loss of the anchor it started from, a
   r.fragment = 1;
   CHECK(record_json(r, {})["fragment"] == 1);
 }
+
+TEST_CASE("a job's status: tokens of all rounds, the latest losses, and who is live as the last round saw it") {
+  std::vector<RoundRecord> records(2);
+  records[0].round = 1;
+  records[0].participants = {"a", "b", "c"};
+  records[0].tokens = 300;
+  records[0].loss = 2.0;
+  records[1].round = 2;
+  records[1].participants = {"c", "a"};
+  records[1].late = {"b"};
+  records[1].tokens = 200;
+  records[1].loss = 1.5;
+  JobStatusView v;
+  v.name = "demo";
+  v.state = JobState::running;
+  v.sites = {"a", "b", "c"};
+  v.round = 2;
+  v.stop_rounds = 12;
+  v.records = &records;
+  v.eval.loss = {{1, 2.5}, {2, 2.25}, {3, 2.0}};
+  v.eval.accuracy = {{2, 0.5}, {3, 0.625}};
+  v.where = "training";
+  auto j = status_json(v);
+  CHECK(j["state"] == "running");
+  CHECK(j["tokens"] == 500);
+  CHECK(j["loss"] == 1.5);
+  CHECK(j["eval_loss"] == 2.0);
+  CHECK(j["eval_round"] == 3);
+  CHECK(j["eval_accuracy"] == 0.625);
+  CHECK(j["rounds"].size() == 2);
+  CHECK(j["rounds"][1]["eval_loss"] == 2.25);  // round 2 started from the anchor evaluated as round 2
+  CHECK(j["live_sites"] == std::vector<std::string>{"a", "b", "c"});
+  CHECK(j["lagging"] == std::vector<std::string>{"b"});
+  CHECK(j["stop_rounds"] == 12);
+  CHECK(j["checkpoint"].is_null());
+  CHECK(j["anchor_digest"].is_null());
+  CHECK(j["where"] == "training");
+
+  v.eval.accuracy.erase(3);  // gpt: no accuracy for the latest anchor
+  v.liveness.emplace(std::vector<std::string>{"a", "c"}, std::vector<std::string>{"b"});
+  v.checkpoint = "/var/lib/geoloco/jobs/demo/checkpoint.safetensors";
+  j = status_json(v);
+  CHECK(j["eval_accuracy"].is_null());
+  CHECK(j["live_sites"] == std::vector<std::string>{"a", "c"});
+  CHECK(j["checkpoint"] == "/var/lib/geoloco/jobs/demo/checkpoint.safetensors");
+
+  const auto empty = status_json(JobStatusView{});
+  CHECK(empty["tokens"] == 0);
+  CHECK(empty["loss"].is_null());
+  CHECK(empty["eval_loss"].is_null());
+  CHECK(empty["live_sites"].empty());
+}

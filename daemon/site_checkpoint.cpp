@@ -1,0 +1,52 @@
+#include "daemon/site_checkpoint.h"
+
+#include "outer/checkpoint.h"
+
+namespace geoloco::daemon {
+
+namespace fs = std::filesystem;
+
+Status save_site_checkpoint(const fs::path& path, outer::OuterState& state, compression::ErrorFeedback* feedback,
+                            const std::string& site, const std::string& config_hash) {
+  if (state.anchor.empty()) return {};
+  outer::OuterState copy;
+  copy.job = state.job;
+  copy.round = state.round;
+  copy.layout = state.layout;
+  copy.anchor = std::move(state.anchor);
+  copy.momentum = std::move(state.momentum);
+  if (feedback) copy.residuals.push_back({site, feedback->take_residual()});
+  Status saved = outer::save_checkpoint(path, copy, config_hash);
+  state.anchor = std::move(copy.anchor);
+  state.momentum = std::move(copy.momentum);
+  if (feedback) feedback->put_residual(std::move(copy.residuals.back().values));
+  return saved;
+}
+
+Result<SiteCheckpointLoad> load_site_checkpoint(const fs::path& path, const std::string& site,
+                                                const std::string& config_hash, const std::string& job) {
+  SiteCheckpointLoad out;
+  if (!fs::exists(path)) return out;
+  auto loaded = outer::load_checkpoint(path);
+  if (!loaded.ok()) {
+    fs::path aside = path;
+    aside += ".damaged";
+    std::error_code ec;
+    fs::rename(path, aside, ec);
+    out.set_aside = cat(path.string(), " cannot be used (", loaded.status().message(), "); ",
+                        ec ? cat("it could not be moved aside: ", ec.message()) : cat("it is kept as ", aside.string()));
+    return out;
+  }
+  GEOLOCO_RETURN_IF(loaded->config_hash != config_hash, Err::invalid_argument,
+                    "a checkpoint of another configuration of job '", job, "' is at ", path.string(),
+                    ": remove that folder, or give the changed job another name");
+  LoadedSiteCheckpoint c;
+  c.state = std::move(loaded->state);
+  for (auto& r : c.state.residuals)
+    if (r.site == site && r.values.size() == c.state.anchor.size()) c.residual = std::move(r.values);
+  c.state.residuals.clear();
+  out.loaded = std::move(c);
+  return out;
+}
+
+}  // namespace geoloco::daemon

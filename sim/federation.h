@@ -12,7 +12,7 @@
 //
 // So a fault-free job simulated here ends on the anchor digest a federation
 // of geolocod daemons on loopback commits for the same job file, bit for bit
-// (tested by sim_equals_federation). Every site takes part in every round, as
+// (tested by e2e_simulate_equals_federation). Every site takes part in every round, as
 // in a federation whose rounds wait for all sites; stragglers, deaths and
 // restarts are the daemons' to show (tests/e2e, the fault scenarios).
 #pragma once

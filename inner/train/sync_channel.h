@@ -3,7 +3,7 @@
 // Two implementations:
 //   socket_channel()   the local sync protocol over the job's Unix socket
 //                      (protocol::Client): what geoloco-train uses with geolocod
-//   sim/site_daemon.h  a simulated site in the same process: what `geoloco
+//   sim/site.h         a simulated site in the same process: what `geoloco
 //                      simulate` uses, so that its trainers run this code too
 // Between sync() and its RESULT the daemon owns the fragment's values: the
 // trainer must not write them.

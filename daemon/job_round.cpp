@@ -15,7 +15,7 @@
 #include "daemon/job_util.h"
 #include "inner/protocol/layout.h"
 #include "diloco/exchange.h"
-#include "diloco/outer_step.h"
+#include "diloco/chunked_step.h"
 #include "transport/allreduce.h"
 
 namespace geoloco::daemon {
@@ -88,36 +88,19 @@ Result<std::string> JobRun::exchange_digest() const {
   return next_anchor_digest(*scale);
 }
 
+diloco::ChunkedDelta JobRun::averaged_delta() const {
+  return [this](const diloco::ChunkFn& fn) { return delta_.for_each(fn); };
+}
+
 Result<float> JobRun::clip_scale_of_delta() const {
-  double squares = 0;
-  GEOLOCO_TRY(delta_.for_each([&](std::uint64_t, std::span<const float> values) {
-    squares = diloco::add_squares(squares, values);
-    return Status();
-  }));
-  return diloco::clip_scale(std::sqrt(squares), spec_.outer.outer.clip_norm);
+  return diloco::chunked_clip_scale(averaged_delta(), spec_.outer.outer.clip_norm);
 }
 
 Result<std::string> JobRun::next_anchor_digest(float scale) const {
-  // The anchor as it will be: the values before and after the round's range
-  // as they are, the range stepped piece by piece on copies.
-  StreamingDigest digest;
-  const std::span<const float> all(state_.anchor);
-  const std::size_t n = delta_.values, at = delta_offset_;
-  GEOLOCO_RETURN_IF(at + n > all.size(), Err::internal, "the round's values [", at, ", ", at + n,
-                    ") lie outside the anchor's ", all.size());
-  digest.update(all.first(at));
-  // Δ's chunks come decoded in order, one at a time; each is stepped on copies.
-  std::vector<float> anchor, momentum;
-  GEOLOCO_TRY(delta_.for_each([&](std::uint64_t begin, std::span<const float> d) -> Status {
-    anchor.assign(all.begin() + static_cast<long>(at + begin), all.begin() + static_cast<long>(at + begin + d.size()));
-    momentum.assign(state_.momentum.begin() + static_cast<long>(at + begin),
-                    state_.momentum.begin() + static_cast<long>(at + begin + d.size()));
-    GEOLOCO_TRY(diloco::outer_step(anchor, momentum, d, spec_.outer.outer, scale));
-    digest.update(std::span<const float>(anchor));
-    return Status();
-  }));
-  digest.update(all.subspan(at + n));
-  return digest_hex(digest.value());
+  auto digest = diloco::stepped_anchor_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values,
+                                              averaged_delta(), spec_.outer.outer, scale);
+  if (!digest.ok()) return digest.status();
+  return digest_hex(*digest);
 }
 
 Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) const {
@@ -140,13 +123,9 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     if (Status fb = transport::commit_feedback(*env_.mesh, request_); !fb.ok())
       spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.message());
   }
-  Status stepped = scale.status();
-  if (stepped.ok())
-    stepped = delta_.for_each([&](std::uint64_t begin, std::span<const float> d) {
-      const std::size_t from = delta_offset_ + begin;
-      return diloco::outer_step(std::span<float>(state_.anchor).subspan(from, d.size()),
-                               std::span<float>(state_.momentum).subspan(from, d.size()), d, spec_.outer.outer, *scale);
-    });
+  Status stepped = scale.ok() ? diloco::step_chunks(state_.anchor, state_.momentum, delta_offset_, averaged_delta(),
+                                                     spec_.outer.outer, *scale)
+                              : scale.status();
   const std::string digest = digest_hex(state_.anchor_digest());
   const std::uint64_t values = delta_.values;
   delta_.clear();

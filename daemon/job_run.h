@@ -63,6 +63,7 @@
 #include "daemon/state_sync.h"
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
+#include "diloco/chunked_step.h"
 #include "outer/outer_state.h"
 #include "transport/allreduce.h"
 #include "transport/async_util.h"
@@ -154,6 +155,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// table is. Errors: invalid_argument (a layout that cannot be cut so).
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
   Result<float> clip_scale_of_delta() const;
+  /// delta_, decoded chunk by chunk (diloco/chunked_step.h).
+  diloco::ChunkedDelta averaged_delta() const;
 
   // STATE_SYNC and checkpoints (job_state.cpp).
   void offer_state(const std::string& peer, const std::string& reason);

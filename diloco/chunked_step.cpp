@@ -1,0 +1,53 @@
+#include "diloco/chunked_step.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/digest.h"
+
+namespace geoloco::diloco {
+
+Result<float> chunked_clip_scale(const ChunkedDelta& delta, double clip_norm) {
+  double squares = 0;
+  GEOLOCO_TRY(delta([&](std::uint64_t, std::span<const float> values) {
+    squares = add_squares(squares, values);
+    return Status();
+  }));
+  return clip_scale(std::sqrt(squares), clip_norm);
+}
+
+Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::span<const float> momentum,
+                                            std::uint64_t at, std::uint64_t n, const ChunkedDelta& delta,
+                                            const OuterOptimizerOptions& options, float scale) {
+  GEOLOCO_RETURN_IF(at + n > all.size() || momentum.size() != all.size(), Err::invalid_argument, "the round's values [",
+                    at, ", ", at + n, ") lie outside the anchor's ", all.size());
+  // The values before and after the range as they are; the range stepped
+  // piece by piece on copies.
+  StreamingDigest digest;
+  digest.update(all.first(at));
+  std::vector<float> a, m;
+  GEOLOCO_TRY(delta([&](std::uint64_t begin, std::span<const float> d) -> Status {
+    GEOLOCO_RETURN_IF(begin + d.size() > n, Err::invalid_argument, "a chunk of Δ ends at ", begin + d.size(),
+                      ", past the round's ", n, " values");
+    const auto from = static_cast<std::ptrdiff_t>(at + begin), to = from + static_cast<std::ptrdiff_t>(d.size());
+    a.assign(all.begin() + from, all.begin() + to);
+    m.assign(momentum.begin() + from, momentum.begin() + to);
+    GEOLOCO_TRY(outer_step(a, m, d, options, scale));
+    digest.update(std::span<const float>(a));
+    return Status();
+  }));
+  digest.update(all.subspan(at + n));
+  return digest.value();
+}
+
+Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint64_t offset, const ChunkedDelta& delta,
+                   const OuterOptimizerOptions& options, float scale) {
+  return delta([&](std::uint64_t begin, std::span<const float> d) -> Status {
+    const std::uint64_t from = offset + begin;
+    GEOLOCO_RETURN_IF(from + d.size() > anchor.size() || momentum.size() != anchor.size(), Err::invalid_argument,
+                      "a chunk of Δ at ", from, " lies outside the anchor's ", anchor.size(), " values");
+    return outer_step(anchor.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale);
+  });
+}
+
+}  // namespace geoloco::diloco

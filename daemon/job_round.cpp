@@ -13,6 +13,7 @@
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
+#include "daemon/site_metrics.h"
 #include "inner/protocol/layout.h"
 #include "diloco/exchange.h"
 #include "diloco/chunked_step.h"
@@ -159,19 +160,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
            plan_.participants.size(), " site(s)",
            plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,
            ", sent ", round_bytes_sent_, " bytes, anchor ", digest));
-  if (auto* m = env_.metrics) {
-    const Labels job{{"job", spec_.name}};
-    (void)m->add("geoloco_rounds_total", job, 1);
-    (void)m->set("geoloco_round", job, double(c.round));
-    (void)m->set("geoloco_round_participants", job, double(plan_.participants.size()));
-    (void)m->add("geoloco_stragglers_total", job, double(plan_.late.size()));
-    (void)m->set("geoloco_loss", job, plan_.loss);
-    (void)m->set("geoloco_compression_ratio", job, r.compression_ratio);
-    (void)m->set("geoloco_round_compute_seconds", job, r.compute_seconds);
-    (void)m->set("geoloco_round_waiting_seconds", job, r.waiting_seconds);
-    (void)m->set("geoloco_round_exchange_seconds", job, r.exchange_seconds);
-    (void)m->add("geoloco_tokens_total", job, double(plan_.tokens));
-  }
+  if (env_.metrics) show_committed_round(*env_.metrics, spec_.name, r);
   set_state(JobState::running, cat("round ", c.round, " committed"));
   return {};
 }

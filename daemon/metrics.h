@@ -49,7 +49,8 @@ class Metrics {
   double value(const std::string& name, const Labels& labels) const;
 
   /// The exposition text: HELP and TYPE lines, then samples, sorted by name
-  /// and labels so the output is stable. Labels are written in name order.
+  /// and labels so the output is stable. Labels are written in name order; a
+  /// metric that never had a value is not written.
   std::string render() const;
 
  private:

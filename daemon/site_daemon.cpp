@@ -1,5 +1,7 @@
 #include "daemon/site_daemon.h"
 
+#include "daemon/site_metrics.h"
+
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <filesystem>
@@ -39,31 +41,7 @@ std::set<std::string> SiteDaemon::federation() const {
   return sites;
 }
 
-void SiteDaemon::declare_metrics() {
-  using T = Metrics::Type;
-  const std::vector<std::tuple<const char*, T, const char*>> all{
-      {"geoloco_rounds_total", T::counter, "Rounds committed by this site."},
-      {"geoloco_round", T::gauge, "The last committed round."},
-      {"geoloco_round_participants", T::gauge, "Sites whose pseudo-gradient was in the last round."},
-      {"geoloco_stragglers_total", T::counter, "Sites left out of rounds (late), summed over rounds."},
-      {"geoloco_loss", T::gauge, "Participants' mean training loss in the last round."},
-      {"geoloco_eval_loss", T::gauge, "Held-out loss of the latest anchor, from the trainer's eval log."},
-      {"geoloco_compression_ratio", T::gauge, "Raw fp32 bytes / bytes sent by this site, last round."},
-      {"geoloco_round_compute_seconds", T::gauge, "This site's inner phase, last round."},
-      {"geoloco_round_waiting_seconds", T::gauge, "READY to PLAN, last round."},
-      {"geoloco_round_exchange_seconds", T::gauge, "PLAN to COMMITTED, last round."},
-      {"geoloco_tokens_total", T::counter, "Tokens of the committed rounds."},
-      {"geoloco_dropped_tokens_total", T::counter, "Tokens of late work this site dropped (straggler policy)."},
-      {"geoloco_checkpoint_round", T::gauge, "Round of the last checkpoint saved."},
-      {"geoloco_state_sync_seconds", T::gauge, "The last state transfer this site received (STATE_SYNC): request to state in place."},
-      {"geoloco_state_sync_bytes", T::gauge, "Frame bytes of the last state transfer this site received."},
-      {"geoloco_peer_sent_bytes_total", T::counter, "Frame bytes sent to a peer."},
-      {"geoloco_peer_received_bytes_total", T::counter, "Frame bytes received from a peer."},
-      {"geoloco_rejected_frames_total", T::counter, "Frames refused (bad certificate, checksum, stale round, ...)."},
-      {"geoloco_jobs", T::gauge, "Jobs on this site by state."},
-  };
-  for (const auto& [name, type, help] : all) (void)metrics_.declare(name, type, help);
-}
+void SiteDaemon::declare_metrics() { declare_site_metrics(metrics_); }
 
 std::string SiteDaemon::render_metrics() {
   for (const auto& p : site_.peers) {

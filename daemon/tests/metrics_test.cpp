@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "daemon/metrics.h"
+#include "daemon/site_metrics.h"
 
 using namespace geoloco;
 using namespace geoloco::daemon;
@@ -48,4 +49,35 @@ TEST_CASE("metric names and uses that break the conventions are refused") {
   // "Nan"; Prometheus reads NaN in any case).
   REQUIRE(m.set("geoloco_loss", {}, std::nan("")).ok());
   CHECK(m.render().find("\ngeoloco_loss Nan\n") != std::string::npos);
+}
+
+TEST_CASE("a committed round adds to the site's counters and sets the round's gauges") {
+  Metrics m;
+  declare_site_metrics(m);
+  RoundRecord r;
+  r.round = 3;
+  r.participants = {"a", "b"};
+  r.late = {"c"};
+  r.loss = 1.25;
+  r.tokens = 640;
+  r.compression_ratio = 4.5;
+  r.exchange_seconds = 0.75;
+  show_committed_round(m, "demo", r);
+  r.round = 4;
+  r.late.clear();
+  r.loss = 1.125;
+  show_committed_round(m, "demo", r);
+  const Labels job{{"job", "demo"}};
+  CHECK(m.value("geoloco_rounds_total", job) == 2);
+  CHECK(m.value("geoloco_tokens_total", job) == 1280);
+  CHECK(m.value("geoloco_stragglers_total", job) == 1);
+  CHECK(m.value("geoloco_round", job) == 4);
+  CHECK(m.value("geoloco_loss", job) == 1.125);
+  CHECK(m.value("geoloco_round_participants", job) == 2);
+  CHECK(m.value("geoloco_compression_ratio", job) == 4.5);
+  CHECK(m.value("geoloco_round_exchange_seconds", job) == 0.75);
+  // Shown with their help text once they have a value; a metric without one
+  // is not written (no state transfer yet).
+  CHECK(m.render().find("# HELP geoloco_rounds_total Rounds committed by this site.\n") != std::string::npos);
+  CHECK(m.render().find("geoloco_state_sync_seconds") == std::string::npos);
 }

@@ -58,7 +58,7 @@ def main():
     layout, P = matrix_layout(args.params)
 
     with Federation(names=("site-a", "site-b"), build=args.build, heartbeat_timeout="30s", read_timeout="20s",
-                    rate_limit=f"{args.rate_mbit:g}M") as fed:
+                    rate_limit=f"{args.rate_mbit:g}M" if args.rate_mbit > 0 else "0") as fed:
         fed.start()
         job = fed.write_job("""name: statesync
 sites: [site-a, site-b]

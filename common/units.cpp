@@ -34,9 +34,18 @@ Result<double> parse_quantity(const std::string& text) {
 Result<double> parse_rate(const std::string& text) { return parse_quantity(text); }
 
 Result<double> parse_rate_cap(const std::string& text) {
-  if (text == "0") return 0.0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() && v == 0.0) {  // 0, 0.0 or 0M: no cap, whatever the suffix
+    auto suffix = parse_quantity(cat("1", end));
+    if (suffix.ok()) return 0.0;
+  }
   auto rate = parse_quantity(text);
   if (!rate.ok()) return Status(Err::invalid_argument, cat(rate.status().message(), ", or 0 for no cap"));
+  // A plain number is bit/s: a cap of a few hundred is a unit slip (900 for
+  // 900 Mbit/s), and would stall every transfer.
+  GEOLOCO_RETURN_IF(*rate < 1000, Err::invalid_argument, "'", text, "': a cap of ", *rate,
+                    " bit/s is below 1 kbit/s; rates are bit/s with a suffix (e.g. 900M), or 0 for no cap");
   return *rate;
 }
 

@@ -14,8 +14,9 @@ namespace geoloco {
 
 /// A rate in bit/s, > 0. Errors: invalid_argument saying what is accepted.
 Result<double> parse_rate(const std::string& text);
-/// A cap on a rate in bit/s: 0 (no cap) or a rate as parse_rate takes it.
-/// Errors: invalid_argument.
+/// A cap on a rate in bit/s: 0 (no cap, any suffix) or a rate as
+/// parse_rate takes it, at least 1k (a smaller one is a unit slip: 900 for
+/// 900M). Errors: invalid_argument.
 Result<double> parse_rate_cap(const std::string& text);
 /// A size in bytes, a whole number >= 1. Errors: invalid_argument.
 Result<std::uint64_t> parse_size(const std::string& text);

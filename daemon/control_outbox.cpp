@@ -20,7 +20,7 @@ ControlOutbox::ControlOutbox(asio::any_io_executor executor, transport::Mesh& me
 
 void ControlOutbox::send(const std::string& peer, const transport::FrameHeader& header, std::string payload) {
   auto& q = queues_[peer];
-  if (q.frames.size() >= options_.max_queued) {  // a long-dead peer: keep the newest
+  if (!q.frames.empty() && q.frames.size() >= options_.max_queued) {  // a long-dead peer: keep the newest
     q.frames.pop_front();
     ++dropped_;
   }

@@ -74,7 +74,8 @@ class CoordinatorMachine {
 
   Phase phase() const { return phase_; }
   std::uint64_t round() const { return round_; }
-  /// The current round's attempt: the number of its latest plan.
+  /// The current round's attempt: while planned, the plan's number; while
+  /// collecting, the number the next plan will take.
   std::uint64_t attempt() const { return attempt_; }
   /// The participants of the current plan (planned phase).
   const std::vector<std::string>& participants() const { return participants_; }

@@ -151,6 +151,9 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         auto& o = c.transport;
         if (k == "connections_per_peer") yaml::read_number(t.second, what, o.connections_per_peer, p);
         else if (k == "rate_limit") mbit(t.second, what, o.rate_limit_mbit);
+        else if (k == "rate_limit_mbit")
+          p.add(t.first, "transport.rate_limit_mbit is now transport.rate_limit, in bit/s with a suffix "
+                         "(rate_limit_mbit: 900 is rate_limit: 900M)");
         else if (k == "io_threads") yaml::read_number(t.second, what, o.io_threads, p);
         else if (k == "read_timeout") millis(t.second, what, o.read_timeout_ms);
         else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);
@@ -217,6 +220,9 @@ Status apply_override(SiteConfig& c, std::string_view flag, std::string_view val
 }
 
 Status apply_environment(SiteConfig& c, const std::function<const char*(const char*)>& getenv) {
+  // A cap set under its old name would silently be no cap at all.
+  GEOLOCO_RETURN_IF(getenv("GEOLOCO_RATE_LIMIT_MBIT") != nullptr, Err::invalid_argument,
+                    "GEOLOCO_RATE_LIMIT_MBIT is now GEOLOCO_RATE_LIMIT, in bit/s with a suffix (900 Mbit/s is 900M)");
   for (const auto& s : overridable_settings()) {
     const char* value = getenv(s.env);
     if (value == nullptr) continue;

@@ -19,8 +19,10 @@ Result<float> chunked_clip_scale(const ChunkedDelta& delta, double clip_norm) {
 Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::span<const float> momentum,
                                             std::uint64_t at, std::uint64_t n, const ChunkedDelta& delta,
                                             const OuterOptimizerOptions& options, float scale) {
-  GEOLOCO_RETURN_IF(at + n > all.size() || momentum.size() != all.size(), Err::invalid_argument, "the round's values [",
-                    at, ", ", at + n, ") lie outside the anchor's ", all.size());
+  GEOLOCO_RETURN_IF(momentum.size() != all.size(), Err::invalid_argument, "the momentum has ", momentum.size(),
+                    " values, the anchor ", all.size());
+  GEOLOCO_RETURN_IF(at + n > all.size(), Err::invalid_argument, "the round's values [", at, ", ", at + n,
+                    ") lie outside the anchor's ", all.size());
   // The values before and after the range as they are; the range stepped
   // piece by piece on copies.
   StreamingDigest digest;

@@ -159,7 +159,7 @@ Result<Layout> parse_layout(const std::string& text, std::string_view source) {
                         "' has a dimension that is not an unsigned integer");
       info.shape.push_back(d.get<std::uint64_t>());
     }
-    offset += info.size();  // saturates: check_layout refuses what passes its bound
+    offset += info.size();  // may wrap: check_layout refuses the first tensor past its bound before any such offset is used
     layout.push_back(std::move(info));
   }
   Status valid = check_layout(layout);

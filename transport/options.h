@@ -59,7 +59,7 @@ inline Status TransportOptions::validate() const {
                     "reconnect_max_ms must be at least reconnect_initial_ms (>= 1)");
   GEOLOCO_RETURN_IF(io_threads < 1 || io_threads > 64, Err::invalid_argument, "io_threads must be 1..64, got ",
                     io_threads);
-  GEOLOCO_RETURN_IF(rate_limit_mbit < 0, Err::invalid_argument, "rate_limit_mbit must be >= 0 (0 = no cap)");
+  GEOLOCO_RETURN_IF(rate_limit_mbit < 0, Err::invalid_argument, "the rate limit must be >= 0 (0 = no cap)");
   return {};
 }
 

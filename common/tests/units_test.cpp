@@ -22,7 +22,13 @@ TEST_CASE("rates and sizes: decimal and binary suffixes, plain base units, the r
   CHECK(parse_rate("inf").status().code() == Err::invalid_argument);
 
   CHECK(*parse_rate_cap("0") == 0);
+  CHECK(*parse_rate_cap("0M") == 0);
+  CHECK(*parse_rate_cap("0.0") == 0);
   CHECK(*parse_rate_cap("900M") == 900e6);
+  CHECK(*parse_rate_cap("1000") == 1000);
+  CHECK(parse_rate_cap("900").status().message() ==
+        "'900': a cap of 900 bit/s is below 1 kbit/s; rates are bit/s with a suffix (e.g. 900M), or 0 for no cap");
+  CHECK(parse_rate_cap("0X").status().code() == Err::invalid_argument);
   CHECK(parse_rate_cap("-1").status().message().find(", or 0 for no cap") != std::string::npos);
 
   CHECK(*parse_size("64Mi") == 64ull << 20);

@@ -58,6 +58,12 @@ transport: {read_timeout: soon}
   CHECK(m.find("site.yaml:5:1: unknown key 'colour'") != std::string::npos);
   CHECK(m.find("site.yaml:6:27: transport.read_timeout: expected a duration") != std::string::npos);
 
+  auto old_cap = parse("name: a\ntransport: {rate_limit_mbit: 900}\n");
+  CHECK(old_cap.status().message().find("transport.rate_limit_mbit is now transport.rate_limit, in bit/s with a "
+                                        "suffix (rate_limit_mbit: 900 is rate_limit: 900M)") != std::string::npos);
+  auto slip = parse("name: a\ntransport: {rate_limit: 900}\n");
+  CHECK(slip.status().message().find("a cap of 900 bit/s is below 1 kbit/s") != std::string::npos);
+
   auto bad_name = parse("name: EU_West\n");
   REQUIRE_FALSE(bad_name.ok());
   CHECK(bad_name.status().message().find("name: a site name uses only a-z, 0-9") != std::string::npos);
@@ -91,6 +97,10 @@ TEST_CASE("flags override the environment, which overrides the file") {
   CHECK(s.message() ==
         "GEOLOCO_RATE_LIMIT (--rate-limit): --rate-limit: 'fast': expected a number > 0 with an optional suffix k, M, G, "
         "T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), or 0 for no cap");
+  env.erase("GEOLOCO_RATE_LIMIT");
+  env["GEOLOCO_RATE_LIMIT_MBIT"] = "900";
+  CHECK(apply_environment(*c, getenv).message() ==
+        "GEOLOCO_RATE_LIMIT_MBIT is now GEOLOCO_RATE_LIMIT, in bit/s with a suffix (900 Mbit/s is 900M)");
   CHECK(overridable_settings().size() == 7);
 }
 

@@ -14,8 +14,9 @@
 namespace geoloco::inner {
 
 /// What an eval log holds, by `round` (the round its anchor starts): the
-/// finite eval losses and, for a classifier, the accuracies. A restarted
-/// trainer's later line for a round wins.
+/// finite eval losses and, for a classifier, the accuracies. A line whose
+/// loss was not finite is skipped whole; of two lines for a round (a
+/// restarted trainer's), the later wins.
 struct EvalHistory {
   std::map<std::uint64_t, double> loss;
   std::map<std::uint64_t, double> accuracy;

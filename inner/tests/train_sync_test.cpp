@@ -392,7 +392,9 @@ TEST_CASE("reading an eval log: losses and accuracies by round, the later line w
     e.has_accuracy = true;
     out << eval_log_line(e);
     e.round = 1;
-    e.eval = EvalResult{std::nan(""), 0, 4};  // a non-finite loss: null, not read
+    e.eval = EvalResult{std::nan(""), 0, 4};  // a non-finite loss: null, the line not read
+    out << eval_log_line(e);
+    e.round = 5;
     out << eval_log_line(e);
     e.round = 1;  // a restarted trainer's line for the same anchor
     e.eval = EvalResult{1.25, 3, 4};
@@ -404,7 +406,7 @@ TEST_CASE("reading an eval log: losses and accuracies by round, the later line w
   }
   const auto h = read_eval_log(path);
   CHECK(h.loss == std::map<std::uint64_t, double>{{0, 2.5}, {1, 1.25}, {2, 1.0}});
-  CHECK(h.accuracy == std::map<std::uint64_t, double>{{0, 0.25}, {1, 0.75}});
+  CHECK(h.accuracy == std::map<std::uint64_t, double>{{0, 0.25}, {1, 0.75}});  // none for round 5
 }
 
 TEST_CASE("time-based phases: at least S seconds and min_steps; rules refused", "[train][duration]") {

@@ -131,7 +131,7 @@ TEST_CASE("a declined operation's frames are dropped, so the control frames behi
   CHECK(outs[1] == ins[1]);
 }
 
-TEST_CASE("an operation declined and then begun runs: beginning it forgets the decline") {
+TEST_CASE("an operation declined and then begun runs: its frames are delivered, none dropped") {
   auto federation = loopback::Federation::create({"a", "b"});
   REQUIRE(federation.ok());
   auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());

@@ -31,14 +31,15 @@ void ControlOutbox::send(const std::string& peer, const transport::FrameHeader& 
   }
 }
 
-void ControlOutbox::send_now(const std::string& peer, const transport::FrameHeader& header, std::string payload) {
+void ControlOutbox::send_now(const std::string& peer, const transport::FrameHeader& header, std::string payload,
+                             bool log_loss) {
   asio::co_spawn(
       executor_,
-      [keep = shared_from_this(), peer, header, payload = std::move(payload)]() -> asio::awaitable<void> {
+      [keep = shared_from_this(), peer, header, payload = std::move(payload), log_loss]() -> asio::awaitable<void> {
         Status sent = co_await keep->mesh_.send_control_frame(peer, header, std::as_bytes(std::span(payload)));
         if (!sent.ok()) {
           ++keep->lost_;
-          spdlog::info("[{}] a message to {} was lost: {}", keep->label_, peer, sent.message());
+          if (log_loss) spdlog::info("[{}] a message to {} was lost: {}", keep->label_, peer, sent.message());
         }
       },
       asio::detached);

@@ -41,8 +41,10 @@ class ControlOutbox : public std::enable_shared_from_this<ControlOutbox> {
 
   /// Queues the frame behind the peer's earlier ones.
   void send(const std::string& peer, const transport::FrameHeader& header, std::string payload);
-  /// Sends at once, beside the queue, tried once.
-  void send_now(const std::string& peer, const transport::FrameHeader& header, std::string payload);
+  /// Sends at once, beside the queue, tried once; a loss is counted, and
+  /// logged when `log_loss`.
+  void send_now(const std::string& peer, const transport::FrameHeader& header, std::string payload,
+                bool log_loss = true);
 
   /// Frames waiting for `peer` (the one being sent excluded).
   std::size_t queued(const std::string& peer) const;

@@ -134,6 +134,12 @@ void JobRun::send(const std::string& site, const ControlMessage& message) {
     asio::post(env_.executor, [self = shared_from_this(), message] { self->deliver(self->self(), message); });
     return;
   }
+  // A PLAN also goes at once, beside the queue: a peer that was down has a
+  // backlog of retried messages, and a PLAN behind it would reach the peer
+  // after the exchange's first data frames on the same connection, where the
+  // peer's reader waits for the operation it has not been told of
+  // (transport/mesh.h). The queued copy that follows is a repeat, ignored.
+  if (std::holds_alternative<PlanMessage>(message)) outbox_->send_now(site, control_header(), encode_control(message), false);
   outbox_->send(site, control_header(), encode_control(message));
 }
 

@@ -115,6 +115,11 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
     catch_up(cat("PLAN of round ", plan.round, " while this site holds round ", r));
     return {};
   }
+  // Attempts of a round only grow (the coordinator never reuses one, even
+  // after a restart): a PLAN older than one already seen is a repeat that
+  // arrived late, e.g. the queued copy of a PLAN also sent at once.
+  if (newest_plan_ && newest_plan_->first == plan.round && plan.attempt < newest_plan_->second) return {};
+  newest_plan_ = std::pair<std::uint64_t, std::uint64_t>(plan.round, plan.attempt);
   const bool same_attempt = plan_ && plan_->round == plan.round && plan_->attempt == plan.attempt;
   switch (where_) {
     case Where::exchanging:

@@ -295,6 +295,7 @@ class ParticipantMachine {
   std::optional<Clock::time_point> commit_sent_at_;
   After after_ = After::idle;                     ///< unwinding: what comes next
   std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN seen
   std::string catch_up_why_;                      ///< unwinding, After::catch_up
 
   // READY, resent until a PLAN: the round and time of the last one.

@@ -176,6 +176,12 @@ TEST_CASE("a new attempt's PLAN without the ABORT (lost) supersedes the exchange
   CHECK(m.where() == Where::unwinding);
   m.on_exchange_done(1, 0, Status(Err::timeout, "all-reduce did not finish"));
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
+  // A late repeat of attempt 0 (its queued copy) does not replace attempt 1.
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  CHECK(m.where() == Where::exchanging);
+  REQUIRE(m.plan());
+  CHECK(m.plan()->attempt == 1);
+  CHECK(m.step(t0).actions.empty());
 }
 
 TEST_CASE("a lost COMMITTED and the round planned again: the old attempt is void, the new one runs") {

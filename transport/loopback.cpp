@@ -122,4 +122,15 @@ Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federati
   return sites;
 }
 
+void record_control_frames(Site& site, std::vector<std::string>& into) {
+  site.call([&] {
+    site.mesh().set_control_handler([&into](const std::string& peer, const FrameHeader& h, Buffer payload) {
+      into.push_back(cat(peer, ":", h.round, ":",
+                         std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
+      return Status();
+    });
+    return 0;
+  });
+}
+
 }  // namespace geoloco::transport::loopback

@@ -90,6 +90,11 @@ Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federati
                                                       const TransportOptions& options, std::uint64_t job = 1,
                                                       std::vector<std::string> peers = {});
 
+/// Makes `site` record each control frame it receives as
+/// "peer:round:payload" in `into`, which only the site's thread touches
+/// (read it through site.call()).
+void record_control_frames(Site& site, std::vector<std::string>& into);
+
 /// Waits for every one of `futures`, in order, and returns their values. A
 /// test that checks the first result before the others have ended would
 /// free buffers their operations still write.

@@ -30,13 +30,7 @@ TEST_CASE("the outbox delivers a peer's frames in the order they were queued; se
   REQUIRE(made.ok());
   auto& sites = *made;
   std::vector<std::string> received;  // touched on b's thread only
-  sites[1]->call([&] {
-    sites[1]->mesh().set_control_handler([&](const std::string& peer, const FrameHeader& h, Buffer payload) {
-      received.push_back(cat(peer, ":", h.round, ":", std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
-      return Status();
-    });
-    return 0;
-  });
+  loopback::record_control_frames(*sites[1], received);
   Mesh& ma = sites[0]->mesh();
   auto outbox = sites[0]->call([&] { return ControlOutbox::create(ma.executor(), ma, "test"); });
   sites[0]->call([&] {

@@ -36,13 +36,7 @@ TEST_CASE("control frames reach the peer's handler in order, outside any all-red
   REQUIRE(made.ok());
   auto& sites = *made;
   std::vector<std::string> received;  // touched on b's thread only
-  sites[1]->call([&] {
-    sites[1]->mesh().set_control_handler([&](const std::string& peer, const FrameHeader& h, Buffer payload) {
-      received.push_back(cat(peer, ":", h.round, ":", std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
-      return Status();
-    });
-    return 0;
-  });
+  loopback::record_control_frames(*sites[1], received);
   auto* a = sites[0].get();
   for (int i = 1; i <= 5; ++i) {
     const std::string text = "ready-" + std::to_string(i);

@@ -134,6 +134,12 @@ std::string_view control_type_name(const ControlMessage& m) {
                     m);
 }
 
+bool for_coordinator(const ControlMessage& m) {
+  return std::holds_alternative<JoinMessage>(m) || std::holds_alternative<HeartbeatMessage>(m) ||
+         std::holds_alternative<ReadyMessage>(m) || std::holds_alternative<CommitMessage>(m) ||
+         std::holds_alternative<FailedMessage>(m);
+}
+
 std::string encode_control(const ControlMessage& message) {
   json j = std::visit(
       Overload{

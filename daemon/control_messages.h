@@ -119,6 +119,11 @@ using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage,
                                     CommittedMessage, AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage,
                                     StateRequestMessage, StateOfferMessage, StateAcceptMessage>;
 
+/// What sites say to the coordinator (JOIN, HEARTBEAT, READY, COMMIT,
+/// FAILED); everything else is for a site's rounds (PLAN, COMMITTED and
+/// ABORT from the coordinator, STATE_SYNC from any peer) or the federation's.
+bool for_coordinator(const ControlMessage& message);
+
 /// The JSON text of a message.
 std::string encode_control(const ControlMessage& message);
 /// Parses and checks a message. Errors: malformed, naming the field.

@@ -31,16 +31,6 @@ asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
   co_await t.async_wait(as_tuple(use_awaitable));
 }
 
-// What sites say to the coordinator; everything else is for this site's
-// participant machine (PLAN, COMMITTED and ABORT come from the coordinator,
-// the coordinator's own site included; STATE_SYNC from any peer).
-bool for_coordinator(const ControlMessage& m) {
-  return std::visit(Overload{[](const JoinMessage&) { return true; }, [](const HeartbeatMessage&) { return true; },
-                             [](const ReadyMessage&) { return true; }, [](const CommitMessage&) { return true; },
-                             [](const FailedMessage&) { return true; }, [](const auto&) { return false; }},
-                    m);
-}
-
 // The completion of a job coroutine: an exception that escapes one is a bug;
 // say so loudly rather than let it vanish (asio::detached drops it).
 auto logged(const char* what) {
@@ -107,7 +97,10 @@ JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::str
       id_(job_id_of(spec_.name)),
       config_hash_(digest_hex(xxh3_64(std::as_bytes(std::span<const char>(yaml_))))),
       changed_(env_.executor) {
-  if (env_.mesh) outbox_ = ControlOutbox::create(env_.executor, *env_.mesh, spec_.name);
+  if (env_.mesh) {  // without one (tests of the job's files) nothing is sent or received
+    outbox_ = ControlOutbox::create(env_.executor, *env_.mesh, spec_.name);
+    transfers_.emplace(spec_.name, id_, *env_.mesh);
+  }
 }
 
 JobRun::~JobRun() = default;
@@ -234,7 +227,7 @@ void JobRun::execute(ParticipantAction& action) {
   std::visit(
       Overload{
           [&](Send& s) {
-            if (std::holds_alternative<StateRequestMessage>(s.message)) state_requested_at_ = Clock::now();
+            if (std::holds_alternative<StateRequestMessage>(s.message)) transfers_->requested(Clock::now());
             if (s.now) send_now(s.to, s.message);
             else send(s.to, s.message);
           },
@@ -281,7 +274,7 @@ void JobRun::execute(ParticipantAction& action) {
           },
           [&](InstallState&) { install_state(); },
           [&](ReceiveState& r) { receive_state(r.peer, r.offer); },
-          [&](DropTransfer&) { receiving_.reset(); },
+          [&](DropTransfer&) { transfers_->drop(); },
           [&](OfferState& o) { offer_state(o.peer, o.reason); },
           [&](SaveCheckpoint&) {
             if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
@@ -316,16 +309,8 @@ Status JobRun::start() {
     role_ = std::move(*role);
     journal = HeldState{role_->committed_round(), role_->committed_digest()};
   }
-  ParticipantOptions o;
-  o.job = spec_.name;
-  o.self = self();
-  o.coordinator = spec_.coordinator;
-  o.sites = spec_.sites;
-  o.fragments = spec_.fragments();
-  o.straggler = spec_.outer.straggler;
-  o.inner_steps = spec_.outer.inner.steps;
-  o.ready_resend_ms = Millis(env_.site.heartbeat_interval_ms);
-  machine_.emplace(o, checkpoint_, journal, spec_.checkpoint_every(), Clock::now());
+  machine_.emplace(participant_options(spec_, self(), Millis(env_.site.heartbeat_interval_ms)), checkpoint_, journal,
+                   spec_.checkpoint_every(), Clock::now());
   // Only the coordinator's trainer may supply the job's initialization, and
   // only when nothing was ever committed; every other trainer waits for the
   // anchor its site holds (STATE_SYNC).

@@ -9,7 +9,7 @@
 // JobRun per running job; everything runs on the daemon's single-threaded
 // executor. The files: job_run.cpp the lifecycle, messages and the machine's
 // actions; job_round.cpp one round's exchange and step; job_state.cpp
-// STATE_SYNC, checkpoints and status.
+// STATE_SYNC (state_transfers.h wired), checkpoints and status.
 //
 // A round as this site lives it: the trainer trains from the anchor θ_r; its
 // SYNC makes READY; PLAN(r) starts the all-reduce of Δ = θ_r − θ_s
@@ -60,7 +60,7 @@
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
 #include "daemon/site_config.h"
-#include "daemon/state_sync.h"
+#include "daemon/state_transfers.h"
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
 #include "diloco/chunked_step.h"
@@ -77,7 +77,7 @@ std::uint64_t job_id_of(const std::string& name);
 
 struct JobEnvironment {
   asio::any_io_executor executor;
-  transport::Mesh* mesh = nullptr;
+  transport::Mesh* mesh = nullptr;  ///< none: the job can only load and save its files (tests)
   SiteConfig site;
   Metrics* metrics = nullptr;
   std::string trainer_program = "geoloco-train";
@@ -214,10 +214,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::uint64_t delta_offset_ = 0;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
 
-  // STATE_SYNC.
-  Clock::time_point state_requested_at_;
-  std::optional<StateReceiver> receiving_;
-  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
+  /// STATE_SYNC's offers and the transfer being received.
+  std::optional<StateTransfers> transfers_;
 
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;

@@ -5,8 +5,6 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <filesystem>
-#include <iomanip>
-#include <sstream>
 #include <spdlog/spdlog.h>
 
 #include "common/digest.h"
@@ -20,131 +18,65 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // -------------------------------------------------------------- STATE_SYNC
-
-namespace {
-// "268435552 bytes in 2.15 s (125.0 MB/s)": what a transfer took, for the log.
-std::string transfer_summary(std::uint64_t bytes, double seconds) {
-  std::ostringstream s;
-  s << bytes << " bytes in " << std::fixed << std::setprecision(2) << seconds << " s ("
-    << std::setprecision(1) << (seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0.0) << " MB/s)";
-  return s.str();
-}
-}  // namespace
+// What is offered, accepted and received is StateTransfers' (state_transfers.h);
+// here it meets the machine, the log and the metrics.
 
 void JobRun::offer_state(const std::string& peer, const std::string& reason) {
-  StateOfferMessage offer;
-  offer.job = spec_.name;
-  if (!reason.empty()) {
-    offer.reason = reason;
-    send_now(peer, offer);
-    return;
-  }
-  offer.round = state_.round;
-  offer.anchor_digest = digest_hex(state_.anchor_digest());
-  offer.layout = state_.layout;
-  send_now(peer, sized_offer(std::move(offer), state_.anchor.size()));
-  offered_[peer] = state_.round;  // the frames follow the peer's state_accept
+  send_now(peer, transfers_->offer(peer, state_, reason));
 }
 
 void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
-  auto offered = offered_.find(from);
-  if (offered == offered_.end() || offered->second != accept.round) {
-    spdlog::info("[{}] {} accepts a state of round {} that this site did not offer it", spec_.name, from, accept.round);
-    return;
-  }
-  offered_.erase(offered);
-  if (state_.anchor.empty() || state_.round != accept.round) {
-    spdlog::info("[{}] {} accepts the state of round {}, but this site moved on to round {}; it asks again", spec_.name,
-                 from, accept.round, state_.round);
+  if (std::string why = transfers_->accept(from, accept, state_); !why.empty()) {
+    spdlog::info("[{}] {}", spec_.name, why);
     return;
   }
   note(cat("sending the state of round ", state_.round, " to ", from));
-  // Sent from the state itself, no copy (docs/design.md §10); a round that commits
-  // meanwhile ends the transfer, and the peer asks again.
-  const std::span<const float> anchor(state_.anchor), momentum(state_.momentum);
   asio::co_spawn(
       env_.executor,
-      [keep = shared_from_this(), from, round = state_.round, anchor, momentum]() -> asio::awaitable<void> {
-        auto unchanged = [keep, round, data = anchor.data()] {
-          return keep->state_.round == round && keep->state_.anchor.data() == data;
-        };
-        const auto started = Clock::now();
-        auto sent = co_await send_state_frames(*keep->env_.mesh, from, keep->id_, round, anchor, momentum, unchanged);
-        if (!sent.ok()) {
-          spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, sent.status().message());
-          co_return;
-        }
-        const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-        keep->note(cat("state of round ", round, " sent to ", from, ": ", transfer_summary(*sent, seconds)));
+      [keep = shared_from_this(), from, round = accept.round]() -> asio::awaitable<void> {
+        auto sent = co_await keep->transfers_->send(from, keep->state_, round);  // keep holds state_ for it
+        if (sent.ok()) keep->note(*sent);
+        else spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, sent.status().message());
       },
       asio::detached);
 }
 
 void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
-  auto receiver = StateReceiver::start(peer, offer);
-  if (!receiver.ok()) {
-    machine_->on_state_failed(receiver.status().message());
-    return;
-  }
-  receiving_ = std::move(*receiver);
-  send_now(peer, StateAcceptMessage{spec_.name, offer.round});  // now the frames may come, on every connection
+  auto accept = transfers_->receive(peer, offer);
+  if (!accept.ok()) machine_->on_state_failed(accept.status().message());
+  else send_now(peer, *accept);  // now the frames may come, on every connection
 }
 
 void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
                             std::span<const std::byte> payload) {
-  if (!receiving_ || peer != receiving_->peer()) {
-    // The rest of a transfer this site no longer wants (an answer to an
-    // earlier request, or from another peer): dropped, nothing changes.
-    // Not refused: the frame is authentic, and closing the connection would
-    // cut the heartbeats that share it.
-    spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
-                  peer);
-    return;
-  }
-  Status added = receiving_->add(peer, header, payload);
-  if (added.ok() && receiving_->complete()) added = receiving_->verify();
-  if (!added.ok()) {
-    // Two transfers from the same peer interleaved, or a broken one: this
-    // one is void; the site asks again.
-    receiving_.reset();
-    machine_->on_state_failed(added.message());
-  } else if (receiving_->complete()) {
-    machine_->on_state_arrived(HeldState{receiving_->offer().round, receiving_->offer().anchor_digest});
-  } else {
-    machine_->on_state_progress(Clock::now());
+  StateFrameOutcome out = transfers_->on_frame(peer, header, payload);
+  switch (out.kind) {
+    case StateFrameOutcome::dropped:
+      spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
+                    peer);
+      return;
+    case StateFrameOutcome::failed: machine_->on_state_failed(out.error); break;
+    case StateFrameOutcome::arrived: machine_->on_state_arrived(HeldState{out.round, out.digest}); break;
+    case StateFrameOutcome::progress: machine_->on_state_progress(Clock::now()); break;
   }
   drive();
 }
 
 void JobRun::install_state() {
-  if (!receiving_ || !receiving_->complete()) {
-    spdlog::error("[{}] internal: no complete state transfer to install", spec_.name);
+  auto installed = transfers_->install(state_, host_->snapshot().layout, Clock::now());
+  if (!installed.ok()) {
+    spdlog::error("[{}] {}", spec_.name, installed.status().message());
     return;
   }
-  StateReceiver& received = *receiving_;
-  const auto& offer = received.offer();
-  // The layout: the sender's (the offer checked that it adds up), else the
-  // trainer's if it said HELLO, else one flat tensor.
-  if (!offer.layout.empty()) state_.layout = offer.layout;
-  else if (state_.anchor.empty() || layout_values(state_.layout) != offer.values)
-    state_.layout = layout_for(offer.values, host_->snapshot().layout);
-  state_.job = spec_.name;
-  state_.anchor = std::move(received.anchor());
-  state_.momentum = std::move(received.momentum());
-  state_.round = offer.round;
   delta_.clear();
-  // From this site's request to the state in place: what a (re)joining site waits.
-  const double seconds = std::chrono::duration<double>(Clock::now() - state_requested_at_).count();
-  note(cat("state of round ", offer.round, " received from ", received.peer(), ": ", offer.values, " parameters, ",
-           transfer_summary(received.bytes(), seconds), ", anchor ", offer.anchor_digest));
+  note(installed->note);
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
-    (void)m->set("geoloco_state_sync_seconds", job, seconds);
-    (void)m->set("geoloco_state_sync_bytes", job, double(received.bytes()));
+    (void)m->set("geoloco_state_sync_seconds", job, installed->seconds);
+    (void)m->set("geoloco_state_sync_bytes", job, double(installed->bytes));
   }
   if (!feedback_ && compression::uses_error_feedback(spec_.compression))
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
-  receiving_.reset();
 }
 
 // ------------------------------------------------------------- checkpoints

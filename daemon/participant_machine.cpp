@@ -12,6 +12,19 @@ bool named(const std::vector<std::string>& names, const std::string& site) {
 }
 }  // namespace
 
+ParticipantOptions participant_options(const job::JobSpec& job, const std::string& self, Millis ready_resend) {
+  ParticipantOptions o;
+  o.job = job.name;
+  o.self = self;
+  o.coordinator = job.coordinator;
+  o.sites = job.sites;
+  o.fragments = job.fragments();
+  o.straggler = job.outer.straggler;
+  o.inner_steps = job.outer.inner.steps;
+  o.ready_resend_ms = ready_resend;
+  return o;
+}
+
 std::string_view ParticipantMachine::where_name(Where w) {
   switch (w) {
     case Where::awaiting_initial: return "awaiting_initial";

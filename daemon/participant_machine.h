@@ -54,6 +54,7 @@
 #include "daemon/control_messages.h"
 #include "diloco/quorum.h"
 #include "diloco/straggler.h"
+#include "job/job_spec.h"
 
 namespace geoloco::daemon {
 
@@ -72,6 +73,11 @@ struct ParticipantOptions {
   Millis state_retry_ms{1000};         ///< ask for the state again after this long without an answer or a frame
   Millis state_stall_ms{2000};         ///< a transfer without a frame for this long may be replaced by another
 };
+
+/// The options of `self`'s machine in `job` (its sites, coordinator,
+/// fragments, late-work rule and H), READY resent every `ready_resend` (the
+/// site's heartbeat interval).
+ParticipantOptions participant_options(const job::JobSpec& job, const std::string& self, Millis ready_resend);
 
 /// A committed state this site holds: R rounds committed, the digest of the anchor of round R + 1.
 struct HeldState {

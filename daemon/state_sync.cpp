@@ -11,9 +11,9 @@
 
 namespace geoloco::daemon {
 
-StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values) {
+StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values, std::uint64_t chunk_values) {
   offer.values = values;
-  offer.chunk_values = kStateChunkValues;
+  offer.chunk_values = chunk_values;
   return offer;
 }
 
@@ -31,13 +31,13 @@ struct FramesInFlight {
 // Frames slot, slot + K, slot + 2K, ... on connection `slot`, in order.
 asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::uint64_t job_id, std::uint64_t round,
                                 std::span<const float> anchor, std::span<const float> momentum,
-                                std::function<bool()> unchanged, int slot, int slots,
+                                std::function<bool()> unchanged, std::uint64_t chunk_values, int slot, int slots,
                                 std::shared_ptr<FramesInFlight> flight) {
-  const std::uint64_t chunks = (anchor.size() + kStateChunkValues - 1) / kStateChunkValues;
+  const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
   for (std::uint64_t i = static_cast<std::uint64_t>(slot); i < 2 * chunks && flight->failure.ok(); i += slots) {
     const auto& tensor = i < chunks ? anchor : momentum;
-    const std::uint64_t begin = (i % chunks) * kStateChunkValues;
-    const std::uint64_t size = std::min<std::uint64_t>(kStateChunkValues, tensor.size() - begin);
+    const std::uint64_t begin = (i % chunks) * chunk_values;
+    const std::uint64_t size = std::min<std::uint64_t>(chunk_values, tensor.size() - begin);
     transport::FrameHeader f;
     f.type = transport::FrameType::state;
     f.job = job_id;
@@ -63,12 +63,13 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
                                                          std::span<const float> anchor, std::span<const float> momentum,
-                                                         std::function<bool()> unchanged) {
+                                                         std::function<bool()> unchanged,
+                                                         std::uint64_t chunk_values) {
   const int slots = mesh.options().transport.connections_per_peer;
   auto flight = std::make_shared<FramesInFlight>(mesh.executor());
   flight->senders = slots;
   for (int k = 0; k < slots; ++k)
-    asio::co_spawn(mesh.executor(), send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, k, slots, flight),
+    asio::co_spawn(mesh.executor(), send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, chunk_values, k, slots, flight),
                    asio::detached);
   while (flight->senders > 0) co_await flight->done.wait();
   if (!flight->failure.ok()) co_return flight->failure;

@@ -34,11 +34,13 @@ namespace geoloco::daemon {
 /// Values per state frame: 1 Mi fp32 = 4 MiB, so a long fat link is kept busy with few frames.
 inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 
-/// `offer` with its size fields filled for a state of `values` parameters.
-StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values);
+/// `offer` with its size fields filled for a state of `values` parameters
+/// sent `chunk_values` to a frame.
+StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values,
+                              std::uint64_t chunk_values = kStateChunkValues);
 
 /// After the peer's state_accept: sends the state frames of `round`'s
-/// `anchor` and `momentum` to `peer` over all of the pair's connections
+/// `anchor` and `momentum`, `chunk_values` to a frame, to `peer` over all of the pair's connections
 /// (all of it, or an error naming what failed). The state is sent from where
 /// it lies, not from a copy (docs/design.md §10: no second copy of the model per
 /// peer): `unchanged` is asked before each frame, and when it says the state
@@ -48,7 +50,8 @@ StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values);
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
                                                          std::span<const float> anchor, std::span<const float> momentum,
-                                                         std::function<bool()> unchanged);
+                                                         std::function<bool()> unchanged,
+                                                         std::uint64_t chunk_values = kStateChunkValues);
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {

@@ -44,6 +44,12 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(offer.round == 7);
   CHECK(offer.layout == Layout{{"w", {100, 1017}, 0}, {"b", {70}, 101700}});
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
+
+  // Who each is for: the first five go to the coordinator, the rest to a site.
+  std::vector<std::string> to_coordinator;
+  for (const auto& m : messages)
+    if (for_coordinator(m)) to_coordinator.emplace_back(control_type_name(m));
+  CHECK(to_coordinator == std::vector<std::string>{"join", "heartbeat", "ready", "commit", "failed"});
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {

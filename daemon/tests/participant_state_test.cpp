@@ -2,6 +2,8 @@
 // which anchor the trainer is welcomed with, STATE_SYNC between sites, and
 // a stop in every state, each checked by the actions the participant
 // machine orders (in order) and what they carry.
+#include <yaml-cpp/yaml.h>
+
 #include "daemon/tests/participant_fixture.h"
 
 using namespace geoloco;
@@ -304,4 +306,22 @@ TEST_CASE("a trainer not yet training when a newer state arrives may start from 
     auto ready = m.step(t0 + 1s);
     CHECK((sent<ReadyMessage>(ready).round == 3 && sent<ReadyMessage>(ready).anchor_round == 1));
   }
+}
+
+TEST_CASE("a site's machine takes its options from the job file") {
+  auto spec = job::parse_job_yaml(
+      YAML::Load("name: opts\nsites: [x, y, z]\ncoordinator: y\ntrainer: {kind: builtin, model: mlp}\n"
+                 "inner: {steps: 40}\nstreaming: {fragments: 2}\n"
+                 "straggler: {deadline: 5s, min_sites: 2, policy: drop}\nstop: {rounds: 4}\n"),
+      "opts.yaml");
+  REQUIRE(spec.ok());
+  const ParticipantOptions o = participant_options(*spec, "z", Millis(250));
+  CHECK(o.job == "opts");
+  CHECK(o.self == "z");
+  CHECK(o.coordinator == "y");
+  CHECK(o.sites == std::vector<std::string>{"x", "y", "z"});
+  CHECK(o.fragments == 2);
+  CHECK(o.straggler.policy == diloco::StragglerPolicy::drop);
+  CHECK(o.inner_steps == 40);
+  CHECK(o.ready_resend_ms == Millis(250));
 }

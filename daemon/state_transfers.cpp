@@ -1,0 +1,120 @@
+#include "daemon/state_transfers.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "common/digest.h"
+
+namespace geoloco::daemon {
+
+std::string transfer_summary(std::uint64_t bytes, double seconds) {
+  std::ostringstream s;
+  s << bytes << " bytes in " << std::fixed << std::setprecision(2) << seconds << " s (" << std::setprecision(1)
+    << (seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0.0) << " MB/s)";
+  return s.str();
+}
+
+StateTransfers::StateTransfers(std::string job, std::uint64_t job_id, transport::Mesh& mesh,
+                               std::uint64_t chunk_values)
+    : job_(std::move(job)), job_id_(job_id), mesh_(mesh), chunk_values_(chunk_values) {}
+
+StateOfferMessage StateTransfers::offer(const std::string& peer, const outer::OuterState& state,
+                                        const std::string& reason) {
+  StateOfferMessage offer;
+  offer.job = job_;
+  if (!reason.empty()) {
+    offer.reason = reason;
+    return offer;
+  }
+  offer.round = state.round;
+  offer.anchor_digest = digest_hex(state.anchor_digest());
+  offer.layout = state.layout;
+  offered_[peer] = state.round;  // the frames follow the peer's accept
+  return sized_offer(std::move(offer), state.anchor.size(), chunk_values_);
+}
+
+std::string StateTransfers::accept(const std::string& from, const StateAcceptMessage& accept,
+                                   const outer::OuterState& state) {
+  auto offered = offered_.find(from);
+  if (offered == offered_.end() || offered->second != accept.round)
+    return cat(from, " accepts a state of round ", accept.round, " that this site did not offer it");
+  offered_.erase(offered);
+  if (state.anchor.empty() || state.round != accept.round)
+    return cat(from, " accepts the state of round ", accept.round, ", but this site moved on to round ", state.round,
+               "; it asks again");
+  return {};
+}
+
+asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, const outer::OuterState& state,
+                                                          std::uint64_t round) {
+  // From the state itself, no copy (docs/design.md §10): a round that
+  // commits meanwhile ends the transfer, and the peer asks again.
+  const std::span<const float> anchor(state.anchor), momentum(state.momentum);
+  auto unchanged = [&state, round, data = anchor.data()] {
+    return state.round == round && state.anchor.data() == data;
+  };
+  const auto started = Clock::now();
+  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_);
+  if (!sent.ok()) co_return sent.status();
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  co_return cat("state of round ", round, " sent to ", peer, ": ", transfer_summary(*sent, seconds));
+}
+
+Result<StateAcceptMessage> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
+  receiving_.reset();
+  auto receiver = StateReceiver::start(peer, offer);
+  if (!receiver.ok()) return receiver.status();
+  receiving_ = std::move(*receiver);
+  return StateAcceptMessage{job_, offer.round};
+}
+
+StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transport::FrameHeader& header,
+                                           std::span<const std::byte> payload) {
+  StateFrameOutcome out;
+  if (!receiving_ || peer != receiving_->peer()) {
+    // The rest of a transfer this site no longer wants (an answer to an
+    // earlier request, or from another peer): dropped, nothing changes.
+    // Not refused: the frame is authentic, and closing the connection would
+    // cut the heartbeats that share it.
+    out.kind = StateFrameOutcome::dropped;
+    return out;
+  }
+  Status added = receiving_->add(peer, header, payload);
+  if (added.ok() && receiving_->complete()) added = receiving_->verify();
+  if (!added.ok()) {
+    // Two transfers from the same peer interleaved, or a broken one: void.
+    receiving_.reset();
+    out.kind = StateFrameOutcome::failed;
+    out.error = added.message();
+  } else if (receiving_->complete()) {
+    out.kind = StateFrameOutcome::arrived;
+    out.round = receiving_->offer().round;
+    out.digest = receiving_->offer().anchor_digest;
+  } else {
+    out.kind = StateFrameOutcome::progress;
+  }
+  return out;
+}
+
+Result<InstalledState> StateTransfers::install(outer::OuterState& state, const Layout& known, Clock::time_point now) {
+  GEOLOCO_RETURN_IF(!receiving_ || !receiving_->complete(), Err::internal, "no complete state transfer to install");
+  StateReceiver& received = *receiving_;
+  const StateOfferMessage& offer = received.offer();
+  if (!offer.layout.empty()) state.layout = offer.layout;  // the offer's parser checked that it adds up
+  else if (state.anchor.empty() || layout_values(state.layout) != offer.values)
+    state.layout = layout_for(offer.values, known);
+  state.job = job_;
+  state.anchor = std::move(received.anchor());
+  state.momentum = std::move(received.momentum());
+  state.round = offer.round;
+  InstalledState done;
+  done.round = offer.round;
+  done.bytes = received.bytes();
+  done.seconds = std::chrono::duration<double>(now - requested_at_).count();
+  done.note = cat("state of round ", offer.round, " received from ", received.peer(), ": ", offer.values,
+                  " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ", offer.anchor_digest);
+  receiving_.reset();
+  return done;
+}
+
+}  // namespace geoloco::daemon

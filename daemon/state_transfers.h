@@ -1,0 +1,107 @@
+// The STATE_SYNC transfers of one job on this site (the frames and their
+// checks are state_sync.h's): the offers it made that wait for an accept,
+// and the one transfer it receives. JobRun says when (the participant
+// machine decides); this class keeps what an offer promised, answers an
+// accept with the frames only if it was offered and the state is still that
+// round's, takes frames only from the peer it receives from, and installs a
+// checked state in one step. Everything runs on the job's executor.
+#pragma once
+
+#include <asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "common/layout.h"
+#include "common/status.h"
+#include "daemon/control_messages.h"
+#include "daemon/state_sync.h"
+#include "outer/outer_state.h"
+#include "transport/frame.h"
+#include "transport/mesh.h"
+
+namespace geoloco::daemon {
+
+/// "268435552 bytes in 2.15 s (125.0 MB/s)": what a transfer took, for the log.
+std::string transfer_summary(std::uint64_t bytes, double seconds);
+
+/// What a state frame did to the transfer being received.
+struct StateFrameOutcome {
+  enum Kind {
+    dropped,   ///< no transfer from that peer in progress: nothing changed
+    progress,  ///< taken; more to come
+    arrived,   ///< the last one: complete, and the anchor's digest matches the offer
+    failed,    ///< the transfer is void (`error` says why); the site asks again
+  };
+  Kind kind = dropped;
+  std::string error;
+  std::uint64_t round = 0;   ///< arrived: the state's round
+  std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
+};
+
+/// A received state put in place.
+struct InstalledState {
+  std::uint64_t round = 0;
+  std::uint64_t bytes = 0;  ///< frame bytes received (headers included)
+  double seconds = 0;       ///< from this site's request to the state in place
+  std::string note;         ///< the line for the job's log
+};
+
+class StateTransfers {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// `chunk_values`: values per state frame this site sends (tests use small ones).
+  StateTransfers(std::string job, std::uint64_t job_id, transport::Mesh& mesh,
+                 std::uint64_t chunk_values = kStateChunkValues);
+
+  // --- the holder's side
+
+  /// The offer for `peer`: of `state`, whose round is noted so that the
+  /// peer's accept of it starts the frames; or, with a `reason`, of none.
+  StateOfferMessage offer(const std::string& peer, const outer::OuterState& state, const std::string& reason = {});
+  /// The peer's accept. Returns an empty string when the frames of `state`
+  /// are to be sent (send()), else why not: not offered to it, or offered
+  /// for another round (the offer stays: its accept may still come), or the
+  /// state moved on since (the offer is used up; the peer asks again).
+  std::string accept(const std::string& from, const StateAcceptMessage& accept, const outer::OuterState& state);
+  /// Sends the frames of `state`, accepted as round `round`, to `peer` from
+  /// where they lie; `state` must outlive the transfer. A round committed
+  /// meanwhile (the round or the anchor's buffer changed) ends it with an
+  /// error. Returns the line for the job's log. Errors: mismatch (the state
+  /// moved on), and the mesh's.
+  asio::awaitable<Result<std::string>> send(std::string peer, const outer::OuterState& state, std::uint64_t round);
+  /// Peers with an offer not yet accepted.
+  std::size_t offers_pending() const { return offered_.size(); }
+
+  // --- the asker's side
+
+  /// This site asked for the state at `now`: the wait install() reports starts here.
+  void requested(Clock::time_point now) { requested_at_ = now; }
+  /// Takes `peer`'s offer as the transfer to receive (one ends the one
+  /// before), and returns the accept to send it. Errors: invalid_argument
+  /// (an offer without state, or one this site cannot hold).
+  Result<StateAcceptMessage> receive(const std::string& peer, const StateOfferMessage& offer);
+  StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
+                             std::span<const std::byte> payload);
+  /// Moves the complete, checked transfer into `state` (job, round, anchor,
+  /// momentum, layout: the sender's, else `known` if it fits, else one flat
+  /// tensor). Errors: internal (nothing complete to install).
+  Result<InstalledState> install(outer::OuterState& state, const Layout& known, Clock::time_point now);
+  /// Forgets the transfer being received, if any.
+  void drop() { receiving_.reset(); }
+  bool receiving() const { return receiving_.has_value(); }
+
+ private:
+  std::string job_;
+  std::uint64_t job_id_;
+  transport::Mesh& mesh_;
+  std::uint64_t chunk_values_;
+  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
+  std::optional<StateReceiver> receiving_;
+  Clock::time_point requested_at_;
+};
+
+}  // namespace geoloco::daemon

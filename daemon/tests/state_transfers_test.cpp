@@ -1,0 +1,231 @@
+// STATE_SYNC between two loopback sites: a holder offers its state, the
+// asker accepts, the frames cross both connections and the asker installs
+// exactly the holder's bits; an accept that was not offered, a state that
+// moved on, frames from a peer it does not receive from and a state whose
+// anchor does not match its offer all leave the asker's state unchanged.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/digest.h"
+#include "daemon/state_transfers.h"
+#include "transport/loopback.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using namespace geoloco::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t kChunk = 1024;  // the smallest frame an offer may name
+constexpr std::uint64_t kValues = 5000;  // 5 frames per tensor, the last one short
+
+outer::OuterState holder_state(std::uint64_t round) {
+  outer::OuterState s;
+  s.job = "sync";
+  s.round = round;
+  s.layout = {{"w", {50, 80}, 0}, {"b", {1000}, 4000}};
+  s.anchor.resize(kValues);
+  s.momentum.resize(kValues);
+  for (std::uint64_t i = 0; i < kValues; ++i) {
+    s.anchor[i] = 0.25f * static_cast<float>(i) - 3.0f;
+    s.momentum[i] = 1.0f / static_cast<float>(i + 1);
+  }
+  return s;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Two sites a and b; b's StateTransfers takes every state frame b receives
+// and records what each did (on b's thread only).
+struct Pair {
+  // Declared first, destroyed last: b's handler may run until the sites stop.
+  std::unique_ptr<StateTransfers> a, b;
+  std::vector<StateFrameOutcome::Kind> outcomes;
+  std::string last_error;
+  std::unique_ptr<loopback::Federation> federation;
+  std::vector<std::unique_ptr<loopback::Site>> sites;
+
+  Pair() {
+    auto f = loopback::Federation::create({"a", "b"});
+    REQUIRE(f.ok());
+    federation = std::move(*f);
+    auto made = loopback::make_sites(*federation, {"a", "b"}, loopback::test_options());
+    REQUIRE(made.ok());
+    sites = std::move(*made);
+    a = std::make_unique<StateTransfers>("sync", 1, sites[0]->mesh(), kChunk);
+    b = std::make_unique<StateTransfers>("sync", 1, sites[1]->mesh(), kChunk);
+    sites[1]->call([this] {
+      sites[1]->mesh().set_control_handler([this](const std::string& peer, const FrameHeader& h, Buffer payload) {
+        StateFrameOutcome out = b->on_frame(peer, h, payload);
+        outcomes.push_back(out.kind);
+        if (!out.error.empty()) last_error = out.error;
+        return Status();
+      });
+      return 0;
+    });
+  }
+  // b's outcomes once `count` have come (or after 5 s).
+  std::vector<StateFrameOutcome::Kind> outcomes_after(std::size_t count) {
+    std::vector<StateFrameOutcome::Kind> got;
+    for (int tries = 0; tries < 500; ++tries) {
+      got = sites[1]->call([this] { return outcomes; });
+      if (got.size() >= count) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return got;
+  }
+  Result<std::string> send(const outer::OuterState& state, std::uint64_t round) {
+    return sites[0]->spawn([this, &state, round]() { return a->send("b", state, round); }).get();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a state crosses from holder to asker bit for bit, with its layout, round and wait") {
+  Pair p;
+  const outer::OuterState held = holder_state(7);
+  const auto t0 = StateTransfers::Clock::time_point{} + 100s;
+  p.sites[1]->call([&] {
+    p.b->requested(t0);
+    return 0;
+  });
+
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  CHECK(offer.job == "sync");
+  CHECK(offer.round == 7);
+  CHECK(offer.values == kValues);
+  CHECK(offer.chunk_values == kChunk);
+  CHECK(offer.anchor_digest == digest_hex(held.anchor_digest()));
+  CHECK(offer.layout == held.layout);
+  CHECK(p.sites[0]->call([&] { return p.a->offers_pending(); }) == 1);
+
+  auto accept = p.sites[1]->call([&] { return p.b->receive("a", offer); });
+  REQUIRE(accept.ok());
+  CHECK(accept->job == "sync");
+  CHECK(accept->round == 7);
+  CHECK(p.sites[0]->call([&] { return p.a->accept("b", *accept, held); }) == "");
+  CHECK(p.sites[0]->call([&] { return p.a->offers_pending(); }) == 0);
+
+  auto sent = p.send(held, 7);
+  REQUIRE(sent.ok());
+  CHECK(sent->find("state of round 7 sent to b: ") == 0);
+  const std::uint64_t frame_bytes = 10 * kFrameHeaderSize + 2 * kValues * sizeof(float);
+  CHECK(sent->find(cat(frame_bytes, " bytes in ")) != std::string::npos);
+
+  using K = StateFrameOutcome::Kind;
+  std::vector<K> expected(9, K::progress);
+  expected.push_back(K::arrived);
+  CHECK(p.outcomes_after(10) == expected);
+
+  outer::OuterState mine;  // a joining site: nothing held yet
+  auto installed = p.sites[1]->call([&] { return p.b->install(mine, {}, t0 + 2500ms); });
+  REQUIRE(installed.ok());
+  CHECK(installed->round == 7);
+  CHECK(installed->bytes == frame_bytes);
+  CHECK(installed->seconds == Approx(2.5));
+  CHECK(installed->note == cat("state of round 7 received from a: 5000 parameters, ", frame_bytes,
+                               " bytes in 2.50 s (0.0 MB/s), anchor ", offer.anchor_digest));
+  CHECK(mine.job == "sync");
+  CHECK(mine.round == 7);
+  CHECK(mine.layout == held.layout);
+  CHECK(same_bits(mine.anchor, held.anchor));
+  CHECK(same_bits(mine.momentum, held.momentum));
+  CHECK_FALSE(p.sites[1]->call([&] { return p.b->receiving(); }));
+  // Nothing left to install: refused, the state stays.
+  auto again = p.sites[1]->call([&] { return p.b->install(mine, {}, t0); });
+  CHECK(again.status().code() == Err::internal);
+  CHECK(mine.round == 7);
+}
+
+TEST_CASE("an accept is answered only for the round offered to that peer, and only while the state is that round's") {
+  Pair p;
+  outer::OuterState held = holder_state(3);
+  auto on_a = [&](auto fn) { return p.sites[0]->call(fn); };
+  // Never offered.
+  CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}, held); }) ==
+        "b accepts a state of round 3 that this site did not offer it");
+  // Offered round 3, a late accept of round 2: refused; the offer of round 3
+  // stays for its own accept, which uses it up.
+  on_a([&] { return p.a->offer("b", held); });
+  CHECK(on_a([&] { return p.a->accept("b", {"sync", 2}, held); }) ==
+        "b accepts a state of round 2 that this site did not offer it");
+  CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}, held); }) == "");
+  CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}, held); }) ==
+        "b accepts a state of round 3 that this site did not offer it");
+  CHECK(on_a([&] { return p.a->accept("c", {"sync", 3}, held); }) ==
+        "c accepts a state of round 3 that this site did not offer it");
+  // Offered, then a round committed before the accept.
+  on_a([&] { return p.a->offer("b", held); });
+  held.round = 4;
+  CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}, held); }) ==
+        "b accepts the state of round 3, but this site moved on to round 4; it asks again");
+  // An offer without state carries the reason and promises nothing.
+  StateOfferMessage none = on_a([&] { return p.a->offer("b", held, "no state yet"); });
+  CHECK(none.reason == "no state yet");
+  CHECK(none.values == 0);
+  CHECK(on_a([&] { return p.a->offers_pending(); }) == 0);
+  auto refused = p.sites[1]->call([&] { return p.b->receive("a", none); });
+  CHECK(refused.status().code() == Err::invalid_argument);
+  CHECK(refused.status().message() == "a offers no state: no state yet");
+}
+
+TEST_CASE("a state that moves on during the transfer stops it; the asker keeps what it had") {
+  Pair p;
+  outer::OuterState held = holder_state(5);
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  REQUIRE(p.sites[1]->call([&] { return p.b->receive("a", offer); }).ok());
+  REQUIRE(p.sites[0]->call([&] { return p.a->accept("b", {"sync", 5}, held); }) == "");
+  held.round = 6;  // a round committed between the accept and the frames
+  auto sent = p.send(held, 5);
+  REQUIRE_FALSE(sent.ok());
+  CHECK(sent.status().code() == Err::mismatch);
+  CHECK(sent.status().message().find("the state moved past round 5 during the transfer (frame 0 of 10)") == 0);
+  std::this_thread::sleep_for(100ms);
+  CHECK(p.sites[1]->call([&] { return p.outcomes; }).empty());
+  outer::OuterState mine = holder_state(2);
+  const std::uint64_t before = mine.anchor_digest();
+  auto installed = p.sites[1]->call([&] { return p.b->install(mine, {}, {}); });
+  CHECK(installed.status().code() == Err::internal);
+  CHECK(mine.round == 2);
+  CHECK(mine.anchor_digest() == before);
+}
+
+TEST_CASE("an anchor that does not match its offer's digest voids the transfer; later frames are dropped") {
+  Pair p;
+  outer::OuterState held = holder_state(9);
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  REQUIRE(p.sites[1]->call([&] { return p.b->receive("a", offer); }).ok());
+  REQUIRE(p.sites[0]->call([&] { return p.a->accept("b", {"sync", 9}, held); }) == "");
+  held.anchor[4321] += 1.0f;  // same round, same buffer: the frames go, their bits differ from the offer's
+  REQUIRE(p.send(held, 9).ok());
+  using K = StateFrameOutcome::Kind;
+  std::vector<K> got = p.outcomes_after(10);
+  REQUIRE(got.size() == 10);
+  CHECK(std::count(got.begin(), got.end(), K::failed) == 1);
+  CHECK(std::count(got.begin(), got.end(), K::arrived) == 0);
+  CHECK(p.sites[1]->call([&] { return p.last_error; }).find("the anchor from a has digest ") == 0);
+  CHECK_FALSE(p.sites[1]->call([&] { return p.b->receiving(); }));
+
+  // Frames of a transfer from another peer, or after the transfer ended, change nothing.
+  FrameHeader h;
+  h.type = FrameType::state;
+  h.job = 1;
+  h.round = 9;
+  h.chunk = 0;
+  std::vector<float> values(kChunk, 1.0f);
+  auto frame = std::as_bytes(std::span<const float>(values));
+  auto outcome = p.sites[1]->call([&] { return p.b->on_frame("a", h, frame).kind; });
+  CHECK(outcome == K::dropped);
+  REQUIRE(p.sites[1]->call([&] { return p.b->receive("a", offer); }).ok());
+  CHECK(p.sites[1]->call([&] { return p.b->on_frame("c", h, frame).kind; }) == K::dropped);
+  CHECK(p.sites[1]->call([&] { return p.b->receiving(); }));
+  // A frame of the wrong size from the right peer voids it.
+  CHECK(p.sites[1]->call([&] { return p.b->on_frame("a", h, frame.first(16)).kind; }) == K::failed);
+  CHECK_FALSE(p.sites[1]->call([&] { return p.b->receiving(); }));
+}

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/line_log.h"
 #include "common/status.h"
 
 namespace geoloco::daemon {
@@ -23,25 +24,19 @@ class Journal {
   /// Errors: io. A torn tail is not an error: it is dropped and counted.
   static Result<Journal> open(const std::string& path);
 
-  Journal(Journal&&) noexcept;
-  Journal& operator=(Journal&&) noexcept;
-  ~Journal();
-
   /// The complete records, oldest first.
   const std::vector<nlohmann::json>& records() const { return records_; }
   /// Bytes dropped from the tail when the journal was opened.
-  std::size_t dropped_bytes() const { return dropped_bytes_; }
+  std::size_t dropped_bytes() const { return log_.dropped_bytes(); }
 
   /// Appends a record and returns only once it is on disk (fdatasync).
   /// Errors: io (the record may then be absent after a crash, never torn).
   Status append(const nlohmann::json& record);
 
  private:
-  Journal(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_ = -1;
-  std::string path_;
+  explicit Journal(LineLog log) : log_(std::move(log)) {}
+  LineLog log_;
   std::vector<nlohmann::json> records_;
-  std::size_t dropped_bytes_ = 0;
 };
 
 /// Where a journal leaves the coordinator: the last committed round (0:

@@ -17,6 +17,8 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_certs_command(CLI::App& app, Action& action);
 /// `geoloco simulate job.yaml [--sites N] [--rounds R] [--bandwidth B] [--rtt MS] [--json]`.
 void add_simulate_command(CLI::App& app, Action& action);
+/// `geoloco check-history DIR... [--down SITE]...` (check_history_command.cpp).
+void add_check_history_command(CLI::App& app, Action& action);
 /// `geoloco submit job.yaml`, `status [JOB] [--json]`, `watch JOB`, `cancel JOB`:
 /// requests to the local geolocod, each with `--socket PATH` (job_commands.cpp).
 void add_job_commands(CLI::App& app, Action& action);

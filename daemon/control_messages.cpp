@@ -57,6 +57,15 @@ class Fields {
       out.push_back(e.get<std::string>());
     }
   }
+  void counts(const char* key, std::vector<std::uint64_t>& out) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_array() || v->size() > 4096) return fail(key, "a list of at most 4096 non-negative integers");
+    for (const auto& e : *v) {
+      if (!e.is_number_unsigned()) return fail(key, "a list of non-negative integers");
+      out.push_back(e.get<std::uint64_t>());
+    }
+  }
   void numbers(const char* key, std::vector<double>& out) {
     const json* v = find(key);
     if (!v) return;
@@ -152,8 +161,11 @@ std::string encode_control(const ControlMessage& message) {
                         {"inner_steps", m.inner_steps}, {"loss", m.loss}};
           },
           [](const PlanMessage& m) {
-            return json{{"round", m.round}, {"participants", m.participants}, {"weights", m.weights},
-                        {"late", m.late},   {"attempt", m.attempt}, {"loss", m.loss}, {"tokens", m.tokens}};
+            return json{{"round", m.round},       {"participants", m.participants},
+                        {"weights", m.weights},   {"late", m.late},
+                        {"attempt", m.attempt},   {"loss", m.loss},
+                        {"tokens", m.tokens},     {"tokens_each", m.tokens_each},
+                        {"anchor_rounds", m.anchor_rounds}};
           },
           [](const CommitMessage& m) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"attempt", m.attempt}};
@@ -161,7 +173,7 @@ std::string encode_control(const ControlMessage& message) {
           [](const CommittedMessage& m) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
           },
-          [](const AbortMessage& m) { return json{{"round", m.round}, {"reason", m.reason}}; },
+          [](const AbortMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
           [](const FailedMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
@@ -225,9 +237,14 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.opt_u64("attempt", m.attempt);
     f.opt_f64("loss", m.loss);
     f.opt_u64("tokens", m.tokens);
+    f.counts("tokens_each", m.tokens_each);
+    f.counts("anchor_rounds", m.anchor_rounds);
     f.check(m.attempt < 1000000, "attempt must be < 1000000");
     f.check(!m.participants.empty(), "a plan needs participants");
     f.check(m.weights.size() == m.participants.size(), "one weight per participant");
+    f.check(m.tokens_each.size() == m.participants.size(), "one tokens_each per participant");
+    f.check(m.anchor_rounds.size() == m.participants.size(), "one anchor_rounds per participant");
+    for (auto a : m.anchor_rounds) f.check(a >= 1 && a <= m.round, "anchor_rounds must be between 1 and round");
     for (double w : m.weights) f.check(w > 0, "weights must be > 0");
     out = m;
   } else if (type == "commit" || type == "committed") {
@@ -245,7 +262,9 @@ Result<ControlMessage> decode_control(std::string_view text) {
   } else if (type == "abort") {
     AbortMessage m;
     f.u64("round", m.round);
+    f.u64("attempt", m.attempt);
     f.str("reason", m.reason, 4096);
+    f.check(m.attempt < 1000000, "attempt must be < 1000000");
     out = m;
   } else if (type == "failed") {
     FailedMessage m;

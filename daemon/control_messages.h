@@ -42,6 +42,8 @@ struct PlanMessage {
   std::uint64_t attempt = 0;              ///< 0, then +1 each time round is planned again after an ABORT
   double loss = 0;                        ///< participants' mean training loss, weighted like Δ (for watch)
   std::uint64_t tokens = 0;               ///< tokens of the round's contributions
+  std::vector<std::uint64_t> tokens_each;    ///< each participant's tokens, same order (their sum is `tokens`)
+  std::vector<std::uint64_t> anchor_rounds;  ///< the round each participant's work trained for (< round: late)
 };
 /// A participant computed the outer step of `round` (the plan's `attempt`):
 /// the digest of the anchor it would apply.
@@ -59,6 +61,7 @@ struct CommittedMessage {
 /// The round is abandoned (a participant failed); sites keep their anchor.
 struct AbortMessage {
   std::uint64_t round = 0;
+  std::uint64_t attempt = 0;  ///< the attempt abandoned (after a coordinator restart: the last one planned)
   std::string reason;
 };
 /// A participant could not finish attempt `attempt` of `round` (its

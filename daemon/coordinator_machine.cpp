@@ -82,7 +82,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
 
   if (phase_ == Phase::planned) {
     if (failure_) {
-      a.abort = AbortMessage{round_, *failure_};
+      a.abort = AbortMessage{round_, attempt_, *failure_};
       a.notes.push_back(cat("round ", round_, " aborted: ", *failure_));
       start_collecting(round_);
       return a;
@@ -90,7 +90,8 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     // A participant that went silent cannot finish the exchange.
     for (const auto& p : participants_) {
       if (now - heard_.at(p) >= options_.quorum.heartbeat_timeout_ms && !commits_.count(p)) {
-        a.abort = AbortMessage{round_, cat("participant ", p, " stopped sending heartbeats during the exchange")};
+        a.abort =
+            AbortMessage{round_, attempt_, cat("participant ", p, " stopped sending heartbeats during the exchange")};
         a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
         start_collecting(round_);
         return a;
@@ -109,7 +110,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     const std::string digest = commits_.begin()->second;
     for (const auto& [site, d] : commits_) {
       if (d != digest) {
-        a.abort = AbortMessage{round_, cat("anchor digests differ after round ", round_, ": ",
+        a.abort = AbortMessage{round_, attempt_, cat("anchor digests differ after round ", round_, ": ",
                                            commits_.begin()->first, " has ", digest, ", ", site, " has ", d)};
         a.notes.push_back(a.abort->reason);
         start_collecting(round_);
@@ -161,7 +162,11 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   plan.attempt = attempt_;
   plan.late = decision.late;
   for (auto i : ordered.left_out) plan.late.push_back(options_.sites[i]);
-  for (auto i : ordered.participants) plan.participants.push_back(options_.sites[i]);
+  for (auto i : ordered.participants) {
+    plan.participants.push_back(options_.sites[i]);
+    plan.tokens_each.push_back(work[i].tokens);
+    plan.anchor_rounds.push_back(ready_.at(options_.sites[i]).anchor_round);
+  }
   plan.weights = ordered.weights;
   plan.tokens = ordered.tokens;
   plan.loss = ordered.loss;

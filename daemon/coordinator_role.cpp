@@ -66,7 +66,8 @@ void CoordinatorRole::greet(const std::string& site) {
   // A site may have missed what the previous coordinator decided last.
   if (committed_round_ > 0) send_(site, CommittedMessage{committed_round_, committed_digest_, committed_final_});
   if (!finished())
-    send_(site, AbortMessage{committed_round_ + 1, "the coordinator restarted; send READY again"});
+    send_(site, AbortMessage{committed_round_ + 1, coordinator_.attempt() > 0 ? coordinator_.attempt() - 1 : 0,
+                             "the coordinator restarted; send READY again"});
 }
 
 void CoordinatorRole::on_message(const std::string& site, const ControlMessage& message) {

@@ -156,6 +156,19 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   bytes_sent_ += round_bytes_sent_;
   bytes_received_ += round_bytes_received_;
   records_.push_back(r);
+  history::Committed h;
+  h.round = c.round;
+  h.attempt = plan_.attempt;
+  h.fragment = r.fragment;
+  h.coordinator = spec_.coordinator;
+  h.participants = plan_.participants;
+  h.late = plan_.late;
+  for (std::size_t i = 0; i < plan_.participants.size(); ++i)
+    h.contributions.push_back({plan_.participants[i], plan_.anchor_rounds.at(i), plan_.tokens_each.at(i),
+                               plan_.weights.at(i)});
+  h.digest = digest;
+  h.final = c.final;
+  record(h);
   note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
            plan_.participants.size(), " site(s)",
            plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,

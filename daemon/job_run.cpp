@@ -16,6 +16,7 @@
 #include "common/digest.h"
 #include "job/job_trainer.h"
 #include "daemon/job_util.h"
+#include "diloco/straggler.h"
 
 namespace geoloco::daemon {
 
@@ -79,6 +80,9 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   GEOLOCO_RETURN_IF(ec, Err::io, "cannot create the job folder ", dir, ": ", ec.message());
   std::shared_ptr<JobRun> job(new JobRun(std::move(env), std::move(spec), std::move(yaml), std::move(file), dir));
   GEOLOCO_TRY(job->load_checkpoint());
+  auto history = history::HistoryFile::open((fs::path(dir) / history::kHistoryFile).string());
+  if (!history.ok()) return history.status();
+  job->history_.emplace(std::move(*history));
   {
     std::ofstream out(fs::path(dir) / "job.yaml", std::ios::trunc);
     out << job->yaml_;
@@ -112,9 +116,20 @@ bool JobRun::done() const {
 
 void JobRun::note(const std::string& line) { spdlog::info("[{}] {}", spec_.name, line); }
 
+void JobRun::record(const history::Event& event) {
+  if (!history_) return;
+  if (Status s = history_->append(event); !s.ok())
+    spdlog::error("[{}] {} not recorded: {}", spec_.name, history::event_name(event), s.message());
+}
+
 void JobRun::set_state(JobState state, const std::string& message) {
   job_state_ = state;
   message_ = message;
+  if (done() && !ended_recorded_) {
+    ended_recorded_ = true;
+    record(history::Ended{std::string(job_state_name(state)), state_.round,
+                          state_.anchor.empty() ? std::string() : digest_hex(state_.anchor_digest()), message});
+  }
   if (Status s = write_status_file(dir_, {state, file_, message}); !s.ok()) spdlog::warn("[{}] {}", spec_.name, s.message());
   changed_.notify_all();
 }
@@ -259,9 +274,10 @@ void JobRun::execute(ParticipantAction& action) {
             phase_.reset();
             phase_started_ = Clock::now();
           },
-          [&](DropWork& d) {
-            if (env_.metrics)
-              (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(d.tokens));
+          [&](Record& r) {
+            if (const auto* d = std::get_if<history::Dropped>(&r.event); d && env_.metrics)
+              (void)env_.metrics->add("geoloco_dropped_tokens_total", {{"job", spec_.name}}, double(d->tokens));
+            record(r.event);
           },
           [&](WelcomeTrainer& w) {
             if (Status s = host_->set_anchor(state_.anchor, w.round); !s.ok())
@@ -336,6 +352,8 @@ Status JobRun::start() {
     if (!process.ok()) return process.status();
     process_ = std::move(*process);
   }
+  record(history::Started{self(), state_.round, checkpoint_ ? checkpoint_->digest : std::string(),
+                          checkpoint_ ? "checkpoint" : "nothing"});
   wake_.emplace(env_.executor);
   asio::co_spawn(env_.executor, run(), logged("the job's engine"));
   return {};
@@ -398,6 +416,8 @@ asio::awaitable<void> JobRun::watch_trainer() {
       drive();
       co_return;
     }
+    // Recorded before the machine sees it: no READY counts work the history lacks.
+    record(history::TrainerTokens{phase->round, phase->fragment, diloco::reported_work(phase->tokens, 0).tokens});
     phase_ = *phase;
     phase_at_ = Clock::now();
     machine_->on_phase(PhaseReport{phase->round, phase->fragment, phase->tokens, phase->loss});

@@ -64,6 +64,7 @@
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
 #include "diloco/chunked_step.h"
+#include "history/history_file.h"
 #include "outer/outer_state.h"
 #include "transport/allreduce.h"
 #include "transport/async_util.h"
@@ -122,6 +123,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool is_coordinator() const { return spec_.coordinator == self(); }
   bool streaming() const { return spec_.fragments() > 1; }
   void note(const std::string& line);
+  /// Appends to the job's history (history/): what check-history reads.
+  void record(const history::Event& event);
   void set_state(JobState state, const std::string& message);
 
   // Messages (job_run.cpp).
@@ -217,6 +220,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// STATE_SYNC's offers and the transfer being received.
   std::optional<StateTransfers> transfers_;
 
+  std::optional<history::HistoryFile> history_;
+  bool ended_recorded_ = false;  ///< the history has this run's `ended`
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer

@@ -70,6 +70,7 @@ void JobRun::install_state() {
   }
   delta_.clear();
   note(installed->note);
+  record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
     (void)m->set("geoloco_state_sync_seconds", job, installed->seconds);

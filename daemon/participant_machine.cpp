@@ -226,6 +226,7 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   note(cat("round ", a.round, " aborted: ", a.reason));
+  act(Record{history::Aborted{a.round, a.attempt, a.reason}});
   ready_round_ = 0;  // READY again at once
   if (where_ == Where::exchanging || where_ == Where::unwinding) {
     // The ABORT is of the latest plan: one queued behind the exchange goes too.
@@ -447,8 +448,16 @@ void ParticipantMachine::release_trainer(bool stop) {
   phase_.reset();
 }
 
+void ParticipantMachine::drop_phase(const std::string& why) {
+  // Counted as READY would have counted it, so the history's ledger balances.
+  act(Record{history::Dropped{phase_->round, options_.self, diloco::reported_work(phase_->tokens, 0).tokens, why}});
+}
+
 void ParticipantMachine::finish() {
   note(cat("job finished after round ", held_->round));
+  // Work no round took (a straggler's, or a catching-up site's) is dropped, and says so.
+  if (phase_)
+    drop_phase(cat("the job finished after round ", held_->round, " before this work could join a round"));
   release_trainer(true);
   where_ = Where::finished;
   act(EndJob{JobEnd::finished, cat("finished after round ", held_->round), true});
@@ -480,7 +489,9 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
         note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
                  phase_->round, " (", late, " round(s) late, policy ",
                  straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry", ")"));
-      act(DropWork{phase_->tokens});
+      drop_phase(streaming() ? cat("a late fragment (", late, " round(s) late) is always dropped with streaming")
+                             : cat(late, " round(s) late, policy ",
+                                   straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry"));
       release_trainer(false);
       return;
     case diloco::LateWork::carry:

@@ -54,6 +54,7 @@
 #include "daemon/control_messages.h"
 #include "diloco/quorum.h"
 #include "diloco/straggler.h"
+#include "history/events.h"
 #include "job/job_spec.h"
 
 namespace geoloco::daemon {
@@ -144,9 +145,12 @@ struct ReleaseTrainer {
   std::uint64_t next_round = 0;
   bool stop = false;
 };
-/// Late work dropped: count its tokens (the note says why).
-struct DropWork {
-  std::uint64_t tokens = 0;
+/// Append to the job's history what the machine decided: this site's work
+/// left out for good (history::Dropped, whose tokens are also counted in
+/// the metrics), or an attempt it was in or waited for abandoned
+/// (history::Aborted, the coordinator's ABORT taken).
+struct Record {
+  history::Event event;
 };
 /// The first anchor the trainer gets: the held one, for round `round`.
 struct WelcomeTrainer {
@@ -186,7 +190,8 @@ using ParticipantAction =
     std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange,
                  participant::ForgetExchange, participant::ApplyRound, participant::KeepTrainerAnchor,
                  participant::MoveTrainer,
-                 participant::ReleaseTrainer, participant::DropWork, participant::WelcomeTrainer,
+                 participant::ReleaseTrainer, participant::Record,
+                 participant::WelcomeTrainer,
                  participant::PublishInitial, participant::InstallState, participant::ReceiveState,
                  participant::DropTransfer, participant::OfferState, participant::SaveCheckpoint, participant::EndJob>;
 
@@ -278,6 +283,8 @@ class ParticipantMachine {
   void become_idle();
   void welcome_trainer();
   void release_trainer(bool stop);
+  /// Records phase_ as dropped, and why.
+  void drop_phase(const std::string& why);
   void finish();
   void end(JobEnd how, const std::string& reason);
   void offer_to_waiting();

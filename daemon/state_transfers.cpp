@@ -109,6 +109,8 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   state.round = offer.round;
   InstalledState done;
   done.round = offer.round;
+  done.digest = offer.anchor_digest;
+  done.peer = received.peer();
   done.bytes = received.bytes();
   done.seconds = std::chrono::duration<double>(now - requested_at_).count();
   done.note = cat("state of round ", offer.round, " received from ", received.peer(), ": ", offer.values,

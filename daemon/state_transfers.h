@@ -45,6 +45,8 @@ struct StateFrameOutcome {
 /// A received state put in place.
 struct InstalledState {
   std::uint64_t round = 0;
+  std::string digest;       ///< its anchor's (checked against the offer's)
+  std::string peer;         ///< who sent it
   std::uint64_t bytes = 0;  ///< frame bytes received (headers included)
   double seconds = 0;       ///< from this site's request to the state in place
   std::string note;         ///< the line for the job's log

@@ -10,10 +10,10 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       JoinMessage{"demo", 4, "00000000deadbeef"},
       HeartbeatMessage{5, "inner"},
       ReadyMessage{5, 5, 12800, 100, 0.75},
-      PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}, 2, 0.5, 19200},
+      PlanMessage{5, {"a", "b"}, {12800, 6400}, {"c"}, 2, 0.5, 19200, {12800, 6400}, {5, 4}},
       CommitMessage{5, "0123456789abcdef", 3},
       CommittedMessage{5, "0123456789abcdef", true},
-      AbortMessage{5, "peer c: no data for 20000 ms"},
+      AbortMessage{5, 1, "peer c: no data for 20000 ms"},
       FailedMessage{5, 3, "peer c: no data for 20000 ms"},
       JobStartMessage{"demo", "configs/jobs/demo.yaml", "name: demo\nsites: [a, b]\n"},
       JobCancelMessage{"demo", "cancelled by uid 1000"},
@@ -35,6 +35,9 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(plan.weights == std::vector<double>{12800, 6400});
   CHECK(plan.tokens == 19200);
   CHECK(plan.attempt == 2);
+  CHECK(plan.tokens_each == std::vector<std::uint64_t>{12800, 6400});
+  CHECK(plan.anchor_rounds == std::vector<std::uint64_t>{5, 4});
+  CHECK(std::get<AbortMessage>(*decode_control(encode_control(messages[6]))).attempt == 1);
   CHECK(std::get<CommittedMessage>(*decode_control(encode_control(messages[5]))).final);
   CHECK(std::get<CommitMessage>(*decode_control(encode_control(messages[4]))).attempt == 3);
   auto failed = std::get<FailedMessage>(*decode_control(encode_control(messages[7])));
@@ -62,10 +65,19 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "ready message: field 'tokens' must be a non-negative integer");
   CHECK(msg(R"({"type":"ready","round":3,"anchor_round":4,"tokens":5,"inner_steps":1,"loss":0.1})") ==
         "ready message: anchor_round must be between 1 and round (equal when on time)");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[]})") ==
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[],"tokens_each":[1,1],"anchor_rounds":[3,3]})") ==
         "plan message: one weight per participant");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[]})") ==
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[],"tokens_each":[1],"anchor_rounds":[3]})") ==
         "plan message: weights must be > 0");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[]})") ==
+        "plan message: field 'tokens_each' must be present");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1,2],"anchor_rounds":[3]})") ==
+        "plan message: one tokens_each per participant");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[-1],"anchor_rounds":[3]})") ==
+        "plan message: field 'tokens_each' must be a list of non-negative integers");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[4]})") ==
+        "plan message: anchor_rounds must be between 1 and round");
+  CHECK(msg(R"({"type":"abort","round":3,"reason":"x"})") == "abort message: field 'attempt' must be present");
   CHECK(msg(R"({"type":"commit","round":3,"anchor_digest":"xyz"})") ==
         "commit message: anchor_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");

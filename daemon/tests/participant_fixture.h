@@ -41,7 +41,11 @@ inline std::string kind(const ParticipantAction& a) {
                [](const ApplyRound&) { return std::string("apply"); },
                [](const KeepTrainerAnchor&) { return std::string("keep anchor"); },
                [](const ReleaseTrainer& r) { return cat("release ", r.next_round, r.stop ? " stop" : ""); },
-               [](const DropWork& d) { return cat("drop ", d.tokens); },
+               [](const Record& r) {
+                 if (const auto* d = std::get_if<history::Dropped>(&r.event)) return cat("drop ", d->tokens);
+                 const auto& a = std::get<history::Aborted>(r.event);
+                 return cat("aborted ", a.round, ".", a.attempt);
+               },
                [](const WelcomeTrainer& w) { return cat("welcome ", w.round); },
                [](const PublishInitial&) { return std::string("publish initial"); },
                [](const InstallState&) { return std::string("install"); },
@@ -69,6 +73,16 @@ inline int forgets(const ParticipantMachine::Actions& a) {
   int n = 0;
   for (const auto& x : a.actions) n += std::holds_alternative<ForgetExchange>(x);
   return n;
+}
+
+// The first history record of type T the machine asked for.
+template <class T>
+inline const T& recorded(const ParticipantMachine::Actions& a) {
+  for (const auto& x : a.actions)
+    if (const Record* r = std::get_if<Record>(&x))
+      if (const T* t = std::get_if<T>(&r->event)) return *t;
+  FAIL("no such record");
+  throw 0;
 }
 
 template <class T>
@@ -100,6 +114,8 @@ inline PlanMessage plan(std::uint64_t round, std::vector<std::string> participan
   p.round = round;
   p.participants = std::move(participants);
   p.weights.assign(p.participants.size(), 1.0);
+  p.tokens_each.assign(p.participants.size(), 1);
+  p.anchor_rounds.assign(p.participants.size(), round);
   p.late = std::move(late);
   p.attempt = attempt;
   return p;

@@ -105,9 +105,10 @@ TEST_CASE("an ABORT: while exchanging the exchange unwinds first; while committi
     (void)m.step(t0);
     REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
     (void)m.step(t0);
-    REQUIRE(m.on_abort("a", {1, "peer c: no data"}).ok());
+    REQUIRE(m.on_abort("a", {1, 0, "peer c: no data"}).ok());
     auto a = m.step(t0 + 100ms);
-    CHECK(kinds(a).empty());  // no READY while the all-reduce still runs
+    CHECK(kinds(a) == std::vector<std::string>{"aborted 1.0"});  // recorded; no READY while the all-reduce still runs
+    CHECK(recorded<history::Aborted>(a).reason == "peer c: no data");
     CHECK(noted(a, "round 1 aborted: peer c: no data"));
     CHECK(m.where() == Where::unwinding);
     m.on_exchange_done(1, 0, kDigest2);  // its result is discarded
@@ -117,15 +118,15 @@ TEST_CASE("an ABORT: while exchanging the exchange unwinds first; while committi
   SECTION("committing") {
     auto m = joined(0);
     to_committing(m, 1, kDigest2);
-    REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
-    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"send ready to a"});
+    REQUIRE(m.on_abort("a", {1, 0, "anchor digests differ"}).ok());
+    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"aborted 1.0", "send ready to a"});
     CHECK(m.where() == Where::idle);
     CHECK(m.held()->round == 0);
   }
   SECTION("an ABORT of another round is ignored") {
     auto m = joined(0);
     to_committing(m, 1, kDigest2);
-    REQUIRE(m.on_abort("a", {2, "?"}).ok());
+    REQUIRE(m.on_abort("a", {2, 0, "?"}).ok());
     CHECK(m.where() == Where::committing);
   }
 }
@@ -136,10 +137,10 @@ TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
   (void)m.step(t0);
-  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());
+  REQUIRE(m.on_abort("a", {1, 0, "peer c: reset"}).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());  // attempt 1 never began here: declined
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});  // not two exchanges at once
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "decline 1.1"});  // not two exchanges at once
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
   auto next = m.step(t0);
   CHECK(kinds(next) == std::vector<std::string>{"exchange"});
@@ -155,8 +156,8 @@ TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends 
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 0's ABORT was lost
-  REQUIRE(m.on_abort("a", {1, "peer c: reset"}).ok());       // this one is attempt 1's
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 1.1"});
+  REQUIRE(m.on_abort("a", {1, 1, "peer c: reset"}).ok());       // this one is attempt 1's
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.1", "decline 1.1"});
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send ready to a"});
   CHECK(m.where() == Where::idle);
@@ -266,6 +267,10 @@ TEST_CASE("late work is dropped under drop, past max_rounds_late, and always wit
   CHECK(kinds(past) == std::vector<std::string>{"drop 500", "release 4"});
   CHECK(noted(past, "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
                     "policy carry)"));
+  CHECK(recorded<history::Dropped>(past).round == 1);
+  CHECK(recorded<history::Dropped>(past).site == "b");
+  CHECK(recorded<history::Dropped>(past).tokens == 500);
+  CHECK(recorded<history::Dropped>(past).reason == "3 round(s) late, policy carry");
   o = options();
   o.straggler.policy = diloco::StragglerPolicy::drop;
   auto dropped = late_by(o, 1);
@@ -277,6 +282,23 @@ TEST_CASE("late work is dropped under drop, past max_rounds_late, and always wit
   CHECK(kinds(fragment) == std::vector<std::string>{"drop 500", "release 2"});
   CHECK(noted(fragment, "dropped this site's late fragment 2 of round 1: 500 tokens (1 round(s) late; with streaming "
                         "a late fragment is always dropped)"));
+}
+
+TEST_CASE("work no round took when the job finishes is dropped with its reason, not lost silently") {
+  auto m = joined(0);
+  // b is left out of round 1 (the last) as a straggler, then its phase comes in.
+  REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {"b"})).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"observe"});
+  m.on_phase({1, 0, 640, 1.5});
+  m.on_exchange_done(1, 0, Result<std::string>(std::string(kDigest2)));
+  (void)m.step(t0);
+  REQUIRE(m.on_committed("a", {1, kDigest2, true}).ok());
+  (void)m.step(t0);
+  m.on_applied({});
+  auto end = m.step(t0);
+  CHECK(kinds(end) == std::vector<std::string>{"drop 640", "release 2 stop", "end finished with checkpoint"});
+  CHECK(recorded<history::Dropped>(end).round == 1);
+  CHECK(recorded<history::Dropped>(end).reason == "the job finished after round 1 before this work could join a round");
 }
 
 TEST_CASE("state that arrives while the trainer trains from the held anchor keeps that anchor as its base") {
@@ -370,7 +392,7 @@ TEST_CASE("PLAN, COMMITTED and ABORT from a site other than the coordinator are 
   CHECK(m.on_plan("c", plan(1, {"b", "c"})).message() ==
         "PLAN of round 1 from c, which is not the coordinator (a)");
   CHECK(m.on_committed("c", {1, kDigest2, false}).code() == Err::invalid_argument);
-  CHECK(m.on_abort("c", {1, "x"}).code() == Err::invalid_argument);
+  CHECK(m.on_abort("c", {1, 0, "x"}).code() == Err::invalid_argument);
   CHECK(kinds(m.step(t0)).empty());
   CHECK(m.where() == Where::idle);
 }
@@ -393,13 +415,13 @@ TEST_CASE("a COMMITTED heard while an observer's exchange then fails: the site c
 TEST_CASE("the round's averaged delta is freed when the round is over: applied, aborted, or unwound") {
   auto m = joined(0);
   to_committing(m, 1, kDigest2);
-  REQUIRE(m.on_abort("a", {1, "anchor digests differ"}).ok());
+  REQUIRE(m.on_abort("a", {1, 0, "anchor digests differ"}).ok());
   CHECK(forgets(m.step(t0)) == 1);
   m.on_phase({1, 0, 640, 1.5});
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
   (void)m.step(t0);
-  REQUIRE(m.on_abort("a", {1, "peer a: reset"}).ok());
+  REQUIRE(m.on_abort("a", {1, 0, "peer a: reset"}).ok());
   CHECK(forgets(m.step(t0)) == 0);  // the all-reduce still writes it
   m.on_exchange_done(1, 1, kDigest2);
   CHECK(forgets(m.step(t0)) == 1);
@@ -418,8 +440,8 @@ TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catch
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
   (void)m.step(t0);
   REQUIRE(m.on_committed("a", {3, kDigest3, false}).ok());  // two rounds ahead: catch up once the exchange ends
-  REQUIRE(m.on_abort("a", {1, "late"}).ok());
+  REQUIRE(m.on_abort("a", {1, 0, "late"}).ok());
   m.on_exchange_done(1, 0, Status(Err::io, "cancelled"));
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send state_request to a"});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "send state_request to a"});
   CHECK(m.where() == Where::catching_up);
 }

@@ -222,7 +222,7 @@ TEST_CASE("a stop in every state ends the job, saving only committed, current st
     m.on_phase({1, 0, 640, 1.5});
     (void)m.step(t0);
     REQUIRE(m.on_plan("a", plan(1, {"a", "b"})).ok());
-    REQUIRE(m.on_abort("a", {1, "x"}).ok());
+    REQUIRE(m.on_abort("a", {1, 0, "x"}).ok());
     (void)m.step(t0);
     CHECK(stop(m) == saved);
   }

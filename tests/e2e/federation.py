@@ -195,6 +195,20 @@ class Federation:
             time.sleep(0.2)
         self.fail(f"timed out after {seconds} s waiting for {what}")
 
+    def check_history(self, job, down=()):
+        """Runs geoloco check-history over every site's folder of `job` (the
+        sites in `down` need not have finished); fails the test on a
+        violation, returns the checker's output."""
+        dirs = [os.path.join(s.dir, "data", "jobs", job) for s in self.sites]
+        args = [self.geoloco, "check-history", *dirs]
+        for d in down:
+            args += ["--down", d]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            self.fail(f"geoloco check-history {job}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+        print(r.stdout, end="")
+        return r.stdout
+
     def fail(self, message):
         report = [message]
         for s in self.sites:

@@ -37,4 +37,6 @@ with Federation() as fed:
             assert ref.get(r, d) == d, (s.name, r)
         print(f"{s.name}: rounds {rounds[0]}..{rounds[-1]}, final anchor {st['anchor_digest']}")
     assert len({s.status('e2e')["anchor_digest"] for s in fed.sites}) == 1
+    checked = fed.check_history("e2e")
+    assert "restarts: 1," in checked, checked
 print("ok")

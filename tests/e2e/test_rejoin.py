@@ -63,4 +63,6 @@ with Federation() as fed:
     assert re.search(r'geoloco_state_sync_seconds\{job="e2e"\} [0-9.e+-]+', metrics), metrics
     print(f"site-c rejoined by STATE_SYNC (state of round {synced}); its digests equal site-a's from round "
           f"{first} to {ROUNDS}")
+    checked = fed.check_history("e2e")
+    assert "restarts: 1," in checked, checked
 print("ok")

@@ -65,4 +65,6 @@ with Federation() as fed:
     a.process.send_signal(signal.SIGINT)
     assert a.process.wait(timeout=60) == 0
     print("site-b resumed and finished with the others; SIGINT stops the coordinator with exit 0")
+    checked = fed.check_history("e2e")
+    assert "restarts: 1," in checked, checked
 print("ok")

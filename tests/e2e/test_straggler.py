@@ -40,6 +40,8 @@ with Federation() as fed:
             assert r["digest"] == ref[r["round"]], (s.name, r["round"])
     print(f"site-c late in rounds {late_rounds}; its work joined rounds {[r['round'] for r in carried]}")
 
+    fed.check_history("e2e")
+
     # The same straggler under `drop`.
     job = fed.write_job(mlp_job(name="e2e-drop", rounds=6, steps=STEPS, deadline="0.5s", min_sites=2,
                                 policy="drop"), "drop.yaml")
@@ -57,4 +59,6 @@ with Federation() as fed:
     dropped = [l for l in metrics.splitlines() if l.startswith('geoloco_dropped_tokens_total{job="e2e-drop"}')]
     assert dropped and float(dropped[0].split()[-1]) >= PHASE_TOKENS, dropped
     print(f"under drop, site-c's late work was discarded and counted: {dropped[0]}")
+    checked = fed.check_history("e2e-drop")
+    assert "(0 drops)" not in checked, checked
 print("ok")

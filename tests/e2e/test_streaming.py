@@ -60,6 +60,7 @@ with Federation() as fed:
     lines = [l for l in watch.splitlines() if l.strip() and l.split()[0][0].isdigit()]
     assert len(lines) == ROUNDS and lines[0].split()[0] == "1:f1" and lines[2].split()[0] == "3:f0", watch
     print(watch)
+    fed.check_history("stream")
 
 with Federation() as fed:
     for s in fed.sites:
@@ -86,4 +87,6 @@ with Federation() as fed:
     dropped = [l for l in metrics.splitlines() if l.startswith('geoloco_dropped_tokens_total{job="stream-late"}')]
     assert dropped and float(dropped[0].split()[-1]) > 0, dropped
     print(f"site-c's late fragments were dropped and counted: {dropped[0]}")
+    checked = fed.check_history("stream-late")
+    assert "(0 drops)" not in checked, checked
 print("ok")

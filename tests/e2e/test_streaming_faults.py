@@ -58,4 +58,6 @@ with Federation() as fed:
             assert r["fragment"] == r["round"] % FRAGMENTS, r
     assert len({s.status("e2e")["anchor_digest"] for s in fed.sites}) == 1
     print(f"every site ends at round {ROUNDS} with anchor {b.status('e2e')['anchor_digest']}")
+    checked = fed.check_history("e2e")
+    assert "restarts: 2," in checked, checked
 print("ok")

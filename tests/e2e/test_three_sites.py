@@ -49,6 +49,10 @@ with Federation() as fed:
     again = fed["site-a"].cli("submit", job, check=False)
     assert again.returncode == 1 and "already ran on site-a (finished)" in again.stderr, (again.returncode, again.stderr)
 
+    checked = fed.check_history("e2e")
+    assert f"rounds: {ROUNDS}\n" in checked and "lost with a killed" in checked, checked
+    assert "tokens: 0 reported" not in checked, checked
+
     watch = fed["site-c"].cli("watch", "e2e").stdout
     lines = [l for l in watch.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert len(lines) == ROUNDS, watch

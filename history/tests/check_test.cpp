@@ -1,0 +1,217 @@
+// The history checker on made-up federations: a clean run passes with its
+// figures, and each broken promise (two digests, a round applied twice or
+// skipped, no last round, a site that did not finish, tokens counted twice,
+// never reported or lost silently, a restart from the future) is named.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "history/check.h"
+
+using namespace geoloco;
+using namespace geoloco::history;
+
+namespace {
+
+std::string digest_of(std::uint64_t round) { return cat("d", round); }
+
+// Sites a (the coordinator), b and c: each trains 100 tokens per round from
+// that round's anchor; rounds 1..3, the third the last, one second apart.
+struct Federation {
+  std::vector<std::string> names{"a", "b", "c"};
+  std::map<std::string, std::vector<Record>> h;
+  std::int64_t t = 1000;
+
+  void add(const std::string& site, Event e) { h[site].push_back({t++, std::move(e)}); }
+  Committed round(std::uint64_t r, bool final) {
+    Committed c;
+    c.round = r;
+    c.coordinator = "a";
+    c.participants = names;
+    for (const auto& n : names) c.contributions.push_back({n, r, 100, 100});
+    c.digest = digest_of(r);
+    c.final = final;
+    return c;
+  }
+  Federation() {
+    for (const auto& n : names) {
+      add(n, Started{n, 0, "", "nothing"});
+      if (n != "a") add(n, StateSyncApplied{0, digest_of(0), "a"});
+    }
+    for (std::uint64_t r = 1; r <= 3; ++r) {
+      for (const auto& n : names) add(n, TrainerTokens{r, 0, 100});
+      t += 1000;
+      for (const auto& n : names) add(n, round(r, r == 3));
+    }
+    for (const auto& n : names) add(n, Ended{"finished", 3, digest_of(3), ""});
+  }
+  CheckInput input() const {
+    CheckInput in;
+    for (const auto& [site, records] : h) in.sites.push_back({cat(site, "/history.jsonl"), records, false});
+    return in;
+  }
+  // The index in `site`'s history of its first event of `name` for round `r`.
+  std::size_t find(const std::string& site, std::string_view name, std::uint64_t r) {
+    const auto& v = h.at(site);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const Event& e = v[i].event;
+      if (event_name(e) != name) continue;
+      const std::uint64_t round = std::visit([](const auto& x) { return x.round; }, e);
+      if (round == r) return i;
+    }
+    FAIL("no " << name << " of round " << r << " at " << site);
+    return 0;
+  }
+  void erase(const std::string& site, std::string_view name, std::uint64_t r) {
+    h[site].erase(h[site].begin() + static_cast<std::ptrdiff_t>(find(site, name, r)));
+  }
+  void insert_before(const std::string& site, std::string_view name, std::uint64_t r, Event e) {
+    auto at = h[site].begin() + static_cast<std::ptrdiff_t>(find(site, name, r));
+    h[site].insert(at, {at->t_ms, std::move(e)});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a clean federation's histories pass, with their figures") {
+  Federation f;
+  auto r = check_history(f.input());
+  INFO(r.violation);
+  REQUIRE(r.ok());
+  CHECK(r.summary.sites == 3);
+  CHECK(r.summary.rounds == 3);
+  CHECK(r.summary.digests_compared == 2 + 9 + 3);  // two state syncs, nine commits, three ends
+  CHECK(r.summary.tokens_reported == 900);
+  CHECK(r.summary.tokens_committed == 900);
+  CHECK(r.summary.tokens_dropped == 0);
+  CHECK(r.summary.tokens_in_memory == 0);
+  CHECK(r.summary.restarts == 0);
+  // From the first record (t = 1000) to round 1's first commit: 5 records and
+  // the 1000 ms pause after the first trainer reports.
+  CHECK(r.summary.longest_without_commit_ms == 1008);
+  CHECK(summary_text(r.summary).find("tokens: 900 reported, 900 committed, 0 dropped (0 drops), 0 lost") !=
+        std::string::npos);
+}
+
+TEST_CASE("two digests for one round are a divergence, named with both sides") {
+  Federation f;
+  std::get<Committed>(f.h["c"][f.find("c", "committed", 2)].event).digest = "other";
+  auto r = check_history(f.input());
+  CHECK(r.violation == "round 2 has two digests: a (committed) says d2, c (committed) says other");
+
+  Federation j;
+  auto in = j.input();
+  in.journal = {{1, "d1", false}, {2, "forged", false}};
+  CHECK(check_history(in).violation ==
+        "round 2 has two digests: the coordinator's journal says forged, a (committed) says d2");
+  in.journal = {{1, "d1", false}, {2, "d2", false}, {3, "d3", true}};
+  CHECK(check_history(in).ok());
+}
+
+TEST_CASE("a round applied twice, or skipped without a state from a peer, is named") {
+  Federation twice;
+  twice.h["b"].insert(twice.h["b"].begin() + static_cast<std::ptrdiff_t>(twice.find("b", "committed", 2)) + 1,
+                      {5000, twice.round(2, false)});
+  CHECK(check_history(twice.input()).violation == "b applied round 2 twice (it held round 2)");
+
+  Federation gap;
+  gap.erase("c", "committed", 2);
+  CHECK(check_history(gap.input()).violation ==
+        "c applied round 3 while holding round 1: no state taken from a peer covers the rounds between");
+  gap.insert_before("c", "committed", 3, StateSyncApplied{2, digest_of(2), "a"});
+  // The round-2 phase c reported is now counted by round 2 of the others' commits.
+  auto r = check_history(gap.input());
+  INFO(r.violation);
+  CHECK(r.ok());
+  CHECK(r.summary.state_syncs == 3);
+
+  Federation wrong;
+  wrong.erase("c", "committed", 2);
+  wrong.insert_before("c", "committed", 3, StateSyncApplied{2, "stale", "b"});
+  CHECK(check_history(wrong.input()).violation ==
+        "round 2 has two digests: a (committed) says d2, c (state_sync_applied) from b says stale");
+}
+
+TEST_CASE("the sites must agree on who took part in a round") {
+  Federation f;
+  auto& c = std::get<Committed>(f.h["b"][f.find("b", "committed", 1)].event);
+  c.attempt = 1;
+  CHECK(check_history(f.input()).violation == "round 1: a committed attempt 0 of [a, b, c], b attempt 1 of [a, b, c]");
+}
+
+TEST_CASE("the job must reach its last round, and every site end finished on it") {
+  Federation open;
+  std::get<Committed>(open.h["a"][open.find("a", "committed", 3)].event).final = false;
+  std::get<Committed>(open.h["b"][open.find("b", "committed", 3)].event).final = false;
+  std::get<Committed>(open.h["c"][open.find("c", "committed", 3)].event).final = false;
+  CHECK(check_history(open.input()).violation ==
+        "the job did not reach its stop condition: no round was committed as its last (the highest committed is 3)");
+
+  Federation killed;
+  killed.h["c"].pop_back();
+  CHECK(check_history(killed.input()).violation ==
+        "c did not end: its last run was killed or still runs (name it with --down)");
+  auto in = killed.input();
+  in.allowed_down = {"c"};
+  CHECK(check_history(in).ok());
+
+  Federation stopped;
+  stopped.h["b"].back().event = Ended{"stopped", 2, digest_of(2), "the daemon stops"};
+  CHECK(check_history(stopped.input()).violation ==
+        "b ended stopped at round 2; the job's last round is 3 (the daemon stops)");
+}
+
+TEST_CASE("the token ledger: counted once, dropped with a reason, or lost with a site's memory") {
+  Federation missing;
+  missing.erase("b", "trainer_tokens", 2);
+  CHECK(check_history(missing.input()).violation ==
+        "round 2 counts 100 tokens of b trained for round 2, which its trainer never reported (or another round "
+        "counts them too)");
+
+  Federation silent;  // b's trainer reports a phase after the last round, which nothing accounts for
+  silent.insert_before("b", "ended", 3, TrainerTokens{4, 0, 70});
+  CHECK(check_history(silent.input()).violation ==
+        "b's trainer reported 70 tokens for round 4 that no committed round counts and no 'dropped' event names: "
+        "lost silently");
+  silent.insert_before("b", "ended", 3, Dropped{4, "b", 70, "the job finished"});
+  auto dropped = check_history(silent.input());
+  INFO(dropped.violation);
+  REQUIRE(dropped.ok());
+  CHECK(dropped.summary.tokens_dropped == 70);
+  CHECK(dropped.summary.drops == 1);
+  CHECK(dropped.summary.tokens_reported == 970);
+
+  Federation twice;  // a drop of work a round also counts
+  twice.insert_before("b", "ended", 3, Dropped{3, "b", 100, "late"});
+  CHECK(check_history(twice.input()).violation ==
+        "b dropped 100 tokens trained for round 3, which its trainer never reported (or are counted elsewhere too)");
+
+  // c is killed after reporting round 2's phase, restarts from round 1 and
+  // trains round 2 again: the first phase was lost with its memory.
+  Federation crash;
+  const std::size_t at = crash.find("c", "committed", 2);
+  crash.h["c"].insert(crash.h["c"].begin() + static_cast<std::ptrdiff_t>(at),
+                      {{3200, Started{"c", 1, digest_of(1), "checkpoint"}}, {3201, TrainerTokens{2, 0, 100}}});
+  auto r = check_history(crash.input());
+  INFO(r.violation);
+  REQUIRE(r.ok());
+  CHECK(r.summary.restarts == 1);
+  CHECK(r.summary.tokens_in_memory == 100);
+  CHECK(r.summary.tokens_committed == 900);
+}
+
+TEST_CASE("a restart from a round the site never held is refused") {
+  Federation f;
+  const std::size_t at = f.find("c", "committed", 2);
+  f.h["c"].insert(f.h["c"].begin() + static_cast<std::ptrdiff_t>(at), {3200, Started{"c", 5, "d5", "checkpoint"}});
+  CHECK(check_history(f.input()).violation == "c restarted from round 5 but never held a round beyond 1");
+}
+
+TEST_CASE("a history must begin with its site's start, and each site comes once") {
+  Federation f;
+  auto in = f.input();
+  in.sites[1].records.erase(in.sites[1].records.begin());
+  CHECK(check_history(in).violation == "b/history.jsonl: a history begins with a 'started' event");
+  auto twice = f.input();
+  twice.sites.push_back(twice.sites[0]);
+  CHECK(check_history(twice).violation == "a/history.jsonl: site 'a' given twice");
+}

@@ -129,8 +129,22 @@ asio::awaitable<void> ControlServer::serve(stream_protocol::socket socket) {
     co_await finish(Status(Err::malformed, "the request is not a JSON object"));
     co_return;
   }
-  Status s = co_await handler_(request, send);
+  Status s;
+  try {
+    s = co_await handler_(request, send);
+  } catch (const std::exception& e) {
+    // A bug, but the client still gets an answer, and the daemon goes on.
+    s = Status(Err::internal, cat("the request failed: ", e.what()));
+  }
   co_await finish(s);
+}
+
+Result<std::string> request_string(const nlohmann::json& request, const char* key, const std::string& fallback) {
+  const auto it = request.find(key);
+  if (it == request.end()) return fallback;
+  GEOLOCO_RETURN_IF(!it->is_string(), Err::invalid_argument, "the request's \"", key, "\" must be a string, not ",
+                    it->type_name());
+  return it->get<std::string>();
 }
 
 Status control_request(const std::string& path, const nlohmann::json& request,

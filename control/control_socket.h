@@ -33,6 +33,10 @@ struct PeerCredentials {
 /// Returns the reason for a refusal, or "" when allowed.
 std::string control_refusal(const PeerCredentials& peer, uid_t daemon_uid, gid_t control_gid);
 
+/// The string field `key` of a request, `fallback` when it is absent.
+/// Errors: invalid_argument naming the field when it is there but not a string.
+Result<std::string> request_string(const nlohmann::json& request, const char* key, const std::string& fallback = {});
+
 /// Sends one reply line; returns false once the client is gone.
 using ReplyFn = std::function<asio::awaitable<bool>(const nlohmann::json& line)>;
 /// Answers one request: writes zero or more lines through `reply`; the

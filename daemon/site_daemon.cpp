@@ -290,19 +290,27 @@ asio::awaitable<Status> SiteDaemon::cancel(const std::string& name, const std::s
 }
 
 asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request, control::ReplyFn reply) {
-  const std::string command = request.value("command", std::string());
-  if (command == "submit") {
-    if (!request.contains("yaml") || !request["yaml"].is_string())
+  // Every field is checked for its type first: a request with a number
+  // where a name belongs gets an answer naming the field.
+  auto command = control::request_string(request, "command");
+  auto job_field = control::request_string(request, "job");
+  auto file_field = control::request_string(request, "file", "job.yaml");
+  for (const auto* field : {&command, &job_field, &file_field})
+    if (!field->ok()) co_return field->status();
+  const std::string name = *job_field;
+  if (*command == "submit") {
+    auto yaml = control::request_string(request, "yaml");
+    if (!yaml.ok()) co_return yaml.status();
+    if (!request.contains("yaml"))
       co_return GEOLOCO_ERROR(Err::invalid_argument, "submit needs the job file's text in \"yaml\"");
-    const std::string file = request.value("file", std::string("job.yaml"));
-    auto result = submit(request["yaml"].get<std::string>(), file);
+    auto result = submit(*yaml, *file_field);
     if (!result.ok()) co_return result.status();
     co_await reply(*result);
     co_return Status{};
   }
-  if (command == "status") {
+  if (*command == "status") {
     nlohmann::json jobs = nlohmann::json::array();
-    const std::string only = request.value("job", std::string());
+    const std::string& only = name;
     for (const auto& j : past_)
       if (only.empty() || j->spec().name == only) jobs.push_back(j->status());
     if (active_ && (only.empty() || active_->spec().name == only)) jobs.push_back(active_->status());
@@ -315,8 +323,7 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
     co_await reply(line);
     co_return Status{};
   }
-  if (command == "watch") {
-    const std::string name = request.value("job", std::string());
+  if (*command == "watch") {
     auto job = find(name);
     if (!job)
       co_return GEOLOCO_ERROR(Err::invalid_argument, "no job named '", name, "' on ", site_.name,
@@ -351,8 +358,7 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
     co_return GEOLOCO_ERROR(Err::invalid_argument, "job ", name, " is ", job_state_name(job->state()), ": ",
                             job->message());
   }
-  if (command == "cancel") {
-    const std::string name = request.value("job", std::string());
+  if (*command == "cancel") {
     Status s = co_await cancel(name, cat("cancelled on ", site_.name, " with geoloco cancel"), true);
     if (!s.ok()) co_return s;
     nlohmann::json line;
@@ -361,7 +367,7 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
     co_await reply(line);
     co_return Status{};
   }
-  co_return GEOLOCO_ERROR(Err::invalid_argument, "unknown command '", command,
+  co_return GEOLOCO_ERROR(Err::invalid_argument, "unknown command '", *command,
                           "' (known: submit, status, watch, cancel)");
 }
 

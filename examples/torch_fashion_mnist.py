@@ -7,10 +7,12 @@ DiLoCo's inner optimizer does), copy the replica into shared memory, SYNC,
 wait for RESULT, repeat until the daemon says stop. If the daemon has no
 anchor yet (a fresh job), this trainer's initialization becomes it.
 
-    python3 examples/torch_fashion_mnist.py --socket /run/geoloco/JOB.sock --job JOB
+    python3 examples/torch_fashion_mnist.py --socket /var/lib/geoloco/jobs/JOB/sync.sock --job JOB
 
-The socket and job also come from GEOLOCO_SOCKET and GEOLOCO_JOB (the daemon
-sets them when it starts a trainer). Data: the Debian package
+The job's sync socket is <data_dir>/jobs/<job>/sync.sock (data_dir from the
+site file; /var/lib/geoloco with the packaged service); a user in the
+geoloco group may attach. The socket and job also come from GEOLOCO_SOCKET
+and GEOLOCO_JOB (the daemon sets them when it starts a trainer). Data: the Debian package
 dataset-fashion-mnist (gzip'd IDX files under /usr/share/datasets/fashion-mnist),
 read with gzip and numpy. Exits 77 when torch or numpy is missing (so ctest
 skips the integration test instead of failing it).

@@ -74,9 +74,20 @@ started=$(date +%s)
 $bin/geoloco watch demo --socket demo/run/site-a.sock
 diloco_seconds=$(( $(date +%s) - started ))
 
+# watch ends with site-a; the others end a moment later.
 for s in "${sites[@]}"; do
-  $bin/geoloco status demo --json --socket "demo/run/$s.sock" >"demo/status-$s.json"
+  for _ in $(seq 150); do
+    $bin/geoloco status demo --json --socket "demo/run/$s.sock" >"demo/status-$s.json"
+    python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["jobs"][-1]["state"] != "finished")' \
+      "demo/status-$s.json" && break
+    sleep 0.2
+  done
 done
+
+echo "== every site's history checked (geoloco check-history)"
+history_dirs=()
+for s in "${sites[@]}"; do history_dirs+=("demo/data/$s/jobs/demo"); done
+$bin/geoloco check-history "${history_dirs[@]}" | sed 's/^/  /' || true
 
 baseline_out=demo/logs/data-parallel.log
 if [ "$baseline" = 1 ]; then

@@ -32,8 +32,10 @@ TEST_CASE("who may control the daemon") {
 
 namespace {
 asio::awaitable<Status> count_handler(const nlohmann::json& request, ReplyFn reply) {
-  if (request.value("command", std::string()) != "count") co_return Status(Err::invalid_argument, "unknown command");
-  const int to = request.value("to", 0);
+  auto command = request_string(request, "command");
+  if (!command.ok()) co_return command.status();
+  if (*command != "count") co_return Status(Err::invalid_argument, "unknown command");
+  const int to = request.value("to", 0);  // throws on a string: the server still answers
   for (int i = 1; i <= to; ++i) {
     nlohmann::json line;  // built outside the co_await: GCC 12 cannot keep a braced list alive across it
     line["n"] = i;
@@ -60,6 +62,11 @@ TEST_CASE("a request gets its streamed lines and a final status") {
   CHECK(seen == std::vector<int>{1, 2, 3});
   Status bad = control_request(path, {{"command", "fly"}}, [](const nlohmann::json&) {});
   CHECK(bad.message() == "unknown command");
+  // Fields of the wrong type get an answer, never a silently closed connection.
+  Status number = control_request(path, {{"command", 42}}, [](const nlohmann::json&) {});
+  CHECK(number.message() == "the request's \"command\" must be a string, not number");
+  Status thrown = control_request(path, {{"command", "count"}, {"to", "x"}}, [](const nlohmann::json&) {});
+  CHECK(thrown.message().find("the request failed: ") == 0);
 
   io.stop();
   loop.join();

@@ -68,6 +68,7 @@ Result<std::unique_ptr<TrainerHost>> TrainerHost::open(const asio::any_io_execut
   so.job = host->options_.job;
   so.expected_layout = host->options_.expected_layout;
   so.check_finite = host->options_.check_finite;
+  so.hello_timeout_ms = host->options_.hello_timeout_ms;
   auto server = protocol::Server::open(std::move(so));
   if (!server.ok()) return server.status();
   host->server_ = std::move(*server);
@@ -87,6 +88,7 @@ void TrainerHost::close() {
   asio::error_code ignored;
   if (listen_sd_) listen_sd_->close(ignored);
   if (trainer_sd_) trainer_sd_->close(ignored);
+  if (hello_timer_) hello_timer_->cancel();
   listen_sd_.reset();
   trainer_sd_.reset();
   // The trainer sees the connection close (and stops, or retries). No ERROR
@@ -497,6 +499,18 @@ void TrainerHost::follow_trainer_fd() {
   trainer_sd_ = std::move(*sd);
   trainer_ino_ = ino;
   asio::co_spawn(executor_, read_loop(trainer_sd_, generation_, alive_), asio::detached);
+  asio::co_spawn(executor_, hello_watch(generation_, alive_), asio::detached);
+}
+
+asio::awaitable<void> TrainerHost::hello_watch(std::uint64_t generation, std::shared_ptr<bool> alive) {
+  const auto deadline = server_->hello_deadline();
+  if (!deadline) co_return;
+  if (!hello_timer_) hello_timer_.emplace(executor_);
+  hello_timer_->expires_at(*deadline);
+  co_await hello_timer_->async_wait(as_tuple(use_awaitable));
+  if (!*alive || generation != generation_) co_return;  // closed, or another connection since
+  server_->on_hello_deadline(std::chrono::steady_clock::now());
+  pump();
 }
 
 void TrainerHost::arm_write() {

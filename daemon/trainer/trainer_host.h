@@ -27,6 +27,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,6 +68,9 @@ struct TrainerHostOptions {
   /// Refuse a SYNC whose replica holds NaN or Inf, so a diverged trainer
   /// cannot poison the anchor of every site.
   bool check_finite = true;
+  /// A connection that has not completed its HELLO this long after it
+  /// connected is closed, freeing the job's one trainer slot.
+  int hello_timeout_ms = 10'000;
   /// Where the anchor that welcomes a (re)started trainer comes from. Unset:
   /// the host keeps its own copy (4 bytes per parameter). Set: the engine's
   /// anchor of the host's next round, read only when a trainer is welcomed,
@@ -193,6 +197,8 @@ class TrainerHost {
                                   std::shared_ptr<bool> alive);
   asio::awaitable<void> write_wait(std::shared_ptr<Descriptor> trainer, std::uint64_t generation,
                                    std::shared_ptr<bool> alive);
+  /// Closes a connection that has not completed its HELLO in time (ServerOptions::hello_timeout_ms).
+  asio::awaitable<void> hello_watch(std::uint64_t generation, std::shared_ptr<bool> alive);
 
   std::span<const float> current_anchor() const;
   void keep_anchor(std::span<const float> anchor);
@@ -209,6 +215,7 @@ class TrainerHost {
   // descriptor the Server closed and whose number the next accept reuses.
   std::shared_ptr<Descriptor> listen_sd_;
   std::shared_ptr<Descriptor> trainer_sd_;
+  std::optional<asio::steady_timer> hello_timer_;  ///< hello_watch's sleep, cut short by close()
   ino_t trainer_ino_ = 0;           ///< socket inode of trainer_sd_: tells a new trainer on a reused fd number
   std::uint64_t generation_ = 0;    ///< bumped when the trainer's descriptor changes; stale loops exit
   bool write_armed_ = false;

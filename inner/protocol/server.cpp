@@ -80,12 +80,28 @@ void Server::on_listen_readable() {
       continue;
     }
     trainer_ = std::move(fd);
+    connected_at_ = std::chrono::steady_clock::now();
     ++trainer_generation_;
     trainer_pid_ = peer_pid(trainer_.get());
     phase_ = Phase::awaiting_hello;
     inbox_ = MessageBuffer(options_.limits);
     outbox_.clear();
   }
+}
+
+std::optional<std::chrono::steady_clock::time_point> Server::hello_deadline() const {
+  if (!trainer_.valid() || phase_ != Phase::awaiting_hello) return std::nullopt;
+  return connected_at_ + std::chrono::milliseconds(options_.hello_timeout_ms);
+}
+
+void Server::on_hello_deadline(std::chrono::steady_clock::time_point now) {
+  const auto deadline = hello_deadline();
+  if (!deadline || now < *deadline) return;
+  Status why = GEOLOCO_ERROR(Err::timeout, "no complete HELLO within ", options_.hello_timeout_ms,
+                             " ms of connecting (", inbox_.pending(), " bytes of one arrived); the connection is "
+                             "closed and the job's trainer slot is free");
+  events_.push_back(RefusalEvent{why, true});
+  drop_trainer(why.code(), why.message());
 }
 
 void Server::on_trainer_readable() {

@@ -32,10 +32,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -64,6 +66,10 @@ struct ServerOptions {
   /// diverged trainer cannot poison the anchor of every site. Costs one read
   /// of the fragment.
   bool check_finite = true;
+  /// A connection that has not completed its HELLO this long after it was
+  /// accepted is closed (hello_deadline(), on_hello_deadline()): a
+  /// half-sent HELLO must not hold the job's one trainer slot.
+  int hello_timeout_ms = 10'000;
 };
 
 /// Where the conversation with the attached trainer stands.
@@ -131,6 +137,12 @@ class Server {
 
   /// Accepts pending connections; a second trainer is refused (fatal ERROR).
   void on_listen_readable();
+  /// When the attached connection must have completed its HELLO; none once
+  /// it has (or with no connection).
+  std::optional<std::chrono::steady_clock::time_point> hello_deadline() const;
+  /// Closes the connection, with a fatal ERROR and a RefusalEvent, when its
+  /// HELLO is not complete by `now` past hello_deadline().
+  void on_hello_deadline(std::chrono::steady_clock::time_point now);
   /// Reads what the trainer sent and handles every complete message.
   void on_trainer_readable();
   /// Sends queued messages.
@@ -193,6 +205,7 @@ class Server {
   Phase phase_ = Phase::no_trainer;
   MessageBuffer inbox_;
   std::uint64_t trainer_generation_ = 0;          // counts accepted trainer connections
+  std::chrono::steady_clock::time_point connected_at_;  // when the attached connection was accepted
   std::map<std::uint32_t, std::uint64_t> synced_by_;  // fragment -> the connection that synced it
   std::deque<Outgoing> outbox_;
   std::vector<Event> events_;

@@ -56,6 +56,9 @@ Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
   GEOLOCO_RETURN_IF(!fd.valid(), Err::io, "socket(): ", errno_text(errno));
   GEOLOCO_RETURN_IF(::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) != 0, Err::io,
                     "cannot bind '", path, "': ", errno_text(errno));
+  // The daemon's user and group may connect (a trainer running as another
+  // user joins the group); others may not, whatever the umask made of it.
+  GEOLOCO_RETURN_IF(::chmod(path.c_str(), 0660) != 0, Err::io, "cannot chmod '", path, "': ", errno_text(errno));
   GEOLOCO_RETURN_IF(::listen(fd.get(), backlog) != 0, Err::io, "cannot listen on '", path, "': ", errno_text(errno));
   return fd;
 }

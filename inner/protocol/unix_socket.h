@@ -48,7 +48,8 @@ inline constexpr std::size_t kMaxSocketPath = 107;
 
 /// Binds and listens on `path`, non-blocking and close-on-exec. A socket file
 /// left there by a dead process is replaced; one a live process still serves
-/// is not (Err::io). Errors: invalid_argument (path too long or empty), io.
+/// is not (Err::io). The socket file is mode 0660: the owner and its group
+/// may connect. Errors: invalid_argument (path too long or empty), io.
 Result<UniqueFd> listen_unix(const std::string& path, int backlog = 4);
 
 /// Connects to `path`, retrying while the socket does not exist yet or

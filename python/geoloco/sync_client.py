@@ -21,7 +21,7 @@ implementation of the daemon); this module encodes the trainer's messages
 and decodes the daemon's, checking every length.
 
     layout = layout_of([(name, tuple(p.shape)) for name, p in model.named_parameters()])
-    with SyncClient.connect("/run/geoloco/job.sock", "job", layout) as client:
+    with SyncClient.connect("/var/lib/geoloco/jobs/JOB/sync.sock", "JOB", layout) as client:
         ...
 """
 

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <poll.h>
+#include <sys/socket.h>
 #include <thread>
 #include <vector>
 
@@ -311,6 +313,58 @@ TEST_CASE("a trainer with the wrong layout is refused and the host's state is un
   CHECK(c.welcomed == std::vector<float>(9, 0.75f));
   CHECK(c.next_rounds == std::vector<std::uint64_t>{6});
   CHECK(c.stopped);
+}
+
+TEST_CASE("a connection that never completes its HELLO is closed at the deadline; a trainer then attaches",
+          "[daemon][trainer]") {
+  std::vector<std::jthread> threads;
+  asio::io_context io;
+  TrainerHostOptions o;
+  o.hello_timeout_ms = 300;
+  auto host = open_host(io, o);
+  REQUIRE(host.ok());
+  const std::string path = (*host)->options().socket_path;
+  std::atomic<bool> done{false};
+  Status blocked, half_closed, attached;
+  threads.emplace_back([&] {
+    auto half = protocol::connect_unix(path, 5000);
+    if (!half.ok()) return void(half_closed = half.status());
+    const char partial[] = "GLS";  // the start of a header, then nothing
+    (void)::send(half->get(), partial, 3, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(50ms);
+    auto second = protocol::Client::connect(path, "job-a", layout(), client_options());
+    blocked = second.ok() ? Status(Err::internal, "a second trainer was welcomed") : second.status();
+    // Past the deadline the daemon has sent its ERROR and closed: read to the end.
+    char buf[4096];
+    std::size_t got = 0;
+    for (;;) {
+      pollfd p{half->get(), POLLIN, 0};
+      if (::poll(&p, 1, 3000) <= 0) return void(half_closed = Status(Err::timeout, "still open after 3 s"));
+      const ssize_t n = ::recv(half->get(), buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    half_closed = got > 0 ? Status() : Status(Err::io, "closed without an ERROR");
+    auto client = protocol::Client::connect(path, "job-a", layout(), client_options());
+    attached = client.ok() ? Status() : client.status();
+    done = true;
+  });
+  test::run_on(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    while (!done) {
+      t.expires_after(20ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  }(), 30s);
+  const auto refusals = (*host)->stats().refusals;
+  host->reset();
+  threads.clear();
+  CHECK_THAT(blocked.message(), Catch::Contains("already has a trainer attached"));
+  INFO(half_closed.to_string());
+  CHECK(half_closed.ok());
+  INFO(attached.to_string());
+  CHECK(attached.ok());
+  CHECK(refusals == 2);  // the second trainer while the slot was held, then the missing HELLO
 }
 
 TEST_CASE("a trainer that dies after its SYNC: the round finishes, the next trainer starts from its anchor",

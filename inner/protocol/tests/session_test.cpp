@@ -3,6 +3,8 @@
 // fragments with a closed-form outer step, restarts, and a vanished daemon.
 // Every value that crosses shared memory is compared exactly: the fake
 // daemon computes anchor − 0.5·(anchor − replica) in fp32, as this side does.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
@@ -161,6 +163,10 @@ TEST_CASE("a second trainer is refused while one is attached") {
   FakeDaemonConfig cfg;
   cfg.anchor.assign(43, 1.0f);
   FakeDaemon daemon(open_server(path), cfg);
+  // The daemon's group may attach a trainer (a trainer running as another user), others may not.
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
   auto first = Client::connect(path, "mlp-test", mlp());
   REQUIRE(first.ok());
   auto second = Client::connect(path, "mlp-test", mlp());

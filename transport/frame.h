@@ -30,6 +30,8 @@ namespace geoloco::transport {
 inline constexpr std::uint32_t kFrameMagic = 0x31464c47u;  // "GLF1" on the wire
 inline constexpr std::uint8_t kFrameVersion = 1;
 inline constexpr std::size_t kFrameHeaderSize = 48;
+/// A hello's payload is a site name: at most 64 bytes (common/site_name.h).
+inline constexpr std::uint64_t kMaxHelloBytes = 64;
 
 enum class FrameType : std::uint8_t {
   hello = 1,      ///< first frame on a connection: payload = the sender's site name

@@ -133,8 +133,19 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer(), conn.get(), s);
     co_return;
   }
-  // The hello must come within the connect timeout; the watchdog enforces it.
+  // The hello must come, whole, within the connect timeout: each read has its
+  // own deadline, which keepalives would refresh forever, so this one is
+  // absolute.
   conn->start();
+  const int hello_ms = options_.transport.connect_timeout_ms;
+  auto hello_timer = std::make_shared<asio::steady_timer>(executor_, std::chrono::milliseconds(hello_ms));
+  hello_timer->async_wait([conn, hello_ms](const std::error_code& ec) {
+    if (!ec) conn->close(GEOLOCO_ERROR(Err::timeout, "no hello within ", hello_ms, " ms of the handshake"));
+  });
+  struct CancelOnExit {
+    std::shared_ptr<asio::steady_timer> timer;
+    ~CancelOnExit() { timer->cancel(); }
+  } cancel_hello_timer{hello_timer};
   auto header = co_await conn->read_header();
   if (!header.ok()) {
     reject(conn->peer(), conn.get(), header.status());
@@ -145,11 +156,19 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
                                                    frame_type_name(header->type), ", expected hello"));
     co_return;
   }
+  // A hello holds a site name: refused before its payload is read, so a peer
+  // cannot make this site buffer a frame-sized hello.
+  if (header->payload_size > kMaxHelloBytes) {
+    reject(conn->peer(), conn.get(), GEOLOCO_ERROR(Err::malformed, "a hello of ", header->payload_size,
+                                                   " bytes; a site name is at most ", kMaxHelloBytes));
+    co_return;
+  }
   auto payload = co_await conn->read_payload(*header);
   if (!payload.ok()) {
     reject(conn->peer(), conn.get(), payload.status());
     co_return;
   }
+  hello_timer->cancel();
   const std::string claimed(reinterpret_cast<const char*>(payload->data()), payload->size());
   const int slot = static_cast<int>(header->chunk);
   Status refused;
@@ -227,6 +246,12 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
   if (!s.ok()) co_return s;
   auto header = co_await conn->read_header();
   if (!header.ok()) co_return header.status();
+  if (header->type != FrameType::hello || header->payload_size > kMaxHelloBytes) {
+    Status wrong = GEOLOCO_ERROR(Err::malformed, peer.name, " answered hello with a ", frame_type_name(header->type),
+                                 " frame of ", header->payload_size, " bytes");
+    conn->close(wrong);
+    co_return wrong;
+  }
   auto payload = co_await conn->read_payload(*header);
   if (!payload.ok()) co_return payload.status();
   const std::string answered(reinterpret_cast<const char*>(payload->data()), payload->size());

@@ -211,6 +211,32 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
     }
     CHECK(refused_with(a, "stale frame from mallory: shard of round 1 fragment 0, which is over"));
 
+    {
+      // A hello that claims a frame-sized name: refused on its header, before
+      // 64 MiB are read into memory.
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      FrameHeader h;
+      h.type = FrameType::hello;
+      h.job = 1;
+      h.payload_size = 64ull << 20;
+      r.send(h, {});
+    }
+    CHECK(refused_with(a, "a hello of 67108864 bytes; a site name is at most 64"));
+
+    {
+      // Keepalives but never a hello: closed at the connect timeout (3 s here).
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      REQUIRE(r.handshake_ok());
+      FrameHeader k;
+      k.type = FrameType::keepalive;
+      seal(k, {});
+      for (int i = 0; i < 14; ++i) {
+        r.send(k, {});
+        std::this_thread::sleep_for(300ms);
+      }
+      CHECK(refused_with(a, "no hello within 3000 ms of the handshake", 1s));
+    }
+
     // Through all of it, the honest exchange completed, with the right answer.
     for (auto& f : round2) {
       auto res = f.get();

@@ -308,6 +308,8 @@ Status JobRun::start() {
   h.streaming = streaming();
   h.first_round = state_.round + 1;
   h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
+  // A checkpoint's layout is the job's (its first trainer's): later trainers must match it.
+  if (!state_.anchor.empty() && state_.layout != layout_for(state_.anchor.size())) h.expected_layout = state_.layout;
   std::optional<HeldState> journal;
   if (is_coordinator()) {
     auto role = CoordinatorRole::open(

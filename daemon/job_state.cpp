@@ -69,6 +69,11 @@ void JobRun::install_state() {
     return;
   }
   delta_.clear();
+  // The job's layout came with the state: a trainer of another model, or of
+  // the same values in other shapes, is refused before it is welcomed.
+  if (state_.layout != layout_for(state_.anchor.size()))
+    if (Status s = host_->expect_layout(state_.layout); !s.ok())
+      spdlog::error("[{}] the state's layout: {}", spec_.name, s.message());
   note(installed->note);
   record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
   if (auto* m = env_.metrics) {

@@ -136,6 +136,14 @@ std::uint64_t TrainerHost::known_values() const {
 
 // --- the engine's calls ---------------------------------------------------
 
+Status TrainerHost::expect_layout(const Layout& layout) {
+  GEOLOCO_RETURN_IF(!server_, Err::invalid_argument, "job '", options_.job, "': the sync socket is closed");
+  settle();
+  Status s = server_->expect_layout(layout);
+  pump();
+  return s;
+}
+
 Status TrainerHost::set_anchor(std::span<const float> anchor, std::uint64_t round) {
   GEOLOCO_TRY(waiting_error());
   settle();

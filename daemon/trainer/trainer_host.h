@@ -118,6 +118,10 @@ class TrainerHost {
   /// changes through finish_round(); a size that differs from the layout; a
   /// new round while a trainer was already welcomed for another; stopped).
   Status set_anchor(std::span<const float> anchor, std::uint64_t round);
+  /// The job's layout, once known from a peer's state: a trainer waiting to
+  /// be welcomed with another is refused, naming the first tensor that
+  /// differs, and so is every later one. Errors: as Server::expect_layout.
+  Status expect_layout(const Layout& layout);
 
   /// The initialization the first trainer handed over (INIT), when the host
   /// had no anchor and may ask for one. Waits for it. Errors:

@@ -349,6 +349,25 @@ Status Server::complete_sync(std::uint32_t fragment, std::span<const float> anch
   return {};
 }
 
+Status Server::expect_layout(const Layout& layout) {
+  if (Status s = check_layout(layout); !s.ok()) return GEOLOCO_ERROR(Err::invalid_argument, "the job's layout is invalid: ", s.message());
+  if (!layout_.empty()) {
+    if (Status s = compare_layouts(layout, layout_); !s.ok())
+      return GEOLOCO_ERROR(Err::mismatch, "job '", options_.job, "' holds another layout already: ", s.message());
+    return {};
+  }
+  layout_ = layout;
+  if (phase_ == Phase::hello_pending) {
+    if (Status s = compare_layouts(layout_, hello_layout_); !s.ok()) {
+      Status why = GEOLOCO_ERROR(Err::mismatch, "the trainer's layout does not match job '", options_.job, "': ",
+                                 s.message());
+      events_.push_back(RefusalEvent{why, true});
+      drop_trainer(why.code(), why.message());
+    }
+  }
+  return {};
+}
+
 void Server::drop_trainer(Err code, const std::string& reason) {
   if (!trainer_.valid()) return;
   send(ErrorMsg{code, true, 0, kNoFragment, 0, reason});

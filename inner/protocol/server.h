@@ -172,6 +172,13 @@ class Server {
   /// Sends a fatal ERROR with `reason` and closes the trainer's connection
   /// (e.g. a layout the daemon refuses, or the job was cancelled).
   void drop_trainer(Err code, const std::string& reason);
+  /// The job's layout became known (a state taken from a peer carries it):
+  /// every trainer from now on must present exactly it, and one whose HELLO
+  /// waits with another is refused (fatal ERROR naming the first tensor that
+  /// differs, and a RefusalEvent). Errors: invalid_argument (an invalid
+  /// layout), mismatch (a trainer was welcomed with another layout; nothing
+  /// changes).
+  Status expect_layout(const Layout& layout);
 
   ServerSnapshot snapshot() const;
   const ServerOptions& options() const { return options_; }

@@ -367,6 +367,53 @@ TEST_CASE("a connection that never completes its HELLO is closed at the deadline
   CHECK(refusals == 2);  // the second trainer while the slot was held, then the missing HELLO
 }
 
+TEST_CASE("the job's layout, learnt from a peer's state, refuses a waiting trainer of other shapes",
+          "[daemon][trainer]") {
+  std::vector<std::jthread> threads;
+  asio::io_context io;
+  TrainerHostOptions o;
+  o.ask_for_initial = false;  // a joining site: trainers wait for the state
+  auto host = open_host(io, o);
+  REQUIRE(host.ok());
+  const std::string path = (*host)->options().socket_path;
+  std::atomic<bool> refused_done{false}, done{false};
+  Status transposed, right;
+  threads.emplace_back([&] {
+    auto t = protocol::Client::connect(path, "job-a", wrong_layout(), client_options());
+    transposed = t.ok() ? Status(Err::internal, "the transposed trainer was welcomed") : t.status();
+    refused_done = true;
+    auto c = protocol::Client::connect(path, "job-a", layout(), client_options());
+    right = c.ok() ? Status() : c.status();
+    done = true;
+  });
+  test::run_on(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    // The transposed trainer's HELLO waits for the anchor (it connects at
+    // once); 200 ms later the state's layout arrives.
+    t.expires_after(200ms);
+    co_await t.async_wait(asio::use_awaitable);
+    CHECK((*host)->expect_layout(layout()).ok());
+    while (!refused_done) {
+      t.expires_after(20ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    CHECK((*host)->stats().refusals == 1);
+    CHECK((*host)->set_anchor(std::vector<float>(9, 1.0f), 1).ok());
+    while (!done) {
+      t.expires_after(20ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    // A layout other than the one pinned is refused, and changes nothing.
+    CHECK((*host)->expect_layout(wrong_layout()).code() == Err::mismatch);
+  }(), 30s);
+  host->reset();
+  threads.clear();
+  CHECK(transposed.code() == Err::mismatch);
+  CHECK_THAT(transposed.message(), Catch::Contains("tensor 0 ('w'): the job expects shape [2, 3], the trainer sent [3, 2]"));
+  INFO(right.to_string());
+  CHECK(right.ok());
+}
+
 TEST_CASE("a trainer that dies after its SYNC: the round finishes, the next trainer starts from its anchor",
           "[daemon][trainer]") {
   std::vector<std::jthread> threads;

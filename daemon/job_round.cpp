@@ -130,6 +130,9 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   const std::string digest = digest_hex(state_.anchor_digest());
   const std::uint64_t values = delta_.values;
   delta_.clear();
+  // Stepped in place: after a failure the anchor is no committed state
+  // until one is installed (the machine catches up).
+  anchor_committed_ = stepped.ok() && digest == c.anchor_digest;
   if (!stepped.ok()) return stepped;
   GEOLOCO_RETURN_IF(digest != c.anchor_digest, Err::mismatch, "after round ", c.round, " this site's anchor is ",
                     digest, ", the committed one ", c.anchor_digest);

@@ -128,7 +128,8 @@ void JobRun::set_state(JobState state, const std::string& message) {
   if (done() && !ended_recorded_) {
     ended_recorded_ = true;
     record(history::Ended{std::string(job_state_name(state)), state_.round,
-                          state_.anchor.empty() ? std::string() : digest_hex(state_.anchor_digest()), message});
+                          state_.anchor.empty() || !anchor_committed_ ? std::string() : digest_hex(state_.anchor_digest()),
+                          message});
   }
   if (Status s = write_status_file(dir_, {state, file_, message}); !s.ok()) spdlog::warn("[{}] {}", spec_.name, s.message());
   changed_.notify_all();

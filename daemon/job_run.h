@@ -193,6 +193,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool drive_again_ = false;
 
   outer::OuterState state_;  ///< the held state (round = rounds committed)
+  bool anchor_committed_ = true;  ///< false after a failed apply, until a state is installed
   /// The anchor the trainer trains from when it is older than state_'s (a
   /// straggler, or a site that caught up while its trainer trained); empty
   /// when the trainer trains from state_.anchor.

@@ -69,6 +69,7 @@ void JobRun::install_state() {
     return;
   }
   delta_.clear();
+  anchor_committed_ = true;
   // The job's layout came with the state: a trainer of another model, or of
   // the same values in other shapes, is refused before it is welcomed.
   if (state_.layout != layout_for(state_.anchor.size()))

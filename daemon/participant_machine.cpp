@@ -225,6 +225,10 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
                     ", which is not the coordinator (", options_.coordinator, ")");
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
+  // An ABORT of an attempt older than a PLAN already seen came late (the
+  // PLAN is also sent at once, past the queue it waited in): it must not
+  // void the newer attempt.
+  if (newest_plan_ && newest_plan_->first == a.round && a.attempt < newest_plan_->second) return {};
   note(cat("round ", a.round, " aborted: ", a.reason));
   act(Record{history::Aborted{a.round, a.attempt, a.reason}});
   ready_round_ = 0;  // READY again at once

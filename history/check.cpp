@@ -98,7 +98,8 @@ class Checker {
                 }
                 lives.emplace_back();
                 highest = std::max(highest, e.round);
-                if (e.round > 0 && !e.digest.empty()) claim(e.round, e.digest, who);
+                // Not claimed as the round's digest: the site may refuse the
+                // checkpoint it loaded (its next commit or state sync is checked).
                 held = e.round;
               },
               [&](const TrainerTokens& e) {
@@ -177,6 +178,10 @@ class Checker {
 
   // Rule 4: every reported phase counted once, or lost with a site's memory.
   void check_ledger() {
+    for (const auto& j : in_.journal)
+      if (!rounds_.count(j.round))
+        return fail(cat("round ", j.round, " is committed in the coordinator's journal, but no site given applied it: "
+                        "the work it counted cannot be checked (is a site's history missing?)"));
     for (const auto& [round, seen] : rounds_)
       for (const auto& c : seen.committed.contributions) {
         if (!incarnations_.count(c.site))

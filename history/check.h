@@ -3,9 +3,10 @@
 // the promises break (docs/history.md):
 //
 //   1. one digest per round: every site that committed a round, took it by
-//      STATE_SYNC, started from it or ended on it, and the journal, name the
-//      same anchor digest, and every site committed the same attempt,
-//      participants and contributions;
+//      STATE_SYNC or ended on it, and the journal, name the same anchor
+//      digest, every site committed the same attempt, participants and
+//      contributions, and every round the journal committed was applied by
+//      some site (else the work it counted could not be checked);
 //   2. each site's rounds are contiguous: a committed round follows the one
 //      the site held, none is applied twice, a gap is covered by a state
 //      taken from a peer (whose digest rule 1 checks), and a restart never

@@ -149,6 +149,20 @@ TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
   CHECK(m.where() == Where::exchanging);
 }
 
+TEST_CASE("a late ABORT of an older attempt leaves the newer attempt's exchange running") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 1 overtook attempt 0's ABORT
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
+  REQUIRE(m.on_abort("a", {1, 0, "peer c: reset"}).ok());
+  CHECK(kinds(m.step(t0)).empty());
+  CHECK(m.where() == Where::exchanging);
+  REQUIRE(m.on_abort("a", {1, 1, "peer b: reset"}).ok());  // its own ABORT is taken
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.1"});
+  CHECK(m.where() == Where::unwinding);
+}
+
 TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends that plan too") {
   auto m = joined(0);
   m.on_phase({1, 0, 640, 1.5});
@@ -421,7 +435,7 @@ TEST_CASE("the round's averaged delta is freed when the round is over: applied, 
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());
   (void)m.step(t0);
-  REQUIRE(m.on_abort("a", {1, 0, "peer a: reset"}).ok());
+  REQUIRE(m.on_abort("a", {1, 1, "peer a: reset"}).ok());
   CHECK(forgets(m.step(t0)) == 0);  // the all-reduce still writes it
   m.on_exchange_done(1, 1, kDigest2);
   CHECK(forgets(m.step(t0)) == 1);

@@ -105,6 +105,10 @@ TEST_CASE("two digests for one round are a divergence, named with both sides") {
         "round 2 has two digests: the coordinator's journal says forged, a (committed) says d2");
   in.journal = {{1, "d1", false}, {2, "d2", false}, {3, "d3", true}};
   CHECK(check_history(in).ok());
+  in.journal.push_back({4, "d4", false});
+  CHECK(check_history(in).violation ==
+        "round 4 is committed in the coordinator's journal, but no site given applied it: the work it counted cannot "
+        "be checked (is a site's history missing?)");
 }
 
 TEST_CASE("a round applied twice, or skipped without a state from a peer, is named") {

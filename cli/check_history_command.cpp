@@ -1,5 +1,6 @@
 // `geoloco check-history DIR... [--down SITE]...`: reads each site's job
-// folder (its history.jsonl, and the journal in the coordinator's), checks
+// folder (its history.jsonl, and the journal in the coordinator's; the
+// job's sites from the first folder's job.yaml), checks
 // the promises history/check.h lists, prints what it saw, and exits 0 when
 // all hold, 1 naming the first that breaks, 2 when a folder cannot be read.
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "history/check.h"
 #include "history/history_file.h"
+#include "job/job_spec.h"
 
 namespace geoloco::cli {
 
@@ -39,6 +41,15 @@ int run_check(const CheckArgs& a) {
       }
       in.journal.insert(in.journal.end(), commits->begin(), commits->end());
     }
+  }
+  // The job's sites, from the first folder's job.yaml: none may be left out unnoticed.
+  if (const fs::path yaml = fs::path(a.dirs.front()) / "job.yaml"; fs::exists(yaml)) {
+    auto spec = job::load_job_file(yaml.string());
+    if (!spec.ok()) {
+      std::cerr << "geoloco check-history: " << spec.status().message() << '\n';
+      return 2;
+    }
+    in.job_sites = spec->sites;
   }
   const auto result = history::check_history(in);
   std::cout << history::summary_text(result.summary);

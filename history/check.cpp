@@ -156,6 +156,10 @@ class Checker {
                       "committed is ",
                       top, ")"));
     }
+    for (const auto& site : in_.job_sites)
+      if (!incarnations_.count(site))
+        return fail(cat("no history of ", site, ", a site of the job, was given: every site's folder is needed, a "
+                        "site that is down too"));
     for (const auto& [site, lives] : incarnations_) {
       if (in_.allowed_down.count(site)) continue;
       const auto& end = lives.back().end;

@@ -45,6 +45,9 @@ struct CheckInput {
   std::vector<SiteHistory> sites;
   std::vector<JournalCommit> journal;
   std::set<std::string> allowed_down;  ///< sites that need not be running at the end
+  /// The job's sites (from its job.yaml), when known: each must have its
+  /// history given (a site that is down too: its work is in the ledger).
+  std::vector<std::string> job_sites;
 };
 
 struct CheckSummary {

@@ -158,6 +158,16 @@ TEST_CASE("the job must reach its last round, and every site end finished on it"
   in.allowed_down = {"c"};
   CHECK(check_history(in).ok());
 
+  Federation missing;  // c's folder left out
+  auto partial = missing.input();
+  partial.sites.pop_back();
+  partial.job_sites = {"a", "b", "c"};
+  CHECK(check_history(partial).violation ==
+        "no history of c, a site of the job, was given: every site's folder is needed, a site that is down too");
+  partial.allowed_down = {"c"};  // down is not absent: its work is in the ledger
+  CHECK(check_history(partial).violation ==
+        "no history of c, a site of the job, was given: every site's folder is needed, a site that is down too");
+
   Federation stopped;
   stopped.h["b"].back().event = Ended{"stopped", 2, digest_of(2), "the daemon stops"};
   CHECK(check_history(stopped.input()).violation ==

@@ -179,6 +179,9 @@ Status ShmCollective::wait_barrier() {
                            ": the group failed (another rank timed out or exited)");
     if (++spins < 64) continue;  // a short spin: peers usually arrive within microseconds
     futex_wait(&header_->generation, gen, 50'000'000);  // 50 ms, then look at the clock and the peers
+    // Released meanwhile: every peer arrived, and one may have exited since
+    // (after the last barrier of its run), which is no failure.
+    if (header_->generation.load(std::memory_order_acquire) != gen) break;
     if (Clock::now() > deadline)
       return fail(GEOLOCO_ERROR(Err::timeout, "shm collective: rank ", rank_, " waited ", options_.timeout_ms,
                                 " ms at a barrier"));

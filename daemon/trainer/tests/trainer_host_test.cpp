@@ -54,6 +54,14 @@ std::vector<float> plus(std::span<const float> v, float d) {
   return out;
 }
 
+// On the engine's io_context: returns once `flag` is set (by a trainer thread).
+asio::awaitable<void> until(const std::atomic<bool>& flag) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  while (!flag) {
+    t.expires_after(20ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+}
 bool wait_flag(const std::atomic<bool>& flag) {
   for (int i = 0; i < 2000 && !flag; ++i) std::this_thread::sleep_for(10ms);
   return flag;
@@ -349,13 +357,7 @@ TEST_CASE("a connection that never completes its HELLO is closed at the deadline
     attached = client.ok() ? Status() : client.status();
     done = true;
   });
-  test::run_on(io, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    while (!done) {
-      t.expires_after(20ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
-  }(), 30s);
+  test::run_on(io, until(done), 30s);
   const auto refusals = (*host)->stats().refusals;
   host->reset();
   threads.clear();
@@ -393,16 +395,10 @@ TEST_CASE("the job's layout, learnt from a peer's state, refuses a waiting train
     t.expires_after(200ms);
     co_await t.async_wait(asio::use_awaitable);
     CHECK((*host)->expect_layout(layout()).ok());
-    while (!refused_done) {
-      t.expires_after(20ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
+    co_await until(refused_done);
     CHECK((*host)->stats().refusals == 1);
     CHECK((*host)->set_anchor(std::vector<float>(9, 1.0f), 1).ok());
-    while (!done) {
-      t.expires_after(20ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
+    co_await until(done);
     // A layout other than the one pinned is refused, and changes nothing.
     CHECK((*host)->expect_layout(wrong_layout()).code() == Err::mismatch);
   }(), 30s);

@@ -4,7 +4,7 @@
 # packaging/README.md says how to build and install the package.
 #
 # Layout of the package (prefix /usr):
-#   /usr/bin/geoloco, geoloco-train, geolocod (once daemon/ builds it)
+#   /usr/bin/geoloco, geoloco-train, geolocod, geoloco-faultproxy
 #   /lib/systemd/system/geolocod.service, geolocod@.service
 #   /usr/lib/python3/dist-packages/geoloco/      (numpy-only Python package)
 #   /usr/share/geoloco/configs/{sites,jobs}/     (the example configs)
@@ -20,6 +20,9 @@ set(_geoloco_pkg_geolocod 0)
 if(TARGET geolocod)
   list(APPEND _geoloco_pkg_programs geolocod)
   set(_geoloco_pkg_geolocod 1)
+endif()
+if(TARGET geoloco-faultproxy)
+  list(APPEND _geoloco_pkg_programs geoloco-faultproxy)
 endif()
 install(TARGETS ${_geoloco_pkg_programs} RUNTIME DESTINATION bin)
 install(FILES configs/systemd/geolocod.service configs/systemd/geolocod@.service

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/status.h"
 #include "transport/mesh.h"
 #include "transport/options.h"
@@ -39,13 +40,8 @@ class Node;
 
 namespace geoloco::daemon {
 
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-/// "host:port" or "[v6]:port". Errors: invalid_argument.
-Result<HostPort> parse_host_port(std::string_view text);
+using geoloco::HostPort;
+using geoloco::parse_host_port;
 
 struct SiteConfig {
   std::string name;                                 ///< required; the name in this site's certificate

@@ -1,0 +1,21 @@
+// A network address as configuration files write it: "host:port", or
+// "[v6]:port". Shared by the site file and the fault proxy's file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace geoloco {
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// "host:port" or "[v6]:port". Errors: invalid_argument.
+Result<HostPort> parse_host_port(std::string_view text);
+
+}  // namespace geoloco

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 
 def free_ports(count):
@@ -42,7 +43,7 @@ class Site:
 
     def write_config(self, sites):
         peers = "\n".join(
-            "  - {name: %s, address: 127.0.0.1:%d}" % (s.name, s.port) for s in sites if s is not self)
+            "  - {name: %s, address: 127.0.0.1:%d}" % (s.name, self.fed.peer_port(self, s)) for s in sites if s is not self)
         tls = os.path.join(self.dir, "tls")
         with open(self.config, "w") as f:
             f.write(f"""name: {self.name}
@@ -127,6 +128,19 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
             return jobs[-1] if jobs else None
         return reply
 
+    def metrics(self):
+        """The site's metrics as {(name, ((label, value), ...)): value}."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, value = line.rsplit(" ", 1)
+            name, _, labels = key.partition("{")
+            pairs = tuple(tuple(kv.split("=", 1)) for kv in labels.rstrip("}").split(",") if kv) if labels else ()
+            out[(name, tuple((k, v.strip('"')) for k, v in pairs))] = float(value)
+        return out
+
     def log_tail(self, lines=30):
         try:
             with open(self.log_path) as f:
@@ -138,9 +152,13 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
 class Federation:
     def __init__(self, names=("site-a", "site-b", "site-c"), build=None, log_format="text",
                  heartbeat_interval="0.3s", heartbeat_timeout="4s", read_timeout="2s", keep=False, rate_limit="0",
-                 trainer=None, site_extra=""):
+                 trainer=None, site_extra="", proxy=False, proxy_faults=""):
         """trainer: the built-in trainer's program, relative to the build folder
-        (default bin/geoloco-train); site_extra: lines added to every site file."""
+        (default bin/geoloco-train); site_extra: lines added to every site file.
+        proxy: every pair of sites talks through one geoloco-faultproxy, one
+        link per pair named "site-a/site-b" (the names sorted: the first
+        dials); proxy_faults: the links' faults in the proxy's file, e.g.
+        "both: {latency: 50ms}"."""
         build = build or os.environ.get("GEOLOCO_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
         self.geolocod = os.path.join(build, "bin", "geolocod")
         self.geoloco = os.path.join(build, "bin", "geoloco")
@@ -159,6 +177,7 @@ class Federation:
         ports = free_ports(2 * len(names))
         self.sites = [Site(self, n, ports[2 * i], ports[2 * i + 1]) for i, n in enumerate(names)]
         self.by_name = {s.name: s for s in self.sites}
+        self.proxy = Proxy(self, build, proxy_faults) if proxy else None
         ca = os.path.join(self.root, "ca")
         self.run([self.geoloco, "certs", "init", "--out", ca])
         for s in self.sites:
@@ -177,7 +196,13 @@ class Federation:
     def __getitem__(self, name):
         return self.by_name[name]
 
+    def peer_port(self, site, peer):
+        """The port `site` dials to reach `peer`: the proxy's link, or the peer itself."""
+        return self.proxy.port_of(site.name, peer.name) if self.proxy else peer.port
+
     def start(self):
+        if self.proxy:
+            self.proxy.start()
         for s in self.sites:
             s.start()
 
@@ -222,6 +247,8 @@ class Federation:
                 s.kill(signal.SIGKILL)
             except Exception:
                 pass
+        if self.proxy:
+            self.proxy.stop()
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -234,6 +261,95 @@ class Federation:
             for s in self.sites:
                 print(f"--- {s.name} log tail:\n{s.log_tail(60)}", file=sys.stderr)
         self.close()
+
+
+def link_name(a, b):
+    """The proxy's link between two sites: the names sorted, the first dials."""
+    return "/".join(sorted((a, b)))
+
+
+class Proxy:
+    """One geoloco-faultproxy between every pair of the federation's sites."""
+
+    def __init__(self, fed, build, faults):
+        self.fed = fed
+        self.program = os.path.join(build, "bin", "geoloco-faultproxy")
+        assert os.path.exists(self.program), f"{self.program} is missing: build first (cmake --build build)"
+        names = [s.name for s in fed.sites]
+        self.links = [link_name(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        ports = free_ports(len(self.links) + 1)
+        self.port = dict(zip(self.links, ports))
+        self.control = ports[-1]
+        self.config = os.path.join(fed.root, "proxy.yaml")
+        self.log_path = os.path.join(fed.root, "proxy.log")
+        self.stats_path = os.path.join(fed.root, "proxy-stats.json")
+        self.process = None
+        lines = [f"control: 127.0.0.1:{self.control}", "links:"]
+        for link in self.links:
+            target = fed.by_name[link.split("/")[1]]
+            extra = f", {faults}" if faults else ""
+            lines.append(f"  - {{name: {link}, listen: 127.0.0.1:{self.port[link]}, "
+                         f"connect: 127.0.0.1:{target.port}{extra}}}")
+        with open(self.config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def port_of(self, a, b):
+        return self.port[link_name(a, b)]
+
+    def start(self):
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen([self.program, "--config", self.config, "--stats", self.stats_path],
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.fed.wait_for(lambda: self.call_ok({"command": "stats"}), 10, "the fault proxy's control API")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def call(self, request):
+        """One control request (a dict); returns the reply, fails on a refusal."""
+        with socket.create_connection(("127.0.0.1", self.control), timeout=10) as s:
+            s.sendall((json.dumps(request) + "\n").encode())
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        answer = json.loads(reply)
+        if not answer.get("ok"):
+            raise AssertionError(f"fault proxy refused {request}: {answer.get('error')}")
+        return answer
+
+    def call_ok(self, request):
+        try:
+            self.call(request)
+            return True
+        except (OSError, ValueError, AssertionError):
+            return False
+
+    def set(self, link, **change):
+        return self.call({"command": "set", "link": link, **change})
+
+    def partition(self, *groups):
+        """Cuts every link between sites of different groups (bytes held, as
+        TCP would hold them); links inside a group are left alone."""
+        for i, g in enumerate(groups):
+            for h in groups[i + 1:]:
+                for a in g:
+                    for b in h:
+                        self.set(link_name(a, b), both={"partition": True})
+
+    def heal(self):
+        self.call({"command": "clear", "link": "*"})
+
+    def stats(self):
+        return self.call({"command": "stats"})["links"]
 
 
 def mlp_job(name="e2e", sites=("site-a", "site-b", "site-c"), coordinator="site-a", rounds=4, steps=20,

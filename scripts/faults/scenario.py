@@ -1,0 +1,81 @@
+"""What every fault scenario shares: the federation harness of the
+end-to-end tests (real geolocod daemons on loopback, each pair of sites
+through geoloco-faultproxy), a clock that watches the job's commits, and the
+one-line verdict each scenario ends with.
+
+A scenario prints `VERDICT <name>: PASS ...` or `VERDICT <name>: FAIL ...`
+as its last line and exits 0 or 1; every wait is bounded."""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "e2e"))
+
+from federation import Federation, link_name, mlp_job  # noqa: E402,F401
+
+
+def arguments(doc, **defaults):
+    """The scenario's command line: --repeat, --seed, and its own options."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=defaults.pop("repeat", 1), help="how many times to inject the fault")
+    p.add_argument("--seed", type=int, default=defaults.pop("seed", 1), help="of the random choices")
+    for name, value in defaults.items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    return p.parse_args()
+
+
+class Commits:
+    """Watches the highest round committed on each site, and the longest
+    time with no new commit anywhere."""
+
+    def __init__(self, fed, job):
+        self.fed, self.job = fed, job
+        self.last_round = 0
+        self.last_time = time.monotonic()
+        self.longest_stall = 0.0
+
+    def rounds(self):
+        out = {}
+        for s in self.fed.sites:
+            st = s.status(self.job) if s.process and s.process.poll() is None else None
+            out[s.name] = (st or {}).get("round", 0)
+        return out
+
+    def poll(self):
+        now = time.monotonic()
+        top = max(self.rounds().values())
+        if top > self.last_round:
+            self.last_round, self.last_time = top, now
+        self.longest_stall = max(self.longest_stall, now - self.last_time)
+        return top
+
+    def wait_round(self, target, seconds, what):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.poll() >= target:
+                return
+            time.sleep(0.2)
+        self.fed.fail(f"timed out after {seconds} s waiting for {what} (round {self.last_round})")
+
+    def finished(self, seconds):
+        def done():
+            self.poll()
+            return all((s.status(self.job) or {}).get("state") == "finished" for s in self.fed.sites)
+        self.fed.wait_for(done, seconds, f"job {self.job} to finish")
+
+
+def verdict(name, passed, text):
+    print(f"VERDICT {name}: {'PASS' if passed else 'FAIL'} {text}", flush=True)
+    sys.exit(0 if passed else 1)
+
+
+def run(name, body):
+    """Runs body(); an AssertionError (a failed wait or check) is the verdict FAIL."""
+    try:
+        text = body()
+    except AssertionError as e:
+        print(str(e), file=sys.stderr)
+        verdict(name, False, str(e).splitlines()[0] if str(e) else "assertion failed")
+    verdict(name, True, text)

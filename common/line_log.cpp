@@ -31,7 +31,8 @@ LineLog::LineLog(LineLog&& o) noexcept
       path_(std::move(o.path_)),
       what_(std::move(o.what_)),
       lines_(std::move(o.lines_)),
-      dropped_bytes_(o.dropped_bytes_) {}
+      dropped_bytes_(o.dropped_bytes_),
+      broken_(o.broken_) {}
 
 LineLog& LineLog::operator=(LineLog&& o) noexcept {
   if (this != &o) {
@@ -41,6 +42,7 @@ LineLog& LineLog::operator=(LineLog&& o) noexcept {
     what_ = std::move(o.what_);
     lines_ = std::move(o.lines_);
     dropped_bytes_ = o.dropped_bytes_;
+    broken_ = o.broken_;
   }
   return *this;
 }
@@ -84,11 +86,20 @@ Result<LineLog> LineLog::open(const std::string& path, const std::string& what, 
 Status LineLog::append(std::string_view line) {
   GEOLOCO_RETURN_IF(line.find('\n') != std::string_view::npos, Err::invalid_argument, what_,
                     ": a line to append holds a newline");
+  GEOLOCO_RETURN_IF(broken_, Err::io, what_, ": a failed write could not be undone; no line is appended after it");
   std::string data(line);
   data += '\n';
-  GEOLOCO_TRY(write_all(fd_, data, what_));
-  GEOLOCO_RETURN_IF(::fdatasync(fd_) != 0, Err::io, what_, ": fdatasync failed: ", std::strerror(errno));
-  return {};
+  const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+  GEOLOCO_RETURN_IF(end < 0, Err::io, what_, ": ", std::strerror(errno));
+  Status written = write_all(fd_, data, what_);
+  if (written.ok() && ::fdatasync(fd_) != 0)
+    written = GEOLOCO_ERROR(Err::io, what_, ": fdatasync failed: ", std::strerror(errno));
+  if (!written.ok()) {
+    // A write cut short (a full disk) must not leave half a line for the
+    // next one to be glued to: the file goes back to its last whole line.
+    if (::ftruncate(fd_, end) != 0 || ::lseek(fd_, end, SEEK_SET) != end) broken_ = true;
+  }
+  return written;
 }
 
 std::string hashed_line(std::string_view text) {

@@ -37,8 +37,10 @@ class LineLog {
   const std::string& path() const { return path_; }
 
   /// Appends `line` (which must not contain a newline) and returns only once
-  /// it is on disk. Errors: invalid_argument (a newline in it), io (the line
-  /// may then be absent after a crash, never torn into the next one).
+  /// it is on disk. Errors: invalid_argument (a newline in it), io (a write
+  /// cut short, e.g. by a full disk, is undone: the file ends at its last
+  /// whole line, and a later append may succeed; a line never glues to half
+  /// of another).
   Status append(std::string_view line);
 
  private:
@@ -48,6 +50,7 @@ class LineLog {
   std::string what_;
   std::vector<std::string> lines_;
   std::size_t dropped_bytes_ = 0;
+  bool broken_ = false;  ///< a failed write could not be undone
 };
 
 /// A line that carries its own check: "<xxh3-64 of text, 16 hex> <text>"

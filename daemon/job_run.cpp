@@ -83,6 +83,8 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   auto history = history::HistoryFile::open((fs::path(dir) / history::kHistoryFile).string());
   if (!history.ok()) return history.status();
   job->history_.emplace(std::move(*history));
+  job->buffered_history_.emplace(
+      [raw = &*job->history_](const history::Record& r) { return raw->append(r); });
   {
     std::ofstream out(fs::path(dir) / "job.yaml", std::ios::trunc);
     out << job->yaml_;
@@ -116,10 +118,32 @@ bool JobRun::done() const {
 
 void JobRun::note(const std::string& line) { spdlog::info("[{}] {}", spec_.name, line); }
 
+namespace {
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void JobRun::record(const history::Event& event) {
-  if (!history_) return;
-  if (Status s = history_->append(event); !s.ok())
-    spdlog::error("[{}] {} not recorded: {}", spec_.name, history::event_name(event), s.message());
+  if (!buffered_history_) return;
+  const auto change = buffered_history_->append(event, wall_ms());
+  if (change.blocked) {
+    spdlog::error("[{}] {}", spec_.name, change.message);
+    asio::co_spawn(env_.executor, retry_history(), logged("the history's retry"));
+  }
+}
+
+asio::awaitable<void> JobRun::retry_history() {
+  auto keep = shared_from_this();
+  asio::steady_timer pause(env_.executor);
+  while (buffered_history_->blocked()) {
+    pause.expires_after(Millis(std::max<std::int64_t>(env_.site.heartbeat_interval_ms, 100)));
+    co_await pause.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    const auto change = buffered_history_->retry(wall_ms());
+    if (change.unblocked) spdlog::info("[{}] {}", spec_.name, change.message);
+  }
+  changed_.notify_all();  // a phase held back for the history goes on
 }
 
 void JobRun::set_state(JobState state, const std::string& message) {
@@ -419,8 +443,12 @@ asio::awaitable<void> JobRun::watch_trainer() {
       drive();
       co_return;
     }
-    // Recorded before the machine sees it: no READY counts work the history lacks.
+    // Recorded before the machine sees it: no READY counts work the history
+    // lacks. While the history cannot be written (a full disk) the phase
+    // waits here, and is late (carried or dropped) once it can.
     record(history::TrainerTokens{phase->round, phase->fragment, diloco::reported_work(phase->tokens, 0).tokens});
+    while (buffered_history_ && buffered_history_->blocked() && !done()) co_await changed_.wait();
+    if (done()) co_return;
     phase_ = *phase;
     phase_at_ = Clock::now();
     machine_->on_phase(PhaseReport{phase->round, phase->fragment, phase->tokens, phase->loss});

@@ -64,6 +64,7 @@
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
 #include "diloco/chunked_step.h"
+#include "history/buffered_history.h"
 #include "history/history_file.h"
 #include "outer/outer_state.h"
 #include "transport/allreduce.h"
@@ -143,6 +144,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void execute(ParticipantAction& action);
   asio::awaitable<void> run();
   asio::awaitable<void> ticker();
+  /// Writes the history's waiting records again until they are on disk.
+  asio::awaitable<void> retry_history();
   asio::awaitable<void> watch_trainer();
   asio::awaitable<void> end_job(participant::EndJob end);
 
@@ -222,6 +225,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<StateTransfers> transfers_;
 
   std::optional<history::HistoryFile> history_;
+  std::optional<history::BufferedHistory> buffered_history_;  ///< writes history_; records wait when the disk is full
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -102,14 +104,24 @@ nlohmann::json status_json(const JobStatusView& v) {
 Status write_status_file(const std::string& job_dir, const StatusFile& s) {
   const fs::path path = fs::path(job_dir) / "status.json";
   const fs::path tmp = fs::path(job_dir) / "status.json.tmp";
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << nlohmann::json{{"state", job_state_name(s.state)}, {"file", s.file}, {"message", s.message}}.dump() << "\n";
-    GEOLOCO_RETURN_IF(!out.flush(), Err::io, "cannot write ", tmp.string());
+    out.flush();
+    if (!out) {
+      const int err = errno;  // what the failed write left (a full disk: ENOSPC)
+      out.close();
+      fs::remove(tmp, ec);  // no half-written file is left behind
+      return GEOLOCO_ERROR(Err::io, "cannot write ", tmp.string(), ": ", std::strerror(err));
+    }
   }
-  std::error_code ec;
   fs::rename(tmp, path, ec);
-  GEOLOCO_RETURN_IF(ec, Err::io, "cannot replace ", path.string(), ": ", ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    return GEOLOCO_ERROR(Err::io, "cannot replace ", path.string(), ": ", why);
+  }
   return {};
 }
 

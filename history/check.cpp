@@ -81,6 +81,7 @@ class Checker {
     if (site.empty() || incarnations_.count(site)) return fail(cat(h.source, ": site '", site, "' given twice"));
     auto& lives = incarnations_[site];
     std::optional<std::uint64_t> held;
+    std::optional<std::uint64_t> unverified;  // a start from a round beyond any held
     std::uint64_t highest = 0;
     for (const auto& rec : h.records) {
       if (!violation_.empty()) return;
@@ -90,14 +91,14 @@ class Checker {
           Overload{
               [&](const Started& e) {
                 if (e.site != site) return fail(cat(h.source, ": a 'started' of ", e.site, " in the history of ", site));
-                if (!lives.empty()) {
-                  ++s_.restarts;
-                  if (e.round > highest)
-                    return fail(cat(site, " restarted from round ", e.round, " but never held a round beyond ",
-                                    highest));
-                }
+                if (!lives.empty()) ++s_.restarts;
+                // A checkpoint of a round this site never held (damaged, or
+                // from elsewhere) may be loaded, but nothing may be built on
+                // it: the site must take the committed state from a peer.
+                unverified = !lives.empty() && e.round > highest ? std::optional<std::uint64_t>(e.round) : std::nullopt;
+                if (unverified) ++s_.checkpoints_ahead;
+                else highest = std::max(highest, e.round);
                 lives.emplace_back();
-                highest = std::max(highest, e.round);
                 // Not claimed as the round's digest: the site may refuse the
                 // checkpoint it loaded (its next commit or state sync is checked).
                 held = e.round;
@@ -107,6 +108,9 @@ class Checker {
                 s_.tokens_reported += e.tokens;
               },
               [&](const Committed& e) {
+                if (unverified)
+                  return fail(cat(site, " applied round ", e.round, " on top of round ", *unverified,
+                                  " from its checkpoint, a round it never held and took from no peer"));
                 if (held && e.round <= *held)
                   return fail(cat(site, " applied round ", e.round, " twice (it held round ", *held, ")"));
                 if (!held || e.round != *held + 1)
@@ -132,6 +136,7 @@ class Checker {
                 ++s_.state_syncs;
                 if (!claim(e.round, e.digest, cat(who, " from ", e.from))) return;
                 held = e.round;
+                unverified.reset();
                 highest = std::max(highest, e.round);
               },
               [&](const Dropped& e) {
@@ -260,7 +265,8 @@ std::string summary_text(const CheckSummary& s) {
     << "rounds: " << s.rounds << "\n"
     << "digests compared: " << s.digests_compared << "\n"
     << "restarts: " << s.restarts << ", aborts seen: " << s.aborts << ", states taken from a peer: " << s.state_syncs
-    << ", histories cut by a kill: " << s.torn_tails << "\n"
+    << ", histories cut by a kill: " << s.torn_tails << ", checkpoints ahead of the history: " << s.checkpoints_ahead
+    << "\n"
     << "tokens: " << s.tokens_reported << " reported, " << s.tokens_committed << " committed, " << s.tokens_dropped
     << " dropped (" << s.drops << " drops), " << s.tokens_in_memory << " lost with a killed or stopped site's memory\n"
     << "longest without a commit: " << s.longest_without_commit_ms / 1000.0 << " s\n";

@@ -58,6 +58,7 @@ struct CheckSummary {
   std::uint64_t aborts = 0;             ///< attempts abandoned, as sites saw them (one per site)
   std::uint64_t state_syncs = 0;
   std::uint64_t torn_tails = 0;         ///< histories whose last line was cut by a kill
+  std::uint64_t checkpoints_ahead = 0;  ///< restarts from a round the site never held (then refused)
   std::uint64_t tokens_reported = 0;
   std::uint64_t tokens_committed = 0;
   std::uint64_t tokens_dropped = 0;

@@ -27,10 +27,11 @@ Result<HistoryFile> HistoryFile::open(const std::string& path) {
   return h;
 }
 
-Status HistoryFile::append(const Event& event) {
-  Record r{now_ms(), event};
-  GEOLOCO_TRY(log_.append(encode_record(r)));
-  records_.push_back(std::move(r));
+Status HistoryFile::append(const Event& event) { return append(Record{now_ms(), event}); }
+
+Status HistoryFile::append(const Record& record) {
+  GEOLOCO_TRY(log_.append(encode_record(record)));
+  records_.push_back(record);
   return {};
 }
 

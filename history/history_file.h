@@ -25,6 +25,8 @@ class HistoryFile {
   const std::vector<Record>& records() const { return records_; }
   /// Appends `event`, stamped with the wall clock. Errors: io.
   Status append(const Event& event);
+  /// Appends a record with its own time (one that waited for room). Errors: io.
+  Status append(const Record& record);
   const std::string& path() const { return log_.path(); }
 
  private:

@@ -336,16 +336,25 @@ Status save_checkpoint(const std::filesystem::path& path, const OuterState& stat
   const std::filesystem::path tmp = path.string() + ".tmp";
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return errno_status("cannot create", tmp);
-  GEOLOCO_TRY(write_all(fd.get(), &header_len, 8, tmp));
-  GEOLOCO_TRY(write_all(fd.get(), text.data(), text.size(), tmp));
-  GEOLOCO_TRY(write_all(fd.get(), state.anchor.data(), state.anchor.size() * 4, tmp));
-  GEOLOCO_TRY(write_all(fd.get(), state.momentum.data(), state.momentum.size() * 4, tmp));
-  for (const auto* r : residuals) GEOLOCO_TRY(write_all(fd.get(), r->values.data(), r->values.size() * 4, tmp));
-  // The data must be on disk before the rename makes it the checkpoint;
-  // otherwise a crash could leave the new name pointing at missing blocks.
-  if (::fsync(fd.get()) != 0) return errno_status("cannot fsync", tmp);
-  if (fd.release_close() != 0) return errno_status("cannot close", tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_status("cannot rename into place", path);
+  const Status written = [&]() -> Status {
+    GEOLOCO_TRY(write_all(fd.get(), &header_len, 8, tmp));
+    GEOLOCO_TRY(write_all(fd.get(), text.data(), text.size(), tmp));
+    GEOLOCO_TRY(write_all(fd.get(), state.anchor.data(), state.anchor.size() * 4, tmp));
+    GEOLOCO_TRY(write_all(fd.get(), state.momentum.data(), state.momentum.size() * 4, tmp));
+    for (const auto* r : residuals) GEOLOCO_TRY(write_all(fd.get(), r->values.data(), r->values.size() * 4, tmp));
+    // The data must be on disk before the rename makes it the checkpoint;
+    // otherwise a crash could leave the new name pointing at missing blocks.
+    if (::fsync(fd.get()) != 0) return errno_status("cannot fsync", tmp);
+    if (fd.release_close() != 0) return errno_status("cannot close", tmp);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_status("cannot rename into place", path);
+    return {};
+  }();
+  if (!written.ok()) {
+    // A full disk (or any failed write) leaves the last checkpoint as it
+    // was and no half-written file next to it.
+    ::unlink(tmp.c_str());
+    return written;
+  }
   // And the rename itself must be durable: fsync the directory entry.
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -3,6 +3,9 @@
 // the file is cut there so the next append starts on a clean line.
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -79,4 +82,32 @@ TEST_CASE("a line log that cannot be opened says which and why", "[sanitize]") {
   REQUIRE_FALSE(log.ok());
   CHECK(log.status().code() == Err::io);
   CHECK(log.status().message() == "cannot open history /nonexistent-dir/history.jsonl: No such file or directory");
+}
+
+TEST_CASE("a write cut short (a full disk) is undone: no half line for the next to glue to", "[sanitize]") {
+  TempFile f;
+  // A child whose files may not grow more than a few bytes past the first
+  // line: the second append is cut short, as on a full disk, then the limit
+  // is lifted and the third append goes through.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    auto log = LineLog::open(f.path.string(), "history", [](std::string_view) { return true; });
+    if (!log.ok() || !log->append("one").ok()) ::_exit(10);
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    const rlimit small{10, limit.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    const Status cut = log->append(std::string(100, 'x'));
+    if (cut.ok() || cut.message().find("write failed") == std::string::npos) ::_exit(11);
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    if (!log->append("three").ok()) ::_exit(12);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(f.content() == "one\nthree\n");
 }

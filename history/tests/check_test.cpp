@@ -213,11 +213,26 @@ TEST_CASE("the token ledger: counted once, dropped with a reason, or lost with a
   CHECK(r.summary.tokens_committed == 900);
 }
 
-TEST_CASE("a restart from a round the site never held is refused") {
+TEST_CASE("a restart from a round the site never held: nothing may be built on it until a peer's state") {
+  // c restarts from a checkpoint claiming round 5 (damaged: it held round 1)
+  // and commits round 2 on top of it.
   Federation f;
   const std::size_t at = f.find("c", "committed", 2);
   f.h["c"].insert(f.h["c"].begin() + static_cast<std::ptrdiff_t>(at), {3200, Started{"c", 5, "d5", "checkpoint"}});
-  CHECK(check_history(f.input()).violation == "c restarted from round 5 but never held a round beyond 1");
+  CHECK(check_history(f.input()).violation ==
+        "c applied round 2 on top of round 5 from its checkpoint, a round it never held and took from no peer");
+  // The same start, then the committed state of round 1 from a peer: the
+  // checkpoint was refused, and the history goes on.
+  Federation refused;
+  const std::size_t at2 = refused.find("c", "committed", 2);
+  refused.h["c"].insert(refused.h["c"].begin() + static_cast<std::ptrdiff_t>(at2),
+                        {{3200, Started{"c", 5, "d5", "checkpoint"}}, {3201, StateSyncApplied{1, digest_of(1), "a"}}});
+  auto r = check_history(refused.input());
+  INFO(r.violation);
+  REQUIRE(r.ok());
+  CHECK(r.summary.checkpoints_ahead == 1);
+  CHECK(r.summary.restarts == 1);
+  CHECK_THAT(summary_text(r.summary), Catch::Contains("checkpoints ahead of the history: 1"));
 }
 
 TEST_CASE("a history must begin with its site's start, and each site comes once") {

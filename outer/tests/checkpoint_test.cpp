@@ -1,6 +1,7 @@
 #include "outer/checkpoint.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -288,4 +289,32 @@ TEST_CASE("checkpoint: kill -9 of a writer at random instants leaves the old or 
   // Both outcomes happened: kills before a rename and kills after one.
   CHECK(kept_old > 0);
   CHECK(advanced > 0);
+}
+
+TEST_CASE("checkpoint: a write that fails (a full disk) leaves the old checkpoint and no partial file") {
+  TempDir dir;
+  const fs::path path = dir.path / "outer.safetensors";
+  REQUIRE(save_checkpoint(path, state_at(1, 10), "cfg").ok());
+  const auto before = read_file(path);
+  // A child whose files may not grow past 4 KiB: the next save's write fails
+  // (EFBIG, as ENOSPC would on a full disk) part way through.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status saved = save_checkpoint(path, state_at(2, 100000), "cfg");
+    const bool says_why = !saved.ok() && saved.message().find("File too large") != std::string::npos;
+    ::_exit(says_why ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(path.string() + ".tmp"));
+  CHECK(read_file(path) == before);
+  auto loaded = load_checkpoint(path);
+  REQUIRE(loaded.ok());
+  CHECK(loaded->state.round == 1);
 }

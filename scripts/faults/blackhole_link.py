@@ -14,7 +14,7 @@ NAME = "blackhole-link"
 
 
 def body():
-    with Federation(proxy=True) as fed:
+    with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "40"
         fed.start()

@@ -11,7 +11,7 @@ NAME = "flapping-link"
 
 
 def body():
-    with Federation(proxy=True) as fed:
+    with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "20"
         fed.start()

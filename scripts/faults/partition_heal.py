@@ -17,7 +17,7 @@ SITES = ("site-a", "site-b", "site-c", "site-d")
 def body():
     rounds = 3 + 3 * args.repeat + 2
     resumed = []
-    with Federation(names=SITES, proxy=True) as fed:
+    with Federation(names=SITES, proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "10"
         fed.start()

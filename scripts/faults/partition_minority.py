@@ -13,7 +13,7 @@ NAME = "partition-minority"
 
 
 def body():
-    with Federation(proxy=True) as fed:
+    with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "40"
         fed.start()

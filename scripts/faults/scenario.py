@@ -3,8 +3,9 @@ end-to-end tests (real geolocod daemons on loopback, each pair of sites
 through geoloco-faultproxy), a clock that watches the job's commits, and the
 one-line verdict each scenario ends with.
 
-A scenario prints `VERDICT <name>: PASS ...` or `VERDICT <name>: FAIL ...`
-as its last line and exits 0 or 1; every wait is bounded."""
+A scenario prints `VERDICT <name>: PASS ...`, `FAIL ...` or (when it cannot
+run on this machine, e.g. without root) `SKIP ...` as its last line and
+exits 0 (PASS, SKIP) or 1 (FAIL); every wait is bounded."""
 
 import argparse
 import os
@@ -21,6 +22,7 @@ def arguments(doc, **defaults):
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--repeat", type=int, default=defaults.pop("repeat", 1), help="how many times to inject the fault")
     p.add_argument("--seed", type=int, default=defaults.pop("seed", 1), help="of the random choices")
+    p.add_argument("--keep", action="store_true", help="keep the federation's folder (logs, histories) at the end")
     for name, value in defaults.items():
         p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
     return p.parse_args()
@@ -37,9 +39,11 @@ class Commits:
         self.longest_stall = 0.0
 
     def rounds(self):
+        """The round each live site has committed (a stopped or frozen site: 0)."""
         out = {}
         for s in self.fed.sites:
-            st = s.status(self.job) if s.process and s.process.poll() is None else None
+            alive = s.process and s.process.poll() is None and not getattr(s, "frozen", False)
+            st = s.status(self.job) if alive else None
             out[s.name] = (st or {}).get("round", 0)
         return out
 
@@ -67,8 +71,10 @@ class Commits:
 
 
 def verdict(name, passed, text):
-    print(f"VERDICT {name}: {'PASS' if passed else 'FAIL'} {text}", flush=True)
-    sys.exit(0 if passed else 1)
+    """passed: True, False, or None for a scenario that cannot run here (SKIP)."""
+    word = "SKIP" if passed is None else "PASS" if passed else "FAIL"
+    print(f"VERDICT {name}: {word} {text}", flush=True)
+    sys.exit(0 if passed is not False else 1)
 
 
 def run(name, body):

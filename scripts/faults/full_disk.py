@@ -1,0 +1,103 @@
+"""A full disk: a site's data folder on a small tmpfs, filled while the job
+runs. Saving its checkpoint and status fails with "No space left on device"
+and leaves no half-written file; the history's records wait in memory while
+the site's trainer work is kept out of rounds; once there is room the
+records are written, in order, and the site contributes again. Needs root
+(to mount the tmpfs): otherwise the verdict is SKIP. Ends with the history
+checker."""
+
+import os
+import re
+import subprocess
+import tempfile
+
+from scenario import Commits, Federation, arguments, mlp_job, run, verdict
+
+args = arguments(__doc__, rounds=40)
+NAME = "full-disk"
+
+
+def body():
+    with Federation(proxy=True, keep=args.keep) as fed:
+        for s in fed.sites:
+            s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "25"
+        fed.start()
+        fed["site-a"].cli("submit", fed.write_job(
+            mlp_job(rounds=args.rounds, steps=20, deadline="2s", min_sites=2, every=1)))
+        commits = Commits(fed, "e2e")
+        commits.wait_round(3, 120, "round 3")
+        note = full_disk(fed, commits)
+        print(note, flush=True)
+        commits.finished(300)
+        fed.check_history("e2e")
+    return note
+
+
+def full_disk(fed, commits):
+    """site-b's data folder on a tmpfs with room for little more than its state, then filled."""
+    b = fed["site-b"]
+    b.kill()
+    data = os.path.join(b.dir, "data")
+    saved = data + ".saved"
+    os.rename(data, saved)
+    os.makedirs(data)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", data], check=True)
+    try:
+        subprocess.run(["cp", "-a", saved + "/.", data], check=True)
+        size = len(open(b.log_path).read())
+        b.start()
+        commits.wait_round(commits.poll() + 2, 120, "two rounds with site-b on the small disk")
+        filler = os.path.join(data, "filler")
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        at = commits.poll()
+        fed.wait_for(lambda: "No space left on device" in open(b.log_path).read()[size:], 60,
+                     "site-b to say its disk is full")
+        commits.wait_round(at + 8, 120, "eight rounds while site-b's disk is full")
+        leftovers = [n for n in os.listdir(os.path.join(data, "jobs", "e2e")) if n.endswith(".tmp")]
+        assert not leftovers, f"half-written files left on the full disk: {leftovers}"
+        log = open(b.log_path).read()[size:]
+        assert "the history cannot be written" in log, "site-b never said its history could not be written"
+        os.remove(filler)
+        freed = commits.poll()
+        fed.wait_for(lambda: any(r["contributed"] for r in (b.status("e2e") or {}).get("rounds", [])
+                                 if r["round"] > freed), 120, "site-b to contribute once there is room")
+        log = open(b.log_path).read()[size:]
+        again = re.search(r"the history is written again after ([0-9.]+) s \((\d+) waiting", log)
+        assert again, "site-b never wrote its waiting history records"
+        return (f"full disk on site-b: checkpoints and history refused with 'No space left on device', no partial "
+                f"file, {again.group(2)} history records written {float(again.group(1)):.0f} s later, went on")
+    finally:
+        # What site-b wrote on the small disk (its history above all) goes back
+        # to its real folder.
+        b.kill()
+        subprocess.run(["rm", "-rf", saved], check=False)
+        os.makedirs(saved)
+        subprocess.run(["cp", "-a", data + "/.", saved], check=False)
+        subprocess.run(["umount", "-l", data], check=False)
+        os.rmdir(data)
+        os.rename(saved, data)
+        filler = os.path.join(data, "filler")
+        if os.path.exists(filler):
+            os.remove(filler)
+        b.start()
+
+
+def can_mount_tmpfs():
+    """Whether this machine lets us mount a tmpfs (root, and not a container that forbids it)."""
+    if os.geteuid() != 0:
+        return "needs root to mount a tmpfs as the site's data folder"
+    probe = tempfile.mkdtemp(prefix="geoloco-tmpfs-probe-")
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", probe], capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}"
+        subprocess.run(["umount", probe], check=False)
+        return None
+    finally:
+        os.rmdir(probe)
+
+
+why_not = can_mount_tmpfs()
+if why_not:
+    verdict(NAME, None, why_not)
+run(NAME, body)

@@ -37,6 +37,7 @@ quick=(
   "trainer_faults.py"
   "disk_faults.py"
   "full_disk.py"
+  "hostile_peers.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"

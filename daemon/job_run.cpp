@@ -116,7 +116,9 @@ bool JobRun::done() const {
          job_state_ == JobState::stopped;
 }
 
-void JobRun::note(const std::string& line) { spdlog::info("[{}] {}", spec_.name, line); }
+void JobRun::note(const std::string& line) {
+  for (const auto& l : repeats_.admit(line, Clock::now())) spdlog::info("[{}] {}", spec_.name, l);
+}
 
 namespace {
 std::int64_t wall_ms() {
@@ -425,6 +427,7 @@ asio::awaitable<void> JobRun::ticker() {
       heartbeat_at = now + interval;
     }
     if (wake_at_ && *wake_at_ <= now) wake_at_.reset();
+    for (const auto& l : repeats_.flush(now)) spdlog::info("[{}] {}", spec_.name, l);
     drive();  // READY, COMMIT or a state request again, when due
     wake_->expires_at(wake_at_ ? std::min(*wake_at_, heartbeat_at) : heartbeat_at);
     co_await wake_->async_wait(asio::experimental::as_tuple(asio::use_awaitable));

@@ -141,9 +141,10 @@ FaultChange parse_change(const YAML::Node& node, const std::string& what, yaml::
         p.add(v, cat(field, ": expected {period: DURATION, down: DURATION} (period 0 stops the flapping)"));
         continue;
       }
-      ok = yaml::read_duration(v["period"], field + ".period", period, p) &
-           yaml::read_duration(v["down"], field + ".down", down_s, p);
-      if (!ok) continue;
+      // Both read (each reports its own problem) before giving up.
+      const bool period_ok = yaml::read_duration(v["period"], field + ".period", period, p);
+      const bool down_ok = yaml::read_duration(v["down"], field + ".down", down_s, p);
+      if (!period_ok || !down_ok) continue;
       if (period > 0 && !(down_s < period)) {
         p.add(v, cat(field, ": down (", down_s, " s) must be shorter than the period (", period, " s)"));
         continue;

@@ -48,6 +48,7 @@ full=(
   "kill_site.py --repeat 4 --rounds 100 --seed 2"
   "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
   "sigstop_site.py --repeat 5 --rounds 80 --stop-seconds 12"
+  "churn_soak.py --duration 600 --seed 3"
 )
 set=("${quick[@]}")
 [ "$long" = 1 ] && set+=("${full[@]}")

@@ -109,7 +109,23 @@ JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::str
   }
 }
 
-JobRun::~JobRun() = default;
+namespace {
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+JobRun::~JobRun() {
+  // A last try for records that waited for disk space; what still cannot be
+  // written is said, not lost silently.
+  if (buffered_history_ && buffered_history_->blocked()) {
+    (void)buffered_history_->retry(wall_ms());
+    if (buffered_history_->blocked())
+      spdlog::error("[{}] {} history record(s) could not be written before geolocod stopped and are lost",
+                    spec_.name, buffered_history_->waiting());
+  }
+}
 
 bool JobRun::done() const {
   return job_state_ == JobState::finished || job_state_ == JobState::failed || job_state_ == JobState::cancelled ||
@@ -120,13 +136,6 @@ void JobRun::note(const std::string& line) {
   for (const auto& l : repeats_.admit(line, Clock::now())) spdlog::info("[{}] {}", spec_.name, l);
 }
 
-namespace {
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 void JobRun::record(const history::Event& event) {
   if (!buffered_history_) return;
   const auto change = buffered_history_->append(event, wall_ms());
@@ -134,6 +143,11 @@ void JobRun::record(const history::Event& event) {
     spdlog::error("[{}] {}", spec_.name, change.message);
     asio::co_spawn(env_.executor, retry_history(), logged("the history's retry"));
   }
+  if (change.unblocked) spdlog::info("[{}] {}", spec_.name, change.message);  // the new record flushed the rest
+  if (done() && buffered_history_->blocked())
+    spdlog::warn("[{}] the job has ended with {} history record(s) still waiting for disk space; they are written "
+                 "as soon as there is room, and lost if geolocod stops before",
+                 spec_.name, buffered_history_->waiting());
 }
 
 asio::awaitable<void> JobRun::retry_history() {
@@ -432,6 +446,7 @@ asio::awaitable<void> JobRun::ticker() {
     wake_->expires_at(wake_at_ ? std::min(*wake_at_, heartbeat_at) : heartbeat_at);
     co_await wake_->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
+  for (const auto& l : repeats_.drain(Clock::now())) spdlog::info("[{}] {}", spec_.name, l);
 }
 
 asio::awaitable<void> JobRun::watch_trainer() {

@@ -1,5 +1,7 @@
 #include "daemon/log_setup.h"
 
+#include <cstdlib>
+
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -74,6 +76,15 @@ Status setup_logging(std::string_view format, std::string_view site) {
   }
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+  // GEOLOCO_LOG_LEVEL=debug shows what the daemon does not log by default
+  // (each refused or ignored message, the mesh's connections): for a drill.
+  if (const char* level = std::getenv("GEOLOCO_LOG_LEVEL"); level && *level) {
+    const auto l = spdlog::level::from_str(level);
+    if (l == spdlog::level::off && std::string_view(level) != "off")
+      return GEOLOCO_ERROR(Err::invalid_argument, "GEOLOCO_LOG_LEVEL '", level,
+                           "': expected trace, debug, info, warning, error, critical or off");
+    spdlog::set_level(l);
+  }
   return {};
 }
 

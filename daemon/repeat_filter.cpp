@@ -34,4 +34,12 @@ std::vector<std::string> RepeatFilter::flush(Clock::time_point now) {
   return out;
 }
 
+std::vector<std::string> RepeatFilter::drain(Clock::time_point now) {
+  std::vector<std::string> out;
+  for (const auto& [line, seen] : seen_)
+    if (seen.repeats > 0) out.push_back(counted(line, seen, now));
+  seen_.clear();
+  return out;
+}
+
 }  // namespace geoloco::daemon

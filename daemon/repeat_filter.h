@@ -25,6 +25,8 @@ class RepeatFilter {
   /// The counts of lines whose window is over and that repeated, each once;
   /// called from a timer so that a condition that stopped is still counted.
   std::vector<std::string> flush(Clock::time_point now);
+  /// Every count not yet said, whatever its window (the job ended).
+  std::vector<std::string> drain(Clock::time_point now);
 
  private:
   struct Seen {

@@ -32,7 +32,8 @@ struct FaultProxy::Link {
   tcp::endpoint target;
   LinkStats stats;
   LinkClock clock_up, clock_down;
-  std::set<std::shared_ptr<Conn>> conns;
+  std::set<std::shared_ptr<Conn>> conns;    ///< connected to the target, pumping
+  std::set<std::shared_ptr<Conn>> pending;  ///< accepted, held by a partition or still connecting
   transport::Signal changed;  ///< for connections held by a partition before they reach the target
 };
 
@@ -112,6 +113,7 @@ void FaultProxy::stop() {
   for (auto& link : links_) {
     link->acceptor.close(ec);
     for (auto conn : std::set<std::shared_ptr<Conn>>(link->conns)) reset(*conn);
+    for (auto conn : std::set<std::shared_ptr<Conn>>(link->pending)) reset(*conn);
     link->changed.notify_all();
   }
   if (control_) control_->close(ec);
@@ -162,14 +164,20 @@ void FaultProxy::reset(Conn& conn) {
   abort_socket(conn.client);
   abort_socket(conn.server);
   for (Pump* p : {&conn.up, &conn.down}) {
+    // What was waiting to be written is lost with the connection: counted so
+    // that read = written + dropped + held always holds.
+    (p->up ? conn.link.stats.up : conn.link.stats.down).dropped += p->queued;
+    p->queue.clear();
+    p->queued = 0;
     p->reader_wake.cancel();
     p->writer_wake.cancel();
   }
-  for (auto it = conn.link.conns.begin(); it != conn.link.conns.end(); ++it)
-    if (it->get() == &conn) {
-      conn.link.conns.erase(it);
-      break;
-    }
+  for (auto* set : {&conn.link.conns, &conn.link.pending})
+    for (auto it = set->begin(); it != set->end(); ++it)
+      if (it->get() == &conn) {
+        set->erase(it);
+        break;
+      }
 }
 
 void FaultProxy::finish_if_done(const std::shared_ptr<Conn>& conn) {
@@ -187,12 +195,14 @@ void FaultProxy::apply_events(double from, double to) {
     log_(cat("t=", to, "s ", c->link, ": ", c->change.text.empty() ? "(no change)" : c->change.text));
   for (auto& link : links_) {
     const int resets = timeline_.resets_between(link->config.name, from, to);
-    if (resets > 0 && !link->conns.empty()) {
-      log_(cat("t=", to, "s ", link->config.name, ": reset ", link->conns.size(), " connection(s)"));
-      for (auto conn : std::set<std::shared_ptr<Conn>>(link->conns)) {
-        ++link->stats.resets;
-        reset(*conn);
-      }
+    if (resets > 0 && link->conns.size() + link->pending.size() > 0) {
+      log_(cat("t=", to, "s ", link->config.name, ": reset ", link->conns.size() + link->pending.size(),
+               " connection(s)"));
+      for (auto* set : {&link->conns, &link->pending})
+        for (auto conn : std::set<std::shared_ptr<Conn>>(*set)) {
+          ++link->stats.resets;
+          reset(*conn);
+        }
     }
     wake(*link);
   }
@@ -228,21 +238,34 @@ asio::awaitable<void> FaultProxy::serve(Link& link, tcp::socket client) {
     abort_socket(client);
     co_return;
   }
-  // A partition holds a new connection too: the target is not reached until it ends.
-  while (running_ && (faults(link, true, now()).partition || faults(link, false, now()).partition))
-    co_await link.changed.wait();
-  if (!running_) co_return;
   auto conn = std::make_shared<Conn>(executor_, link, std::move(client), config_.seed * 0x10001 + ++connections_);
+  // Until it reaches the target a connection is pending: resets and flaps
+  // take it too, and a partition holds it (the target is not reached until
+  // the partition ends).
+  link.pending.insert(conn);
+  while (running_ && !conn->closed && (faults(link, true, now()).partition || faults(link, false, now()).partition))
+    co_await link.changed.wait();
+  if (!running_ || conn->closed) {
+    reset(*conn);
+    co_return;
+  }
+  if (timeline_.refusing(link.config.name, now())) {  // the partition ended inside a refusal
+    ++link.stats.refused;
+    reset(*conn);
+    co_return;
+  }
   auto [ec] = co_await conn->server.async_connect(link.target, kTuple);
+  if (conn->closed) co_return;  // reset while connecting
   if (ec || !running_) {
     ++link.stats.upstream_failures;
     if (running_) log_(cat("t=", now(), "s ", link.config.name, ": cannot reach the target: ", ec.message()));
-    abort_socket(conn->client);
+    reset(*conn);
     co_return;
   }
   std::error_code ignored;
   conn->client.set_option(tcp::no_delay(true), ignored);
   conn->server.set_option(tcp::no_delay(true), ignored);
+  link.pending.erase(conn);
   link.conns.insert(conn);
   for (bool up : {true, false}) {
     asio::co_spawn(executor_, read_side(conn, up), asio::detached);
@@ -257,7 +280,7 @@ asio::awaitable<void> FaultProxy::read_side(std::shared_ptr<Conn> conn, bool up)
   DirectionStats& stats = up ? link.stats.up : link.stats.down;
   while (!conn->closed) {
     double t = now();
-    if (pump.queued >= config_.window_bytes) {
+    if (pump.held() >= config_.window_bytes) {
       co_await sleep_until(pump.reader_wake, INFINITY);
       continue;
     }
@@ -267,36 +290,32 @@ asio::awaitable<void> FaultProxy::read_side(std::shared_ptr<Conn> conn, bool up)
     }
     auto data = std::make_shared<std::vector<std::uint8_t>>(kReadBytes);
     auto [ec, n] = co_await conn->from(up).async_read_some(asio::buffer(*data), kTuple);
-    if (conn->closed) break;
+    stats.read += n;
+    if (conn->closed) {
+      stats.dropped += n;
+      break;
+    }
     if (ec) {
-      if (ec == asio::error::eof) {
-        pump.eof = true;
-        pump.writer_wake.cancel();
-      } else {
-        reset(*conn);  // the sender's reset travels on
-      }
+      // The sender finished (FIN) or reset (RST): either travels on after
+      // what is queued, and not through a partition.
+      pump.eof = true;
+      pump.reset_pending = ec != asio::error::eof;
+      pump.writer_wake.cancel();
       break;
     }
     data->resize(n);
-    stats.read += n;
     t = now();
     ShapedRead shaped = pump.shaper.shape(faults(link, up, t), t, n, clock);
     stats.dropped += shaped.dropped;
     for (const Piece& piece : shaped.pieces) {
-      pump.queue.push_back(Pending{data, piece, false});
+      pump.queue.push_back(Pending{data, piece});
       pump.queued += piece.length;
     }
-    if (shaped.cut) {
-      if (pump.queue.empty()) {
-        ++link.stats.cuts;
-        reset(*conn);
-      } else {
-        pump.queue.back().cut = true;
-      }
-      pump.writer_wake.cancel();
-      break;  // nothing after the cut is read
-    }
     pump.writer_wake.cancel();
+    if (shaped.cut) {
+      pump.cut_pending = true;  // the writer resets once the last allowed byte is written
+      break;                    // nothing after the cut is read
+    }
   }
 }
 
@@ -305,8 +324,26 @@ asio::awaitable<void> FaultProxy::write_side(std::shared_ptr<Conn> conn, bool up
   Pump& pump = conn->pump(up);
   DirectionStats& stats = up ? link.stats.up : link.stats.down;
   while (!conn->closed) {
+    const double t = now();
+    // A partition holds everything: queued bytes, and a close or reset
+    // behind them. The event loop wakes us when it ends.
+    if (faults(link, up, t).partition) {
+      co_await sleep_until(pump.writer_wake, INFINITY);
+      continue;
+    }
     if (pump.queue.empty()) {
+      if (pump.cut_pending) {
+        ++link.stats.cuts;
+        log_(cat("t=", now(), "s ", link.config.name, ": connection reset after ", pump.shaper.passed(), " bytes ",
+                 up ? "up" : "down", " (close_after)"));
+        reset(*conn);
+        break;
+      }
       if (pump.eof) {
+        if (pump.reset_pending) {
+          reset(*conn);  // the sender's reset
+          break;
+        }
         std::error_code ec;
         conn->to(up).shutdown(tcp::socket::shutdown_send, ec);
         pump.done = true;
@@ -316,47 +353,38 @@ asio::awaitable<void> FaultProxy::write_side(std::shared_ptr<Conn> conn, bool up
       co_await sleep_until(pump.writer_wake, INFINITY);
       continue;
     }
-    const double t = now();
-    // A partition holds what is queued; the event loop wakes us when it ends.
-    if (faults(link, up, t).partition) {
-      co_await sleep_until(pump.writer_wake, INFINITY);
+    if (pump.queue.front().piece.at_s > t) {
+      co_await sleep_until(pump.writer_wake, pump.queue.front().piece.at_s);
       continue;
     }
-    const Pending next = pump.queue.front();
-    if (next.piece.at_s > t) {
-      co_await sleep_until(pump.writer_wake, next.piece.at_s);
-      continue;
-    }
+    const Pending next = std::move(pump.queue.front());
+    pump.queue.pop_front();
+    pump.queued -= next.piece.length;
+    pump.in_flight = next.piece.length;
     auto [ec, n] = co_await asio::async_write(
         conn->to(up), asio::buffer(next.data->data() + next.piece.offset, next.piece.length), kTuple);
+    pump.in_flight = 0;
+    stats.written += n;
+    stats.dropped += next.piece.length - n;  // a write cut short by a reset
     if (conn->closed) break;
     if (ec) {
       reset(*conn);
       break;
     }
-    stats.written += n;
-    pump.queue.pop_front();
-    pump.queued -= next.piece.length;
     pump.reader_wake.cancel();
-    if (next.cut) {
-      ++link.stats.cuts;
-      log_(cat("t=", now(), "s ", link.config.name, ": connection reset after ", pump.shaper.passed(), " bytes ",
-               up ? "up" : "down", " (close_after)"));
-      reset(*conn);
-      break;
-    }
   }
 }
 
 nlohmann::json FaultProxy::link_stats(const Link& link) const {
   auto direction = [&](const DirectionStats& d, bool up) {
     std::uint64_t held = 0;
-    for (const auto& conn : link.conns) held += conn->pump(up).queued;
+    for (const auto& conn : link.conns) held += conn->pump(up).held();
     return nlohmann::json{{"read", d.read}, {"written", d.written}, {"dropped", d.dropped}, {"held", held}};
   };
   const auto& s = link.stats;
   return {{"accepted", s.accepted},
           {"open", link.conns.size()},
+          {"pending", link.pending.size()},
           {"refused", s.refused},
           {"resets", s.resets},
           {"cuts", s.cuts},

@@ -145,7 +145,9 @@ class Checker {
               },
               [&](const Aborted&) { ++s_.aborts; },
               [&](const Ended& e) {
-                if (e.round > 0 && !e.digest.empty() && !claim(e.round, e.digest, who)) return;
+                // A state never verified (a checkpoint ahead of the history,
+                // not yet replaced by a peer's) claims no digest.
+                if (!unverified && e.round > 0 && !e.digest.empty() && !claim(e.round, e.digest, who)) return;
                 lives.back().end = e;
               },
           },

@@ -35,3 +35,14 @@ TEST_CASE("a condition that stopped repeating is counted by flush, once") {
   CHECK(f.flush(t0 + 40s).empty());
   CHECK(f.admit("site-c is silent", t0 + 41s) == Strings{"site-c is silent"});
 }
+
+TEST_CASE("at the job's end every count not yet said is said") {
+  RepeatFilter f(30s);
+  const auto t0 = RepeatFilter::Clock::time_point{} + 1000s;
+  f.admit("a", t0);
+  f.admit("a", t0 + 1s);
+  f.admit("a", t0 + 2s);
+  f.admit("b", t0 + 2s);
+  CHECK(f.drain(t0 + 4s) == Strings{"a (and 2 more times in 4 s)"});
+  CHECK(f.drain(t0 + 5s).empty());
+}

@@ -49,7 +49,8 @@ class EchoServer {
   std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
   std::atomic<int> accepted{0};
   std::atomic<std::uint64_t> received{0};
-  bool echo = true;  // false: read and discard
+  std::atomic<int> eofs{0};  // connections whose client finished (FIN)
+  bool echo = true;          // false: read and discard
 
  private:
   asio::awaitable<void> accept() {
@@ -64,6 +65,7 @@ class EchoServer {
     std::vector<char> buf(65536);
     for (;;) {
       auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), kTuple);
+      if (ec == asio::error::eof) ++eofs;
       if (ec) break;
       received += n;
       if (!echo) continue;
@@ -176,6 +178,15 @@ bool eventually(F ok, double seconds = 5) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return ok();
+}
+
+// Every byte read is written, dropped, or still held.
+void check_ledger(const nlohmann::json& s) {
+  for (const char* d : {"up", "down"}) {
+    INFO(d << ": " << s[d].dump());
+    CHECK(s[d]["read"].get<std::uint64_t>() ==
+          s[d]["written"].get<std::uint64_t>() + s[d]["dropped"].get<std::uint64_t>() + s[d]["held"].get<std::uint64_t>());
+  }
 }
 
 }  // namespace
@@ -292,6 +303,7 @@ TEST_CASE("close_after passes exactly N bytes, then resets both sides") {
   CHECK(s["cuts"] == 1);
   CHECK(s["up"]["written"] == 1000);
   CHECK(s["open"] == 0);
+  check_ledger(s);
 }
 
 TEST_CASE("reset and refuse on request") {
@@ -313,6 +325,56 @@ TEST_CASE("reset and refuse on request") {
   CHECK(s["resets"] == 1);
   CHECK(s["refused"] == 1);
   CHECK(target.accepted == 1);
+  check_ledger(s);
+}
+
+TEST_CASE("a partition holds a close too, and a connection it holds is reset with the link") {
+  EchoServer target;
+  Running proxy(target.port(), "");
+  Client c(proxy.port());
+  c.send(random_bytes(10, 20));
+  REQUIRE(c.read(10, 5).size() == 10);
+  proxy.set(R"({"command":"set","link":"x","both":{"partition":true}})");
+  const auto held = random_bytes(3000, 21);
+  c.send(held);
+  c.shutdown_send();  // the FIN waits behind the held bytes
+  Client pending(proxy.port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(target.eofs == 0);
+  auto s = proxy.link_stats();
+  CHECK(s["pending"] == 1);
+  check_ledger(s);
+  // A reset takes the held connection too; the established one as well.
+  proxy.set(R"({"command":"reset","link":"x"})");
+  std::error_code ec;
+  CHECK(pending.read(1, 5, &ec).empty());
+  CHECK(ec == asio::error::connection_reset);
+  s = proxy.link_stats();
+  CHECK(s["pending"] == 0);
+  CHECK(s["resets"] == 2);
+  CHECK(s["up"]["dropped"] == held.size());  // lost with the reset, counted
+  check_ledger(s);
+  CHECK(target.accepted == 1);  // the held one never reached the target
+}
+
+TEST_CASE("a partition delays a close until it ends") {
+  EchoServer target;
+  Running proxy(target.port(), "");
+  Client c(proxy.port());
+  const auto data = random_bytes(2000, 22);
+  c.send(data);
+  REQUIRE(c.read(data.size(), 5) == data);
+  proxy.set(R"({"command":"set","link":"x","up":{"partition":true}})");
+  c.send(data);
+  c.shutdown_send();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(target.eofs == 0);
+  CHECK(target.received == data.size());
+  proxy.set(R"({"command":"clear","link":"x"})");
+  CHECK(eventually([&] { return target.eofs == 1; }));
+  CHECK(target.received == 2 * data.size());
+  CHECK(c.read(data.size(), 5) == data);
+  check_ledger(proxy.link_stats());
 }
 
 TEST_CASE("a flapping link from the schedule: reset at the window's start, refused in it, open after") {

@@ -42,12 +42,12 @@ quick=(
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"
   "partition_heal.py --repeat 3 --partition-seconds 21 --resume-bound 60 --width 256"
-  "partition_minority.py --repeat 3 --rounds 40"
+  "partition_minority.py --repeat 3 --rounds 70"
   "flapping_link.py --rounds 30 --period 2s --down 500ms"
   "blackhole_link.py --blackhole-seconds 20 --rounds 40"
   "kill_site.py --repeat 4 --rounds 100 --seed 2"
   "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
-  "sigstop_site.py --repeat 5 --rounds 80 --stop-seconds 12"
+  "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
 )
 set=("${quick[@]}")

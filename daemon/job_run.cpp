@@ -289,6 +289,11 @@ void JobRun::execute(ParticipantAction& action) {
           },
           [&](StartExchange& e) { asio::co_spawn(env_.executor, exchange(e.plan, e.participant), asio::detached); },
           [&](DeclineExchange& d) { env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)}); },
+          [&](CancelExchange& c) {
+            env_.mesh->cancel({c.round, static_cast<std::uint32_t>(c.attempt)},
+                              Status(Err::io, cat("the exchange of round ", c.round, " attempt ", c.attempt,
+                                                  " was given up: ", c.why)));
+          },
           [&](ForgetExchange&) { delta_.clear(); },
           [&](MoveTrainer& m) {
             // Welcomed with the held anchor only if no trainer trains yet:

@@ -142,6 +142,8 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
       where_ = Where::unwinding;
       after_ = After::plan;
       next_plan_ = plan;
+      act(CancelExchange{plan_->round, plan_->attempt,
+                         cat("round ", plan.round, " is planned again (attempt ", plan.attempt, ")")});
       return {};
     case Where::unwinding:
       if (after_ == After::catch_up) {
@@ -235,6 +237,7 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
   if (where_ == Where::exchanging || where_ == Where::unwinding) {
     // The ABORT is of the latest plan: one queued behind the exchange goes too.
     if (where_ == Where::unwinding && next_plan_) decline(*next_plan_);
+    if (where_ == Where::exchanging) act(CancelExchange{plan_->round, plan_->attempt, cat("aborted: ", a.reason)});
     if (where_ == Where::exchanging || after_ != After::catch_up) after_ = After::idle;
     where_ = Where::unwinding;
     next_plan_.reset();
@@ -415,8 +418,9 @@ void ParticipantMachine::become_idle() {
 void ParticipantMachine::catch_up(const std::string& why) {
   if (where_ == Where::exchanging || where_ == Where::unwinding) {
     // Installing a state now would pull the buffers from under the exchange:
-    // wait for it to end.
+    // wait for it to end (given up at once).
     if (where_ == Where::unwinding && next_plan_) decline(*next_plan_);
+    if (where_ == Where::exchanging) act(CancelExchange{plan_->round, plan_->attempt, cat("catching up: ", why)});
     where_ = Where::unwinding;
     after_ = After::catch_up;
     catch_up_why_ = why;

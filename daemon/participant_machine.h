@@ -126,6 +126,17 @@ struct DeclineExchange {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;
 };
+/// The exchange in flight is void (the coordinator aborted it, planned a new
+/// attempt, or this site must catch up): give it up now, so that it ends at
+/// once rather than at its timeout, and the frames of the next operation do
+/// not wait behind it (a connection's frames are read in order, control
+/// messages and heartbeats among them). It then reports through
+/// on_exchange_done() as usual.
+struct CancelExchange {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+  std::string why;
+};
 /// Apply the outer step of the exchanged round for real: its digest is the
 /// committed one. Answer with on_applied().
 struct ApplyRound {
@@ -188,7 +199,7 @@ struct EndJob {
 
 using ParticipantAction =
     std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange,
-                 participant::ForgetExchange, participant::ApplyRound, participant::KeepTrainerAnchor,
+                 participant::CancelExchange, participant::ForgetExchange, participant::ApplyRound, participant::KeepTrainerAnchor,
                  participant::MoveTrainer,
                  participant::ReleaseTrainer, participant::Record,
                  participant::WelcomeTrainer,

@@ -36,6 +36,7 @@ inline std::string kind(const ParticipantAction& a) {
       Overload{[](const Send& s) { return cat("send ", control_type_name(s.message), " to ", s.to); },
                [](const StartExchange& e) { return std::string(e.participant ? "exchange" : "observe"); },
                [](const DeclineExchange& d) { return cat("decline ", d.round, ".", d.attempt); },
+               [](const CancelExchange& c) { return cat("cancel ", c.round, ".", c.attempt); },
                [](const ForgetExchange&) { return std::string("forget"); },
                [](const MoveTrainer& m) { return cat("move trainer ", m.round); },
                [](const ApplyRound&) { return std::string("apply"); },

@@ -107,7 +107,10 @@ TEST_CASE("an ABORT: while exchanging the exchange unwinds first; while committi
     (void)m.step(t0);
     REQUIRE(m.on_abort("a", {1, 0, "peer c: no data"}).ok());
     auto a = m.step(t0 + 100ms);
-    CHECK(kinds(a) == std::vector<std::string>{"aborted 1.0"});  // recorded; no READY while the all-reduce still runs
+    // Recorded, and the exchange given up at once (not at its timeout); no
+    // READY while the all-reduce still unwinds.
+    CHECK(kinds(a) == std::vector<std::string>{"aborted 1.0", "cancel 1.0"});
+    CHECK(std::get<participant::CancelExchange>(a.actions[1]).why == "aborted: peer c: no data");
     CHECK(recorded<history::Aborted>(a).reason == "peer c: no data");
     CHECK(noted(a, "round 1 aborted: peer c: no data"));
     CHECK(m.where() == Where::unwinding);
@@ -140,7 +143,7 @@ TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
   REQUIRE(m.on_abort("a", {1, 0, "peer c: reset"}).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());  // attempt 1 never began here: declined
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "decline 1.1"});  // not two exchanges at once
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "cancel 1.0", "decline 1.1"});  // not two exchanges at once
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
   auto next = m.step(t0);
   CHECK(kinds(next) == std::vector<std::string>{"exchange"});
@@ -159,7 +162,7 @@ TEST_CASE("a late ABORT of an older attempt leaves the newer attempt's exchange 
   CHECK(kinds(m.step(t0)).empty());
   CHECK(m.where() == Where::exchanging);
   REQUIRE(m.on_abort("a", {1, 1, "peer b: reset"}).ok());  // its own ABORT is taken
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.1"});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.1", "cancel 1.1"});
   CHECK(m.where() == Where::unwinding);
 }
 
@@ -171,7 +174,8 @@ TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends 
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 0's ABORT was lost
   REQUIRE(m.on_abort("a", {1, 1, "peer c: reset"}).ok());       // this one is attempt 1's
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.1", "decline 1.1"});
+  // The new PLAN gave attempt 0's exchange up; its ABORT ends the plan queued behind.
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "aborted 1.1", "decline 1.1"});
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send ready to a"});
   CHECK(m.where() == Where::idle);
@@ -189,8 +193,8 @@ TEST_CASE("a new attempt's PLAN without the ABORT (lost) supersedes the exchange
   CHECK(m.where() == Where::unwinding);
   m.on_exchange_done(1, 1, kDigest2);  // not the exchange that runs: ignored
   CHECK(m.where() == Where::unwinding);
-  m.on_exchange_done(1, 0, Status(Err::timeout, "all-reduce did not finish"));
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
+  m.on_exchange_done(1, 0, Status(Err::io, "given up"));
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "exchange"});
   // A late repeat of attempt 0 (its queued copy) does not replace attempt 1.
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
   CHECK(m.where() == Where::exchanging);
@@ -228,7 +232,7 @@ TEST_CASE("a plan for a round beyond the next one: catching up, but only after t
     (void)m.step(t0);
     REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {"b"})).ok());
     CHECK(m.where() == Where::unwinding);
-    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0"});
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0", "cancel 1.0"});
     m.on_state_offer("a", offer(2, kDigest3), t0);  // not asked for yet: not taken
     CHECK(kinds(m.step(t0)).empty());
     m.on_exchange_done(1, 0, kDigest2);
@@ -456,6 +460,6 @@ TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catch
   REQUIRE(m.on_committed("a", {3, kDigest3, false}).ok());  // two rounds ahead: catch up once the exchange ends
   REQUIRE(m.on_abort("a", {1, 0, "late"}).ok());
   m.on_exchange_done(1, 0, Status(Err::io, "cancelled"));
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "send state_request to a"});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "aborted 1.0", "send state_request to a"});
   CHECK(m.where() == Where::catching_up);
 }

@@ -1,4 +1,6 @@
-"""A 2/2 partition of four sites with min_sites 3, then healed, several times.
+"""A 2/2 partition of four sites with min_sites 3, then healed, several times
+(--reset-mid 1: the cut links are also reset halfway through, so what they
+held is lost rather than delivered at the heal).
 
 No side has min_sites during the split, so nobody commits; after the heal
 the job must commit again within a few heartbeats, every time. The bytes of
@@ -7,9 +9,9 @@ when the partition ends. Ends with the history checker."""
 
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, link_name, mlp_job, run
 
-args = arguments(__doc__, repeat=2, partition_seconds=8.0, resume_bound=30.0, width=32)
+args = arguments(__doc__, repeat=2, partition_seconds=8.0, resume_bound=30.0, width=32, reset_mid=0)
 NAME = "partition-heal"
 SITES = ("site-a", "site-b", "site-c", "site-d")
 
@@ -30,9 +32,18 @@ def body():
             cut_at = time.monotonic()
             time.sleep(1.0)  # a round in flight at the cut may still commit before it
             during = commits.poll()
+            reset_done = False
             while time.monotonic() - cut_at < args.partition_seconds:
                 time.sleep(0.2)
                 commits.poll()
+                if args.reset_mid and not reset_done and time.monotonic() - cut_at > args.partition_seconds / 2:
+                    # The cut links' connections reset mid-partition (a middlebox
+                    # losing its state): what they held, ABORTs and PLANs
+                    # among it, is lost, not delivered at the heal.
+                    for a in ("site-a", "site-b"):
+                        for b in ("site-c", "site-d"):
+                            fed.proxy.call({"command": "reset", "link": link_name(a, b)})
+                    reset_done = True
             after_split = max(commits.rounds().values())
             assert after_split == during, f"partition {i + 1}: round {after_split} committed without min_sites ({during} before)"
             fed.proxy.heal()

@@ -42,6 +42,7 @@ quick=(
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"
   "partition_heal.py --repeat 3 --partition-seconds 21 --resume-bound 60 --width 256"
+  "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60 --reset-mid 1"
   "partition_minority.py --repeat 3 --rounds 70"
   "flapping_link.py --rounds 30 --period 2s --down 500ms"
   "blackhole_link.py --blackhole-seconds 20 --rounds 40"

@@ -8,7 +8,7 @@ history checker. (A full disk is full_disk.py.)"""
 import os
 import re
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run
 
 STEPS = ("flip", "truncate", "round")
 args = arguments(__doc__, rounds=40, only=",".join(STEPS))
@@ -69,8 +69,7 @@ def body():
             size = len(open(site.log_path).read())
             site.start()
             restarted_at = max(commits.rounds().values())
-            fed.wait_for(lambda: any(r["contributed"] for r in (site.status("e2e") or {}).get("rounds", [])
-                                     if r["round"] > restarted_at), 120, f"{site.name} to contribute again")
+            contributes_after(fed, site, restarted_at)
             log = open(site.log_path).read()[size:]
             if damage is bump_round:
                 # The journal is the truth: the checkpoint's round (or, when the

@@ -11,7 +11,7 @@ import re
 import subprocess
 import tempfile
 
-from scenario import Commits, Federation, arguments, mlp_job, run, verdict
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run, verdict
 
 args = arguments(__doc__, rounds=40)
 NAME = "full-disk"
@@ -59,8 +59,7 @@ def full_disk(fed, commits):
         assert "the history cannot be written" in log, "site-b never said its history could not be written"
         os.remove(filler)
         freed = commits.poll()
-        fed.wait_for(lambda: any(r["contributed"] for r in (b.status("e2e") or {}).get("rounds", [])
-                                 if r["round"] > freed), 120, "site-b to contribute once there is room")
+        contributes_after(fed, b, freed)
         log = open(b.log_path).read()[size:]
         again = re.search(r"the history is written again after ([0-9.]+) s \((\d+) waiting", log)
         assert again, "site-b never wrote its waiting history records"

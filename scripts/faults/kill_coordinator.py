@@ -8,7 +8,7 @@ site that was catching up gets its state. Ends with the history checker."""
 import random
 import time
 
-from scenario import Commits, Federation, arguments, link_name, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, link_name, mlp_job, run, wait_for_transfer
 
 PHASES = ("inner", "allreduce", "sync-donor")
 args = arguments(__doc__, repeat=1, rounds=30, down_seconds=3.0, phases=",".join(PHASES))
@@ -43,15 +43,7 @@ def body():
                                  "site-c to ask site-a for the state")
                     time.sleep(rng.uniform(0.0, 0.2))
                 elif phase == "allreduce":
-                    link = link_name("site-a", "site-b")
-                    s0 = fed.proxy.stats()[link]
-                    before = s0["up"]["written"] + s0["down"]["written"]
-                    deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline:
-                        s = fed.proxy.stats()[link]
-                        if s["up"]["written"] + s["down"]["written"] > before + 20000:
-                            break
-                        time.sleep(0.02)
+                    wait_for_transfer(fed, link_name("site-a", "site-b"))
                 else:
                     commits.wait_round(top + 1, 60, "the next commit")
                     time.sleep(rng.uniform(0.05, 0.4))
@@ -66,8 +58,7 @@ def body():
                 restarts += 1
                 commits.wait_round(stalled + 1, 120, "a commit after the coordinator's restart")
                 if phase == "sync-donor":
-                    fed.wait_for(lambda: any(r["contributed"] for r in (c.status("e2e") or {}).get("rounds", [])
-                                             if r["round"] > at), 120, "site-c to contribute after its state sync")
+                    contributes_after(fed, c, at)
         commits.finished(300)
         checked = fed.check_history("e2e")
         assert f"restarts: {restarts}," in checked, checked

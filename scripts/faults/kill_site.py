@@ -11,7 +11,7 @@ site's memory. Ends with the history checker."""
 import random
 import time
 
-from scenario import Commits, Federation, arguments, link_name, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, link_name, mlp_job, run, wait_for_transfer
 
 PHASES = ("inner", "allreduce", "checkpoint", "sync-receiver")
 args = arguments(__doc__, repeat=1, rounds=40, phases=",".join(PHASES))
@@ -56,14 +56,7 @@ def body():
                     hit = "received from" not in open(victim.log_path).read()[log_size:]
                 elif phase == "allreduce":
                     # Wait for bytes to flow on the victim's slowed link, then kill.
-                    link = link_name("site-a", victim.name)
-                    before = fed.proxy.stats()[link]["up"]["written"] + fed.proxy.stats()[link]["down"]["written"]
-                    deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline:
-                        s = fed.proxy.stats()[link]
-                        if s["up"]["written"] + s["down"]["written"] > before + 20000:
-                            break
-                        time.sleep(0.02)
+                    wait_for_transfer(fed, link_name("site-a", victim.name))
                     victim.kill()
                     hit = True
                 else:
@@ -77,8 +70,7 @@ def body():
                 commits.wait_round(at + 1, 120, f"a commit without {victim.name}")
                 victim.start()
                 restarts += 1
-                fed.wait_for(lambda: any(r["contributed"] for r in (victim.status("e2e") or {}).get("rounds", [])
-                                         if r["round"] > at + 1), 120, f"{victim.name} to contribute again")
+                contributes_after(fed, victim, at + 1)
         commits.finished(300)
         checked = fed.check_history("e2e")
         assert f"restarts: {restarts}," in checked, checked

@@ -6,7 +6,7 @@ checker."""
 
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run
 
 args = arguments(__doc__, repeat=1, rounds=30, partition_seconds=8.0)
 NAME = "partition-minority"
@@ -32,8 +32,7 @@ def body():
             assert majority >= majority_before + 2, f"the majority committed only {majority - majority_before} rounds"
             assert c_during <= c_before + 1, f"site-c committed rounds {c_before}..{c_during} on its own"
             # Back in before the next cut: it rejoins and contributes again.
-            fed.wait_for(lambda: any(r["contributed"] for r in (fed["site-c"].status("e2e") or {}).get("rounds", [])
-                                     if r["round"] > majority), 120, "site-c to contribute after the heal")
+            contributes_after(fed, fed["site-c"], majority)
             notes.append(f"majority {majority_before}->{majority}, site-c held at {c_during}, then back")
         commits.finished(300)
         fed.check_history("e2e")

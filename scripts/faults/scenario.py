@@ -70,6 +70,27 @@ class Commits:
         self.fed.wait_for(done, seconds, f"job {self.job} to finish")
 
 
+def contributes_after(fed, site, round_, seconds=120, job="e2e"):
+    """Waits (bounded) until `site` contributed to a round after `round_`."""
+    fed.wait_for(lambda: any(r["contributed"] for r in (site.status(job) or {}).get("rounds", [])
+                             if r["round"] > round_), seconds, f"{site.name} to contribute after round {round_}")
+
+
+def wait_for_transfer(fed, link, nbytes=20000, seconds=30):
+    """Waits until `nbytes` more have crossed `link` (both ways) through the
+    proxy: an exchange in flight on it. Returns whether they did in time."""
+    def carried():
+        s = fed.proxy.stats()[link]
+        return s["up"]["written"] + s["down"]["written"]
+    before = carried()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if carried() > before + nbytes:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def verdict(name, passed, text):
     """passed: True, False, or None for a scenario that cannot run here (SKIP)."""
     word = "SKIP" if passed is None else "PASS" if passed else "FAIL"

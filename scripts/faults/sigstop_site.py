@@ -10,7 +10,7 @@ import random
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run
 
 args = arguments(__doc__, repeat=2, rounds=40, stop_seconds=8.0)
 NAME = "sigstop-site"
@@ -49,8 +49,7 @@ def body():
             finally:
                 signal_site(victim, signal.SIGCONT)
             assert went_on >= stopped_at + 2, f"only rounds {stopped_at}..{went_on} committed while {victim.name} slept"
-            fed.wait_for(lambda: any(r["contributed"] for r in (victim.status("e2e") or {}).get("rounds", [])
-                                     if r["round"] > went_on), 120, f"{victim.name} to contribute after SIGCONT")
+            contributes_after(fed, victim, went_on)
             notes.append(f"{victim.name} stopped at round {stopped_at}, others reached {went_on}")
             print(notes[-1], flush=True)
         commits.finished(300)

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run
 
 args = arguments(__doc__, rounds=40, hang_seconds=6.0, slow_seconds=8.0)
 NAME = "trainer-faults"
@@ -26,10 +26,6 @@ def trainer_pid(site):
     assert pids, f"{site.name} has no trainer running"
     return pids[0]
 
-
-def contributes_after(fed, site, round_):
-    fed.wait_for(lambda: any(r["contributed"] for r in (site.status("e2e") or {}).get("rounds", [])
-                             if r["round"] > round_), 120, f"{site.name} to contribute after round {round_}")
 
 
 def body():

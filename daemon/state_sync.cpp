@@ -48,7 +48,7 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
                                                   i, " of ", 2 * chunks, "); ", peer, " asks again"));
       break;
     }
-    Status sent = co_await mesh.send_control_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)), slot);
+    Status sent = co_await mesh.send_state_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)), slot);
     if (!sent.ok()) {
       if (flight->failure.ok()) flight->failure = sent;
       break;

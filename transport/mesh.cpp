@@ -52,7 +52,7 @@ Status Mesh::listen() {
   for (const auto& p : options_.peers) {
     GEOLOCO_RETURN_IF(p.name == options_.site, Err::invalid_argument, "mesh: site '", p.name,
                       "' lists itself as a peer");
-    slots_[p.name].resize(options_.transport.connections_per_peer);
+    slots_[p.name].resize(slot_count());
   }
   if (!options_.transport.insecure_plaintext_for_tests) {
     auto ctx = tls::make_context(options_.tls);
@@ -84,8 +84,7 @@ Status Mesh::start() {
   asio::co_spawn(executor_, accept_loop(), asio::detached);
   for (const auto& p : options_.peers) {
     if (options_.site < p.name) {  // the name that sorts first dials
-      for (int k = 0; k < options_.transport.connections_per_peer; ++k)
-        asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
+      for (int k = 0; k < slot_count(); ++k) asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
     }
   }
   return {};
@@ -179,9 +178,11 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
   } else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) {
     refused = named;
-  } else if (slot < 0 || slot >= options_.transport.connections_per_peer) {
-    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot, " of ",
-                            options_.transport.connections_per_peer);
+  } else if (slot < 0 || slot >= slot_count()) {
+    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot,
+                            "; this site has slots 0..", slot_count() - 1, " (", options_.transport.connections_per_peer,
+                            " data connections and a control connection): is connections_per_peer the same on both "
+                            "sites?");
   }
   if (!refused.ok()) {
     reject(conn->peer(), conn.get(), refused);
@@ -191,7 +192,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
   install(claimed, slot, conn);
-  co_await read_loop(claimed, conn);
+  co_await read_loop(claimed, slot, conn);
 }
 
 asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
@@ -261,7 +262,7 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
     co_return wrong;
   }
   install(peer.name, slot, conn);
-  co_await read_loop(peer.name, conn);
+  co_await read_loop(peer.name, slot, conn);
   co_return Status();
 }
 
@@ -299,7 +300,7 @@ asio::awaitable<Status> Mesh::wait_connected(std::vector<std::string> peers, std
     std::string missing;
     for (const auto& p : peers) {
       if (p == options_.site) continue;
-      for (int k = 0; k < options_.transport.connections_per_peer; ++k) {
+      for (int k = 0; k < slot_count(); ++k) {
         if (!connection(p, k)) {
           missing += (missing.empty() ? "" : ", ") + p;
           break;
@@ -372,11 +373,27 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   co_return true;
 }
 
-asio::awaitable<void> Mesh::read_loop(std::string peer, std::shared_ptr<Connection> conn) {
+Status Mesh::check_slot(const std::string& peer, FrameType type, int slot) const {
+  if (type == FrameType::hello) return {};  // refused by admit(), with its own reason
+  const bool control_connection = slot == control_slot();
+  if (type == FrameType::control && !control_connection)
+    return GEOLOCO_ERROR(Err::malformed, "control frame from ", peer, " on data connection ", slot,
+                         "; control frames travel on the control connection only");
+  if (type != FrameType::control && control_connection)
+    return GEOLOCO_ERROR(Err::malformed, frame_type_name(type), " frame from ", peer,
+                         " on the control connection, which carries control frames only");
+  return {};
+}
+
+asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn) {
   while (running_ && conn->is_open()) {
     auto header = co_await conn->read_header();
     if (!header.ok()) {
       if (conn->is_open()) reject(peer, conn.get(), header.status());
+      break;
+    }
+    if (Status placed = check_slot(peer, header->type, slot); !placed.ok()) {
+      reject(peer, conn.get(), placed);
       break;
     }
     if (header->type == FrameType::control || header->type == FrameType::state) {
@@ -445,12 +462,25 @@ asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_
 }
 
 asio::awaitable<Status> Mesh::send_control_frame(const std::string& peer, FrameHeader header,
-                                                 std::span<const std::byte> payload, int slot) {
+                                                 std::span<const std::byte> payload) {
+  if (header.type != FrameType::control)
+    co_return GEOLOCO_ERROR(Err::invalid_argument, "send_control_frame sends control frames, not ",
+                            frame_type_name(header.type));
+  auto conn = connection(peer, control_slot());
+  if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
+  co_return co_await conn->write_frame(header, payload);
+}
+
+asio::awaitable<Status> Mesh::send_state_frame(const std::string& peer, FrameHeader header,
+                                               std::span<const std::byte> payload, int slot) {
+  if (header.type != FrameType::state)
+    co_return GEOLOCO_ERROR(Err::invalid_argument, "send_state_frame sends state frames, not ",
+                            frame_type_name(header.type));
+  if (slot < 0 || slot >= control_slot())
+    co_return GEOLOCO_ERROR(Err::invalid_argument, "state frames travel on data connections 0..", control_slot() - 1,
+                            ", not ", slot);
   auto conn = connection(peer, slot);
   if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
-  if (header.type != FrameType::control && header.type != FrameType::state)
-    co_return GEOLOCO_ERROR(Err::invalid_argument, "send_control_frame sends control or state frames, not ",
-                            frame_type_name(header.type));
   co_return co_await conn->write_frame(header, payload);
 }
 

@@ -1,9 +1,17 @@
 // The site's mesh of authenticated connections to its peers (docs/design.md §3):
-// `connections_per_peer` TLS connections per peer pair, dialed by the site
-// whose name sorts first and accepted by the other, re-dialed with backoff
-// when they drop. Every connection starts with HELLO (the claimed site
-// name, the connection's slot); the claim must match the verified
-// certificate and a configured peer, or the connection is refused.
+// `connections_per_peer` data connections and one control connection per
+// peer pair, dialed by the site whose name sorts first and accepted by the
+// other, re-dialed with backoff when they drop. Every connection starts with
+// HELLO (the claimed site name, the connection's slot); the claim must match
+// the verified certificate and a configured peer, or the connection is
+// refused.
+//
+// The control connection (slot `control_slot()`, after the data slots)
+// carries control frames only, and the data connections carry none: a
+// heartbeat, PLAN or ABORT never waits behind a data frame whose operation
+// this site has not begun (a wait that, with both on one connection, could
+// last until the peer gave up on the operation: the frame that would let
+// this site begin it was queued behind it).
 //
 // Frames for the job's current operation (round, fragment) go to the
 // registered FrameSink; frames for a later operation wait (the reader stops
@@ -109,6 +117,9 @@ class Mesh {
   /// The bound port (useful with listen_port 0).
   std::uint16_t port() const { return port_; }
 
+  /// The slot of the control connection: data slots are 0..control_slot()-1.
+  int control_slot() const { return options_.transport.connections_per_peer; }
+
   /// Waits until every slot to each of `peers` is connected. Errors: timeout
   /// naming the peers still missing.
   asio::awaitable<Status> wait_connected(std::vector<std::string> peers, std::chrono::milliseconds timeout);
@@ -139,21 +150,27 @@ class Mesh {
   void set_job(std::uint64_t job);
   std::uint64_t job() const { return options_.job; }
 
-  /// Control-plane frames (FrameType::control and FrameType::state) of the
-  /// current job or of the federation (job 0) bypass the operation gate and
-  /// go to this handler as they arrive, in order per connection; an error
-  /// refuses the frame. Without a handler, control frames are refused.
+  /// Control-plane frames (FrameType::control, on the control connection,
+  /// and FrameType::state, on the data connections) of the current job or of
+  /// the federation (job 0) bypass the operation gate and go to this handler
+  /// as they arrive, in order per connection; an error refuses the frame. Without a handler, control frames are refused.
   using ControlHandler = std::function<Status(const std::string& peer, const FrameHeader& header, Buffer payload)>;
   void set_control_handler(ControlHandler handler) { control_handler_ = std::move(handler); }
-  /// Sends a control frame to `peer` on connection slot 0 (control messages
-  /// of one pair stay in order). Errors: io (not connected, write failed).
+  /// Sends a control frame to `peer` on the control connection (control
+  /// messages of one pair stay in order). Errors: io (not connected, write
+  /// failed).
   asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round, std::span<const std::byte> payload);
-  /// As send_control, with the frame's job, type (control or state) and chunk
-  /// index chosen by the caller (job 0: a federation-level message), on
-  /// connection `slot` (0..connections_per_peer-1; frames of one slot stay
-  /// in order, frames of different slots may overtake each other).
+  /// As send_control, with the frame's job and chunk index chosen by the
+  /// caller (job 0: a federation-level message). Errors: invalid_argument
+  /// (not a control frame), io.
   asio::awaitable<Status> send_control_frame(const std::string& peer, FrameHeader header,
-                                             std::span<const std::byte> payload, int slot = 0);
+                                             std::span<const std::byte> payload);
+  /// Sends a state frame (bulk, gate-free, for the control handler) on data
+  /// connection `slot` (0..connections_per_peer-1; frames of one slot stay in
+  /// order, frames of different slots may overtake each other). Errors:
+  /// invalid_argument (not a state frame, not a data slot), io.
+  asio::awaitable<Status> send_state_frame(const std::string& peer, FrameHeader header,
+                                           std::span<const std::byte> payload, int slot);
 
   const std::string& site() const { return options_.site; }
   /// Chunk buffers shared by this mesh's connections and operations.
@@ -176,7 +193,11 @@ class Mesh {
   asio::awaitable<void> serve_incoming(asio::ip::tcp::socket socket);
   asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
   asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot);
-  asio::awaitable<void> read_loop(std::string peer, std::shared_ptr<Connection> conn);
+  asio::awaitable<void> read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn);
+  /// Why a frame of this type may not come on `slot`, if it may not.
+  Status check_slot(const std::string& peer, FrameType type, int slot) const;
+  /// Every slot: the data slots and the control slot.
+  int slot_count() const { return options_.transport.connections_per_peer + 1; }
   /// True: deliver the frame to the sink; false: its operation was declined, drop it.
   asio::awaitable<Result<bool>> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
   std::shared_ptr<Connection> wrap(asio::ip::tcp::socket socket);

@@ -71,25 +71,20 @@ TEST_CASE("control frames reach the peer's handler in order, outside any all-red
   CHECK(refused);
 }
 
-TEST_CASE("a declined operation's frames are dropped, so the control frames behind them still arrive") {
-  // b is named an observer of round 5 but never runs it (a site catching
-  // up): a's gather frames for round 5 would hold b's reader, and with it
-  // every control frame behind them on that connection, until b declines it.
+TEST_CASE("control frames arrive while a data connection waits for an operation this site has not begun") {
+  // b is named an observer of round 5 but has not begun it: a's gather
+  // frames for round 5 hold b's data reader. a's control frame (a PLAN, an
+  // ABORT, a heartbeat) must still arrive: it may be the very message that
+  // lets b begin, or give up, round 5.
   auto federation = loopback::Federation::create({"a", "b"});
   REQUIRE(federation.ok());
   auto options = loopback::test_options();
-  options.connections_per_peer = 1;  // one connection: control frames queue behind the data
+  options.connections_per_peer = 1;  // one data connection: round 5's frames fill it
   auto made = loopback::make_sites(**federation, {"a", "b"}, options);
   REQUIRE(made.ok());
   auto& sites = *made;
   std::vector<std::string> received;  // touched on b's thread only
-  sites[1]->call([&] {
-    sites[1]->mesh().set_control_handler([&](const std::string& peer, const FrameHeader&, Buffer payload) {
-      received.push_back(cat(peer, ":", std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
-      return Status();
-    });
-    return 0;
-  });
+  loopback::record_control_frames(*sites[1], received);
   std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
   AllReduceRequest r;
   r.key = {5, 0};
@@ -103,26 +98,77 @@ TEST_CASE("a declined operation's frames are dropped, so the control frames behi
   REQUIRE(sites[0]->spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
   auto* a = sites[0].get();
   REQUIRE(a->spawn([a]() -> asio::awaitable<Status> {
-               const std::string text = "offer";
+               const std::string text = "plan-5";
                co_return co_await a->mesh().send_control("b", 5, std::as_bytes(std::span(text.data(), text.size())));
              }).get().ok());
   auto got = [&] { return sites[1]->call([&] { return received; }); };
-  std::this_thread::sleep_for(500ms);
-  CHECK(got().empty());  // held behind round 5's frames, which wait for b to begin round 5
+  for (int tries = 0; tries < 200 && got().empty(); ++tries) std::this_thread::sleep_for(10ms);
+  CHECK(got() == std::vector<std::string>{"a:5:plan-5"});
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) == 0);  // round 5's frames still wait
+  // Declined: round 5's frames are read and dropped, nothing is refused,
+  // and the connection stays for the next round.
   sites[1]->call([&] {
     sites[1]->mesh().decline({5, 0});
     return 0;
   });
-  for (int tries = 0; tries < 200 && got().empty(); ++tries) std::this_thread::sleep_for(10ms);
-  CHECK(got() == std::vector<std::string>{"a:offer"});
-  CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) >= 1);
-  // Nothing was refused: the connection stays, and the next round runs over it.
+  std::uint64_t dropped = 0;
+  for (int tries = 0; tries < 200 && dropped == 0; ++tries) {
+    std::this_thread::sleep_for(10ms);
+    dropped = sites[1]->call([&] { return sites[1]->mesh().declined_frames(); });
+  }
+  CHECK(dropped >= 1);
   CHECK(sites[1]->call([&] { return sites[1]->mesh().rejections().size(); }) == 0);
   std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 1.0f)), outs(2, std::vector<float>(3000, 0.0f));
   std::vector<std::future<Result<AllReduceStats>>> round6;
   for (int s = 0; s < 2; ++s) round6.push_back(spawn_round(*sites[s], 6, ins[s], outs[s], 20s));
-  for (const auto& r : loopback::wait_all(round6)) REQUIRE(r.ok());
+  for (const auto& res : loopback::wait_all(round6)) REQUIRE(res.ok());
   CHECK(outs[1] == ins[1]);
+}
+
+TEST_CASE("control frames travel on the control connection only, data and state frames never on it") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  std::vector<std::string> received;
+  loopback::record_control_frames(*sites[1], received);
+  auto* a = sites[0].get();
+  Mesh& ma = a->mesh();
+  const int control = ma.control_slot();
+  CHECK(control == loopback::test_options().connections_per_peer);
+  const std::string text = "x";
+  const auto bytes = std::as_bytes(std::span(text.data(), text.size()));
+  // The sending side refuses a frame for the wrong kind of connection.
+  FrameHeader state;
+  state.type = FrameType::state;
+  FrameHeader plan;
+  plan.type = FrameType::control;
+  auto send = [&](auto body) { return a->spawn([body]() -> asio::awaitable<Status> { co_return co_await body(); }).get(); };
+  Status s1 = send([&]() { return ma.send_control_frame("b", state, bytes); });
+  CHECK(s1.message() == "send_control_frame sends control frames, not state");
+  Status s2 = send([&]() { return ma.send_state_frame("b", state, bytes, control); });
+  CHECK(s2.message() == "state frames travel on data connections 0..1, not 2");
+  Status s3 = send([&]() { return ma.send_state_frame("b", plan, bytes, 0); });
+  CHECK(s3.message() == "send_state_frame sends state frames, not control");
+  // The receiving side refuses one that came anyway, and closes that connection.
+  auto refused = [&](const std::string& reason) {
+    for (int tries = 0; tries < 200; ++tries) {
+      bool seen = sites[1]->call([&] {
+        for (const auto& r : sites[1]->mesh().rejections())
+          if (r.reason.message() == reason) return true;
+        return false;
+      });
+      if (seen) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  REQUIRE(send([&]() { return ma.connection("b", 0)->write_frame(plan, bytes); }).ok());
+  CHECK(refused("control frame from a on data connection 0; control frames travel on the control connection only"));
+  REQUIRE(send([&]() { return ma.connection("b", control)->write_frame(state, bytes); }).ok());
+  CHECK(refused("state frame from a on the control connection, which carries control frames only"));
+  CHECK(sites[1]->call([&] { return received; }).empty());
 }
 
 TEST_CASE("an operation declined and then begun runs: its frames are delivered, none dropped") {

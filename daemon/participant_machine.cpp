@@ -184,6 +184,26 @@ void ParticipantMachine::start_plan(const PlanMessage& plan) {
     decline(plan);
     return;
   }
+  if (participant) {
+    // The plan counts a phase by the READY it heard: one from before a
+    // restart, or of a phase since dropped, stands for other work than the
+    // Δ this site holds. Its weight and the history's ledger would be wrong.
+    const auto at = std::find(plan.participants.begin(), plan.participants.end(), options_.self) -
+                    plan.participants.begin();
+    const std::uint64_t tokens = diloco::reported_work(phase_->tokens, phase_->loss).tokens;
+    const std::uint64_t planned_round = plan.anchor_rounds.at(static_cast<std::size_t>(at));
+    const std::uint64_t planned_tokens = plan.tokens_each.at(static_cast<std::size_t>(at));
+    if (planned_round != phase_->round || planned_tokens != tokens) {
+      const std::string why = cat("the plan of round ", plan.round, " counts ", planned_tokens, " tokens of ",
+                                  options_.self, " trained for round ", planned_round, "; its finished phase has ",
+                                  tokens, " tokens trained for round ", phase_->round);
+      note(cat(why, "; reported"));
+      send_coordinator(FailedMessage{plan.round, plan.attempt, why});
+      decline(plan);
+      ready_round_ = 0;  // READY again at once, for the phase this site has
+      return;
+    }
+  }
   plan_ = plan;
   participant_ = participant;
   early_commit_.reset();

@@ -109,16 +109,28 @@ inline bool noted(const ParticipantMachine::Actions& a, const std::string& part)
   return false;
 }
 
+// A plan counting each participant's phase of 640 tokens trained for
+// `anchor_round` (0: `round`, on time), as the tests' phases are.
 inline PlanMessage plan(std::uint64_t round, std::vector<std::string> participants, std::vector<std::string> late = {},
-                        std::uint64_t attempt = 0) {
+                        std::uint64_t attempt = 0, std::uint64_t anchor_round = 0) {
   PlanMessage p;
   p.round = round;
   p.participants = std::move(participants);
   p.weights.assign(p.participants.size(), 1.0);
-  p.tokens_each.assign(p.participants.size(), 1);
-  p.anchor_rounds.assign(p.participants.size(), round);
+  p.tokens_each.assign(p.participants.size(), 640);
+  p.anchor_rounds.assign(p.participants.size(), anchor_round == 0 ? round : anchor_round);
   p.late = std::move(late);
   p.attempt = attempt;
+  return p;
+}
+
+// `p` with `site`'s phase counted as `tokens` trained for `anchor_round`.
+inline PlanMessage counting(PlanMessage p, const std::string& site, std::uint64_t tokens, std::uint64_t anchor_round) {
+  for (std::size_t i = 0; i < p.participants.size(); ++i)
+    if (p.participants[i] == site) {
+      p.tokens_each[i] = tokens;
+      p.anchor_rounds[i] = anchor_round;
+    }
   return p;
 }
 

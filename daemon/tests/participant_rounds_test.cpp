@@ -22,7 +22,7 @@ TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED
   CHECK(kinds(m.step(t0 + 1200ms)).empty());
   CHECK(kinds(m.step(t0 + 1300ms)) == std::vector<std::string>{"send ready to a"});
 
-  REQUIRE(m.on_plan("a", plan(3, {"a", "b", "c"})).ok());
+  REQUIRE(m.on_plan("a", counting(plan(3, {"a", "b", "c"}), "b", 1, 3)).ok());
   auto ex = m.step(t0 + 1400ms);
   CHECK(kinds(ex) == std::vector<std::string>{"exchange"});
   CHECK(first<StartExchange>(ex).plan.round == 3);
@@ -59,7 +59,7 @@ TEST_CASE("checkpoints follow every N committed rounds") {
   for (std::uint64_t round = 1; round <= 3; ++round) {
     m.on_phase({round, 0, 10, 1.0});
     (void)m.step(t0);
-    REQUIRE(m.on_plan("a", plan(round, {"a", "b"})).ok());
+    REQUIRE(m.on_plan("a", counting(plan(round, {"a", "b"}), "a", 10, round)).ok());
     m.on_exchange_done(round, 0, kDigest2);
     REQUIRE(m.on_committed("a", {round, kDigest2, false}).ok());
     (void)m.step(t0);
@@ -264,7 +264,7 @@ TEST_CASE("a late site observes the round, applies it keeping its trainer's anch
   CHECK((sent<ReadyMessage>(late).round == 2 && sent<ReadyMessage>(late).anchor_round == 1));
   CHECK(noted(late, "late work joins round 2: trained from the anchor of round 1"));
   // Included in round 2: after the step the trainer continues from the anchor of round 3.
-  REQUIRE(m.on_plan("a", plan(2, {"a", "b", "c"})).ok());
+  REQUIRE(m.on_plan("a", plan(2, {"a", "b", "c"}, {}, 0, 1)).ok());
   m.on_exchange_done(2, 0, kDigest3);
   REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
   CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"exchange", "apply"});
@@ -350,6 +350,24 @@ TEST_CASE("the trainer ahead of the held state, or named without a finished phas
     CHECK((sent<FailedMessage>(a).round == 1 && sent<FailedMessage>(a).attempt == 2));
     CHECK(sent<FailedMessage>(a).reason == "b has no finished phase for round 1");
     CHECK(m.where() == Where::idle);
+  }
+  SECTION("a plan that counts other work than the finished phase (a READY from before a restart) is reported") {
+    auto m = joined(2);
+    m.on_phase({3, 0, 640, 1.0});
+    (void)m.step(t0);
+    // The READY the coordinator heard said 1280 tokens trained for round 2.
+    REQUIRE(m.on_plan("a", counting(plan(3, {"a", "b"}, {}, 1), "b", 1280, 2)).ok());
+    auto a = m.step(t0);
+    CHECK(kinds(a) == std::vector<std::string>{"send failed to a", "decline 3.1", "send ready to a"});
+    CHECK(sent<FailedMessage>(a).reason ==
+          "the plan of round 3 counts 1280 tokens of b trained for round 2; its finished phase has 640 tokens "
+          "trained for round 3");
+    CHECK((sent<ReadyMessage>(a).round == 3 && sent<ReadyMessage>(a).anchor_round == 3 &&
+           sent<ReadyMessage>(a).tokens == 640));
+    CHECK(m.where() == Where::idle);
+    // The plan of the phase it has runs.
+    REQUIRE(m.on_plan("a", plan(3, {"a", "b"}, {}, 2)).ok());
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"exchange"});
   }
 }
 

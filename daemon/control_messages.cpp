@@ -149,6 +149,8 @@ bool for_coordinator(const ControlMessage& m) {
          std::holds_alternative<FailedMessage>(m);
 }
 
+bool for_coordinator_after_end(const ControlMessage& m) { return std::holds_alternative<CommitMessage>(m); }
+
 std::string encode_control(const ControlMessage& message) {
   json j = std::visit(
       Overload{

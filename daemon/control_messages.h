@@ -126,6 +126,10 @@ using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage,
 /// FAILED); everything else is for a site's rounds (PLAN, COMMITTED and
 /// ABORT from the coordinator, STATE_SYNC from any peer) or the federation's.
 bool for_coordinator(const ControlMessage& message);
+/// What the coordinator still answers once the job has ended on its site: a
+/// COMMIT (a site that missed the final COMMITTED would otherwise resend
+/// its COMMIT, unanswered, for as long as it runs). The rest is ignored.
+bool for_coordinator_after_end(const ControlMessage& message);
 
 /// The JSON text of a message.
 std::string encode_control(const ControlMessage& message);

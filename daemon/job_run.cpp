@@ -219,7 +219,7 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
 void JobRun::deliver(const std::string& from, const ControlMessage& message) {
   if (!machine_) return;
   if (for_coordinator(message)) {
-    if (role_ && !done()) role_->on_message(from, message);
+    if (role_ && (!done() || for_coordinator_after_end(message))) role_->on_message(from, message);
     return;
   }
   ParticipantMachine& m = *machine_;

@@ -53,6 +53,11 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   for (const auto& m : messages)
     if (for_coordinator(m)) to_coordinator.emplace_back(control_type_name(m));
   CHECK(to_coordinator == std::vector<std::string>{"join", "heartbeat", "ready", "commit", "failed"});
+  // Once the job has ended on the coordinator's site, a COMMIT alone is still answered.
+  std::vector<std::string> after_end;
+  for (const auto& m : messages)
+    if (for_coordinator_after_end(m)) after_end.emplace_back(control_type_name(m));
+  CHECK(after_end == std::vector<std::string>{"commit"});
 }
 
 TEST_CASE("malformed control messages are refused naming the field", "[sanitize]") {

@@ -37,6 +37,7 @@ class Fields {
   void opt_u64(const char* key, std::uint64_t& out) {
     if (j_.contains(key)) u64(key, out);
   }
+  bool has(const char* key) const { return j_.contains(key); }
   void opt_bool(const char* key, bool& out) {
     if (!j_.contains(key)) return;
     if (!j_[key].is_boolean()) fail(key, "true or false");
@@ -173,7 +174,9 @@ std::string encode_control(const ControlMessage& message) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"attempt", m.attempt}};
           },
           [](const CommittedMessage& m) {
-            return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
+            json j{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
+            if (m.attempt) j["attempt"] = *m.attempt;
+            return j;
           },
           [](const AbortMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
           [](const FailedMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
@@ -256,11 +259,16 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("round", round);
     f.str("anchor_digest", digest);
     if (type == "committed") f.opt_bool("final", final);
-    if (type == "commit") f.opt_u64("attempt", attempt);
+    f.opt_u64("attempt", attempt);
     f.check(is_digest(digest), "anchor_digest must be 16 hex digits");
     f.check(attempt < 1000000, "attempt must be < 1000000");
-    if (type == "commit") out = CommitMessage{round, digest, attempt};
-    else out = CommittedMessage{round, digest, final};
+    if (type == "commit") {
+      out = CommitMessage{round, digest, attempt};
+    } else {
+      CommittedMessage c{round, digest, final, std::nullopt};
+      if (f.has("attempt")) c.attempt = attempt;
+      out = c;
+    }
   } else if (type == "abort") {
     AbortMessage m;
     f.u64("round", m.round);

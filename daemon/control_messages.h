@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -57,6 +58,10 @@ struct CommittedMessage {
   std::uint64_t round = 0;
   std::string anchor_digest;
   bool final = false;  ///< the job's stop condition is met: this was its last round
+  /// The plan's attempt that committed, when the sender knows it (the
+  /// coordinator always does): a site that sent COMMIT for an attempt and
+  /// lost track of the round learns from it whether its work was counted.
+  std::optional<std::uint64_t> attempt = std::nullopt;
 };
 /// The round is abandoned (a participant failed); sites keep their anchor.
 struct AbortMessage {

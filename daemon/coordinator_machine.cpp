@@ -117,7 +117,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
         return a;
       }
     }
-    a.committed = CommittedMessage{round_, digest};
+    a.committed = CommittedMessage{round_, digest, false, attempt_};
     tokens_ += plan_tokens_;
     a.notes.push_back(cat("round ", round_, " committed by ", participants_.size(), " site(s), anchor ", digest));
     const bool rounds_done = options_.stop_after_round != 0 && round_ >= options_.stop_after_round;

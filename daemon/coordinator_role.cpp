@@ -48,6 +48,7 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
                    Clock::now()),
       wake_(executor) {
   const JournalSummary s = summarize_journal(journal_.records());
+  commits_ = s.commits;
   committed_round_ = s.round;
   committed_digest_ = s.digest;
   committed_tokens_ = s.tokens;
@@ -61,10 +62,16 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
 
 Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.append(record); }
 
+std::optional<CommittedMessage> CoordinatorRole::committed_message(std::uint64_t round) const {
+  auto it = commits_.find(round);
+  if (it == commits_.end()) return std::nullopt;
+  return CommittedMessage{round, it->second.digest, round == committed_round_ && committed_final_, it->second.attempt};
+}
+
 void CoordinatorRole::greet(const std::string& site) {
   if (!resumed_ || !greeted_.insert(site).second) return;
   // A site may have missed what the previous coordinator decided last.
-  if (committed_round_ > 0) send_(site, CommittedMessage{committed_round_, committed_digest_, committed_final_});
+  if (committed_round_ > 0) send_(site, *committed_message(committed_round_));
   if (!finished())
     send_(site, AbortMessage{committed_round_ + 1, coordinator_.attempt() > 0 ? coordinator_.attempt() - 1 : 0,
                              "the coordinator restarted; send READY again"});
@@ -100,9 +107,11 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                  return r;
                },
                [&](const CommitMessage& m) {
-                 if (m.round == committed_round_ && m.round > 0) {
-                   // It missed the COMMITTED: say it again.
-                   send_(site, CommittedMessage{committed_round_, committed_digest_, committed_final_});
+                 if (auto c = committed_message(m.round)) {
+                   // It missed the COMMITTED (of this round, or of an earlier one
+                   // it lost track of): say it again, with the attempt that
+                   // committed, so it knows whether its work is in it.
+                   send_(site, *c);
                    return Status{};
                  }
                  Status r = coordinator_.on_commit(site, m);
@@ -194,6 +203,7 @@ asio::awaitable<void> CoordinatorRole::run() {
         note_(cat("cannot journal the commit of round ", c.round, ": ", j.message(), "; job paused"));
         break;
       }
+      commits_[c.round] = {c.anchor_digest, c.attempt.value_or(0)};
       committed_round_ = c.round;
       committed_digest_ = c.anchor_digest;
       committed_tokens_ = coordinator_.tokens();

@@ -16,6 +16,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -68,6 +70,10 @@ class CoordinatorRole {
   Journal journal_;
   Send send_;
   Note note_;
+  /// The COMMITTED of `round` as it went out (final or not, with its attempt), if it was committed.
+  std::optional<CommittedMessage> committed_message(std::uint64_t round) const;
+
+  std::map<std::uint64_t, JournaledCommit> commits_;  // every committed round: digest, attempt
   std::uint64_t committed_round_ = 0;
   std::string committed_digest_;
   std::uint64_t committed_tokens_ = 0;

@@ -43,6 +43,7 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
     } else if (type == "committed") {
       s.round = r.value("round", std::uint64_t{0});
       s.digest = r.value("anchor_digest", std::string());
+      s.commits[s.round] = {s.digest, planned_round == s.round ? planned_attempt : 0};
       s.tokens = r.value("tokens", std::uint64_t{0});
       s.final = r.value("final", false);
     }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,16 @@ class Journal {
 /// the last journaled attempt means a resumed coordinator never reuses an
 /// attempt number: a site that declined (round, attempt) before the restart
 /// drops that operation's frames, and would drop a new plan's under it.
+/// A committed round as the journal has it: its anchor digest and the
+/// plan's attempt that committed (the last attempt planned for it).
+struct JournaledCommit {
+  std::string digest;
+  std::uint64_t attempt = 0;
+};
 struct JournalSummary {
+  /// Every committed round, so a site that lost track of a round it sent
+  /// COMMIT for can be told which attempt committed it.
+  std::map<std::uint64_t, JournaledCommit> commits;
   std::uint64_t round = 0;
   std::string digest;
   std::uint64_t tokens = 0;

@@ -109,6 +109,9 @@ void ParticipantMachine::on_phase(const PhaseReport& phase) {
 Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& plan) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "PLAN of round ", plan.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
+  // A newer attempt of the doubted round: the attempt this site was in is void.
+  if (in_doubt_ && plan.round == in_doubt_->round && plan.attempt > in_doubt_->attempt)
+    resolve_doubt(plan.round, std::nullopt, "");
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
     // Catching up: the round goes on without us. Counted on as a participant
     // (a READY from before a restart), say so at once: the others need not
@@ -125,6 +128,7 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   }
   if (plan.round > r + 1) {
     decline(plan);
+    doubt_commit();
     catch_up(cat("PLAN of round ", plan.round, " while this site holds round ", r));
     return {};
   }
@@ -215,6 +219,7 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
                     from, ", which is not the coordinator (", options_.coordinator, ")");
   if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
+  if (in_doubt_ && c.round == in_doubt_->round && c.attempt) resolve_doubt(c.round, c.attempt, c.anchor_digest);
   if (c.final) final_round_ = c.round;
   known_committed_ = std::max(known_committed_, c.round);
   if (!holds_current()) return {};  // catching up: what arrives next is at least this round
@@ -238,6 +243,7 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
     return {};
   }
   // A round this site had no part in.
+  doubt_commit();
   catch_up(cat("round ", c.round, " was committed without this site"));
   return {};
 }
@@ -245,6 +251,8 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
 Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage& a) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "ABORT of round ", a.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
+  if (in_doubt_ && a.round == in_doubt_->round && a.attempt == in_doubt_->attempt)
+    resolve_doubt(a.round, std::nullopt, "");
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the
@@ -379,6 +387,10 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   held_ = state;
   known_committed_ = std::max(known_committed_, state.round);
   become_idle();
+  if (release_counted_) {
+    release_counted_ = false;
+    release_trainer(false);
+  }
   if (trainer_round_ == 0) welcome_trainer();
   // A trainer given an older anchor that has not begun training yet (none
   // attached, or one waiting for its WELCOME) may start from this one
@@ -422,6 +434,29 @@ void ParticipantMachine::drop_round() {
   participant_ = false;
   early_commit_.reset();
   digest_.clear();
+}
+
+void ParticipantMachine::doubt_commit() {
+  if (where_ != Where::committing || !participant_ || !phase_ || !plan_) return;
+  in_doubt_ = CommitMessage{plan_->round, digest_, plan_->attempt};
+  doubt_asked_at_.reset();
+  note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt,
+           "): this site's phase is held until the coordinator says whether that attempt committed"));
+}
+
+void ParticipantMachine::resolve_doubt(std::uint64_t round, std::optional<std::uint64_t> attempt,
+                                       const std::string& digest) {
+  const CommitMessage doubted = *in_doubt_;
+  in_doubt_.reset();
+  doubt_asked_at_.reset();
+  if (!attempt || *attempt != doubted.attempt || digest != doubted.anchor_digest) {
+    note(cat("round ", round, " did not commit attempt ", doubted.attempt, ": this site's phase is still to be counted"));
+    ready_round_ = 0;
+    return;
+  }
+  note(cat("round ", round, " committed attempt ", doubted.attempt, " with this site's phase in it"));
+  if (holds_current() && where_ == Where::idle) release_trainer(false);
+  else release_counted_ = true;  // once the state is in, the trainer moves on from it
 }
 
 void ParticipantMachine::become_idle() {
@@ -483,8 +518,13 @@ void ParticipantMachine::drop_phase(const std::string& why) {
 
 void ParticipantMachine::finish() {
   note(cat("job finished after round ", held_->round));
-  // Work no round took (a straggler's, or a catching-up site's) is dropped, and says so.
-  if (phase_)
+  // Work no round took (a straggler's, or a catching-up site's) is dropped,
+  // and says so. Work whose round's fate is in doubt may be counted: it is
+  // not dropped, and the log says it is unknown.
+  if (phase_ && in_doubt_)
+    note(cat("the job finished before the coordinator said whether round ", in_doubt_->round, " (attempt ",
+             in_doubt_->attempt, ") counted this site's ", phase_->tokens, " tokens"));
+  else if (phase_ && !release_counted_)
     drop_phase(cat("the job finished after round ", held_->round, " before this work could join a round"));
   release_trainer(true);
   where_ = Where::finished;
@@ -496,112 +536,6 @@ void ParticipantMachine::end(JobEnd how, const std::string& reason) {
   const bool checkpoint = holds_current();
   where_ = Where::ended;
   act(EndJob{how, reason, checkpoint});
-}
-
-// -------------------------------------------------------------------- time
-
-void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake) {
-  const std::uint64_t round = held_->round + 1;
-  if (phase_->round > round) {
-    catch_up(cat("the trainer finished round ", phase_->round, " while this site holds round ", held_->round));
-    return;
-  }
-  const std::uint64_t late = round - phase_->round;
-  const auto& straggler = options_.straggler;
-  switch (diloco::late_work(late, straggler, options_.fragments)) {
-    case diloco::LateWork::drop:
-      if (streaming())
-        note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
-                 phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
-      else
-        note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
-                 phase_->round, " (", late, " round(s) late, policy ",
-                 straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry", ")"));
-      drop_phase(streaming() ? cat("a late fragment (", late, " round(s) late) is always dropped with streaming")
-                             : cat(late, " round(s) late, policy ",
-                                   straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry"));
-      release_trainer(false);
-      return;
-    case diloco::LateWork::carry:
-      if (ready_round_ != round) note(cat("late work joins round ", round, ": trained from the anchor of round ",
-                                          phase_->round));
-      break;
-    case diloco::LateWork::on_time: break;
-  }
-  if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
-    ready_round_ = round;
-    ready_at_ = now;
-    const auto work = diloco::reported_work(phase_->tokens, phase_->loss);
-    send_coordinator(ReadyMessage{round, phase_->round, work.tokens, options_.inner_steps, work.loss});
-  }
-  wake = *ready_at_ + options_.ready_resend_ms;
-}
-
-void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Clock::time_point>& wake) {
-  // One transfer at a time: while one is arriving, asking again (or another
-  // site) would only start a second one over the same links.
-  if (transfer_peer_ && now - progress_at_ < options_.state_stall_ms) {
-    wake = progress_at_ + options_.state_stall_ms;
-    return;
-  }
-  const auto last = asked_at_ ? std::max(*asked_at_, progress_at_) : Clock::time_point{};
-  if (asked_at_ && now - last < options_.state_retry_ms) {
-    wake = last + options_.state_retry_ms;
-    return;
-  }
-  // The coordinator holds the committed state; a coordinator catching up
-  // asks the other sites in turn.
-  std::string source = options_.coordinator;
-  if (is_coordinator()) {
-    std::vector<std::string> others;
-    for (const auto& s : options_.sites)
-      if (s != options_.self) others.push_back(s);
-    if (others.empty()) {
-      // A job of one site that lost its state: nobody can give it back.
-      end(JobEnd::failed, cat("this site has no usable state of round ", known_committed_,
-                              " (its checkpoint is missing, damaged or older than the journal) and the job has no "
-                              "other site to take it from; restore the checkpoint, or run the job under a new name"));
-      return;
-    }
-    if (unable_.size() == others.size() && !told_nobody_) {
-      note(cat("no site can give the state of round ", known_committed_, " now: every other site is catching up "
-               "or holds none; the job waits for one that does"));
-      told_nobody_ = true;
-    }
-    auto it = std::find(others.begin(), others.end(), source_);
-    source = (it == others.end() || std::next(it) == others.end()) ? others.front() : *std::next(it);
-  }
-  source_ = source;
-  asked_at_ = now;
-  act(Send{source, StateRequestMessage{options_.job}});
-  wake = now + options_.state_retry_ms;
-}
-
-ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
-  std::optional<Clock::time_point> wake;
-  // Idle behind a round known to be committed (its COMMITTED came while an
-  // exchange that then failed still ran, or while an older state arrived):
-  // nothing will apply it here; the state will.
-  if (where_ == Where::idle && known_committed_ > held_->round)
-    catch_up(cat("round ", known_committed_, " is committed and this site holds round ", held_->round));
-  if (where_ == Where::idle && phase_) consider_phase(now, wake);
-  if (where_ == Where::committing && participant_) {
-    // COMMIT, and again every resend interval: the coordinator may have
-    // missed it, or restarted.
-    if (!commit_sent_at_ || now - *commit_sent_at_ >= options_.ready_resend_ms) {
-      commit_sent_at_ = now;
-      send_coordinator(CommitMessage{plan_->round, digest_, plan_->attempt});
-    }
-    wake = *commit_sent_at_ + options_.ready_resend_ms;
-  }
-  if (where_ == Where::catching_up) ask_for_state(now, wake);
-  Actions out;
-  out.actions = std::move(actions_);
-  out.notes = std::move(notes_);
-  out.wake_at = wake;
-  actions_.clear();
-  notes_.clear();
-  return out;
 }
 
 }  // namespace geoloco::daemon

@@ -39,7 +39,11 @@
 //     the exchange's input): a need to catch up during an exchange waits in
 //     unwinding;
 //   - a late phase is carried or dropped by diloco's late-work rule, which
-//     the coordinator's weights use too.
+//     the coordinator's weights use too;
+//   - a phase is counted once: one whose COMMIT went out for a round this
+//     site then lost track of is held until the coordinator says whether
+//     the attempt it was in committed (counted: the trainer moves on) or not
+//     (it is late work like any other).
 #pragma once
 
 #include <chrono>
@@ -287,6 +291,11 @@ class ParticipantMachine {
 
   void start_plan(const PlanMessage& plan);
   void drop_round();
+  /// Leaving committing for a later round: the phase's COMMIT is in doubt.
+  void doubt_commit();
+  /// The coordinator said which attempt committed the doubted round
+  /// (`attempt` null: an ABORT or a newer PLAN of `round` voided ours).
+  void resolve_doubt(std::uint64_t round, std::optional<std::uint64_t> attempt, const std::string& digest);
   /// DeclineExchange for a plan that names this site.
   void decline(const PlanMessage& plan);
   void catch_up(const std::string& why);
@@ -321,6 +330,15 @@ class ParticipantMachine {
   std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN seen
   std::string catch_up_why_;                      ///< unwinding, After::catch_up
+
+  // A COMMIT this site sent for the phase it still holds, when it lost track
+  // of that round (a later round was planned or committed before its
+  // COMMITTED or ABORT came): the coordinator may have counted the phase.
+  // Until it says which attempt committed the round (COMMIT is resent as
+  // the question), the phase is neither offered again nor dropped.
+  std::optional<CommitMessage> in_doubt_;
+  std::optional<Clock::time_point> doubt_asked_at_;
+  bool release_counted_ = false;  ///< the phase was counted while catching up: release the trainer once the state is in
 
   // READY, resent until a PLAN: the round and time of the last one.
   std::uint64_t ready_round_ = 0;

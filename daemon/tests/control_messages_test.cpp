@@ -39,6 +39,9 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(plan.anchor_rounds == std::vector<std::uint64_t>{5, 4});
   CHECK(std::get<AbortMessage>(*decode_control(encode_control(messages[6]))).attempt == 1);
   CHECK(std::get<CommittedMessage>(*decode_control(encode_control(messages[5]))).final);
+  CHECK_FALSE(std::get<CommittedMessage>(*decode_control(encode_control(messages[5]))).attempt);  // not named: unknown
+  CHECK(std::get<CommittedMessage>(*decode_control(encode_control(CommittedMessage{5, "0123456789abcdef", false, 2})))
+            .attempt == std::optional<std::uint64_t>(2));
   CHECK(std::get<CommitMessage>(*decode_control(encode_control(messages[4]))).attempt == 3);
   auto failed = std::get<FailedMessage>(*decode_control(encode_control(messages[7])));
   CHECK((failed.round == 5 && failed.attempt == 3 && failed.reason == "peer c: no data for 20000 ms"));

@@ -134,4 +134,8 @@ TEST_CASE("a journal's summary: the last commit, and the attempt after the last 
   CHECK(s.tokens == 1280);
   CHECK(s.final);
   CHECK(s.next_attempt == 0);  // round 3 was never planned
+  // Which attempt committed each round: the last one planned before it.
+  REQUIRE(s.commits.size() == 2);
+  CHECK((s.commits.at(1).digest == "00000000000000a1" && s.commits.at(1).attempt == 0));
+  CHECK((s.commits.at(2).digest == "00000000000000a2" && s.commits.at(2).attempt == 1));
 }

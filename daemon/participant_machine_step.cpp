@@ -1,0 +1,127 @@
+// ParticipantMachine's side that time drives (participant_machine.h): READY
+// resent until a PLAN, COMMIT until COMMITTED (and as the question about a
+// round whose fate this site lost track of), the state asked for again.
+#include <algorithm>
+
+#include "daemon/participant_machine.h"
+
+namespace geoloco::daemon {
+
+using namespace participant;
+
+void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  if (in_doubt_ || release_counted_) return;  // its fate is asked for (step()), or known: counted
+  const std::uint64_t round = held_->round + 1;
+  if (phase_->round > round) {
+    catch_up(cat("the trainer finished round ", phase_->round, " while this site holds round ", held_->round));
+    return;
+  }
+  const std::uint64_t late = round - phase_->round;
+  const auto& straggler = options_.straggler;
+  switch (diloco::late_work(late, straggler, options_.fragments)) {
+    case diloco::LateWork::drop:
+      if (streaming())
+        note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
+                 phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
+      else
+        note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
+                 phase_->round, " (", late, " round(s) late, policy ",
+                 straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry", ")"));
+      drop_phase(streaming() ? cat("a late fragment (", late, " round(s) late) is always dropped with streaming")
+                             : cat(late, " round(s) late, policy ",
+                                   straggler.policy == diloco::StragglerPolicy::drop ? "drop" : "carry"));
+      release_trainer(false);
+      return;
+    case diloco::LateWork::carry:
+      if (ready_round_ != round) note(cat("late work joins round ", round, ": trained from the anchor of round ",
+                                          phase_->round));
+      break;
+    case diloco::LateWork::on_time: break;
+  }
+  if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
+    ready_round_ = round;
+    ready_at_ = now;
+    const auto work = diloco::reported_work(phase_->tokens, phase_->loss);
+    send_coordinator(ReadyMessage{round, phase_->round, work.tokens, options_.inner_steps, work.loss});
+  }
+  wake = *ready_at_ + options_.ready_resend_ms;
+}
+
+void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  // One transfer at a time: while one is arriving, asking again (or another
+  // site) would only start a second one over the same links.
+  if (transfer_peer_ && now - progress_at_ < options_.state_stall_ms) {
+    wake = progress_at_ + options_.state_stall_ms;
+    return;
+  }
+  const auto last = asked_at_ ? std::max(*asked_at_, progress_at_) : Clock::time_point{};
+  if (asked_at_ && now - last < options_.state_retry_ms) {
+    wake = last + options_.state_retry_ms;
+    return;
+  }
+  // The coordinator holds the committed state; a coordinator catching up
+  // asks the other sites in turn.
+  std::string source = options_.coordinator;
+  if (is_coordinator()) {
+    std::vector<std::string> others;
+    for (const auto& s : options_.sites)
+      if (s != options_.self) others.push_back(s);
+    if (others.empty()) {
+      // A job of one site that lost its state: nobody can give it back.
+      end(JobEnd::failed, cat("this site has no usable state of round ", known_committed_,
+                              " (its checkpoint is missing, damaged or older than the journal) and the job has no "
+                              "other site to take it from; restore the checkpoint, or run the job under a new name"));
+      return;
+    }
+    if (unable_.size() == others.size() && !told_nobody_) {
+      note(cat("no site can give the state of round ", known_committed_, " now: every other site is catching up "
+               "or holds none; the job waits for one that does"));
+      told_nobody_ = true;
+    }
+    auto it = std::find(others.begin(), others.end(), source_);
+    source = (it == others.end() || std::next(it) == others.end()) ? others.front() : *std::next(it);
+  }
+  source_ = source;
+  asked_at_ = now;
+  act(Send{source, StateRequestMessage{options_.job}});
+  wake = now + options_.state_retry_ms;
+}
+
+ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
+  std::optional<Clock::time_point> wake;
+  // Idle behind a round known to be committed (its COMMITTED came while an
+  // exchange that then failed still ran, or while an older state arrived):
+  // nothing will apply it here; the state will.
+  if (where_ == Where::idle && known_committed_ > held_->round)
+    catch_up(cat("round ", known_committed_, " is committed and this site holds round ", held_->round));
+  if (where_ == Where::idle && phase_) consider_phase(now, wake);
+  if (where_ == Where::committing && participant_) {
+    // COMMIT, and again every resend interval: the coordinator may have
+    // missed it, or restarted.
+    if (!commit_sent_at_ || now - *commit_sent_at_ >= options_.ready_resend_ms) {
+      commit_sent_at_ = now;
+      send_coordinator(CommitMessage{plan_->round, digest_, plan_->attempt});
+    }
+    wake = *commit_sent_at_ + options_.ready_resend_ms;
+  }
+  if (where_ == Where::catching_up) ask_for_state(now, wake);
+  if (in_doubt_) {
+    // The question is the COMMIT again: the coordinator answers it with the
+    // COMMITTED of that round, naming the attempt that committed.
+    if (!doubt_asked_at_ || now - *doubt_asked_at_ >= options_.ready_resend_ms) {
+      doubt_asked_at_ = now;
+      send_coordinator(*in_doubt_);
+    }
+    const auto next = *doubt_asked_at_ + options_.ready_resend_ms;
+    wake = wake ? std::min(*wake, next) : next;
+  }
+  Actions out;
+  out.actions = std::move(actions_);
+  out.notes = std::move(notes_);
+  out.wake_at = wake;
+  actions_.clear();
+  notes_.clear();
+  return out;
+}
+
+}  // namespace geoloco::daemon

@@ -1,0 +1,115 @@
+// A phase is counted once: a site that sent COMMIT for a round and then
+// lost track of it (a later round was planned or committed before its
+// COMMITTED or ABORT arrived) holds its phase until the coordinator says
+// which attempt committed that round. Checked with a fixed clock by the
+// actions the participant machine orders, in order.
+#include "daemon/tests/participant_fixture.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using namespace geoloco::daemon::participant_test;
+
+namespace {
+
+bool sends_ready(const ParticipantMachine::Actions& a) {
+  for (const auto& k : kinds(a))
+    if (k == "send ready to a") return true;
+  return false;
+}
+
+// Site b committing round 1 (attempt 0, digest 2) when round 2 is planned:
+// its COMMITTED was lost, and b catches up with its phase in doubt.
+ParticipantMachine lost_round_1() {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);  // its COMMIT went out
+  REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+  auto a = m.step(t0 + 10ms);
+  // Declined, caught up, and the COMMIT asked again: a question now.
+  CHECK(kinds(a) == std::vector<std::string>{"decline 2.0", "send state_request to a", "send commit to a"});
+  CHECK((sent<CommitMessage>(a).round == 1 && sent<CommitMessage>(a).attempt == 0 &&
+         sent<CommitMessage>(a).anchor_digest == kDigest2));
+  CHECK(noted(a, "lost track of round 1 after sending its COMMIT (attempt 0)"));
+  REQUIRE(m.where() == Where::catching_up);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a phase whose round committed its attempt is not offered again: the trainer moves on") {
+  SECTION("the answer comes while the state is still on its way") {
+    auto m = lost_round_1();
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());
+    CHECK(noted(m.step(t0 + 20ms), "round 1 committed attempt 0 with this site's phase in it"));
+    m.on_state_offer("a", offer(2, kDigest3), t0 + 30ms);
+    m.on_state_arrived({2, kDigest3});
+    auto in = m.step(t0 + 40ms);
+    CHECK(kinds(in) == std::vector<std::string>{"receive from a", "keep anchor", "install", "release 3"});
+    CHECK(m.trainer_round() == 3);
+    CHECK_FALSE(m.phase());
+    for (auto t : {1s, 2s, 5s}) CHECK_FALSE(sends_ready(m.step(t0 + t)));  // never READY for round 1's work again
+  }
+  SECTION("the answer comes after the state") {
+    auto m = lost_round_1();
+    m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+    m.on_state_arrived({1, kDigest2});
+    auto held = m.step(t0 + 40ms);
+    CHECK(kinds(held) == std::vector<std::string>{"receive from a", "keep anchor", "install"});  // no READY: in doubt
+    auto asked = m.step(t0 + 400ms);
+    CHECK(kinds(asked) == std::vector<std::string>{"send commit to a"});  // asked again every resend interval
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());
+    CHECK(kinds(m.step(t0 + 500ms)) == std::vector<std::string>{"release 2"});
+    CHECK_FALSE(sends_ready(m.step(t0 + 2s)));
+  }
+}
+
+TEST_CASE("a phase whose attempt did not commit its round is late work, offered again") {
+  auto late_ready = [](ParticipantMachine& m) {
+    m.on_state_offer("a", offer(1, kDigest3), t0 + 30ms);
+    m.on_state_arrived({1, kDigest3});
+    auto a = m.step(t0 + 1s);
+    REQUIRE(sends_ready(a));
+    CHECK((sent<ReadyMessage>(a).round == 2 && sent<ReadyMessage>(a).anchor_round == 1 &&
+           sent<ReadyMessage>(a).tokens == 640));
+    CHECK(m.phase());
+  };
+  SECTION("another attempt committed it") {
+    auto m = lost_round_1();
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest3, false, 1}).ok());
+    CHECK(noted(m.step(t0 + 20ms), "round 1 did not commit attempt 0: this site's phase is still to be counted"));
+    late_ready(m);
+  }
+  SECTION("its attempt was aborted") {
+    auto m = lost_round_1();
+    REQUIRE(m.on_abort("a", AbortMessage{1, 0, "a participant failed"}).ok());
+    late_ready(m);
+  }
+  SECTION("a newer attempt of the round was planned") {
+    auto m = lost_round_1();
+    REQUIRE(m.on_plan("a", plan(1, {"a", "c"}, {}, 1)).ok());
+    late_ready(m);
+  }
+  SECTION("a COMMITTED that does not name its attempt decides nothing") {
+    auto m = lost_round_1();
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false}).ok());
+    m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+    m.on_state_arrived({1, kDigest2});
+    CHECK_FALSE(sends_ready(m.step(t0 + 1s)));
+    CHECK(m.phase());
+  }
+}
+
+TEST_CASE("a COMMITTED of a later round while committing puts the phase in doubt too; the job's end drops none of it") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, true, 0}).ok());
+  auto a = m.step(t0 + 10ms);
+  CHECK(noted(a, "lost track of round 1 after sending its COMMIT (attempt 0)"));
+  m.on_state_offer("a", offer(2, kDigest3), t0 + 20ms);
+  m.on_state_arrived({2, kDigest3});
+  auto end = m.step(t0 + 30ms);
+  // Whether round 1 counted the phase is unknown: no 'dropped' record, which
+  // would count it twice if it was; the log says so.
+  for (const auto& k : kinds(end)) CHECK(k.rfind("drop ", 0) != 0);
+  CHECK(noted(end, "the job finished before the coordinator said whether round 1 (attempt 0) counted this site's 640 tokens"));
+  CHECK(m.where() == Where::finished);
+}

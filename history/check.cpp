@@ -15,8 +15,16 @@ struct Phase {
   std::string site;
   std::size_t incarnation = 0;
   std::uint64_t round = 0;
+  std::uint32_t fragment = 0;
   std::uint64_t tokens = 0;
   bool counted = false;
+};
+
+// A 'dropped' event, and how many phases were read when it came: it can
+// only drop a phase its site had reported before it.
+struct DropSeen {
+  Dropped drop;
+  std::size_t phases_before = 0;
 };
 
 // One incarnation of a site: from a `started` to the next (or the end).
@@ -104,7 +112,7 @@ class Checker {
                 held = e.round;
               },
               [&](const TrainerTokens& e) {
-                phases_.push_back({site, lives.size() - 1, e.round, e.tokens, false});
+                phases_.push_back({site, lives.size() - 1, e.round, e.fragment, e.tokens, false});
                 s_.tokens_reported += e.tokens;
               },
               [&](const Committed& e) {
@@ -118,6 +126,8 @@ class Checker {
                                   held ? cat(*held) : std::string("none"),
                                   ": no state taken from a peer covers the rounds between"));
                 if (!claim(e.round, e.digest, who)) return;
+                // This site's own work in the round was reported before it applied it.
+                applied_after_.try_emplace({site, e.round}, phases_.size());
                 auto [it, fresh] = rounds_.try_emplace(e.round, RoundSeen{e, site, rec.t_ms});
                 if (!fresh) {
                   const Committed& first = it->second.committed;
@@ -140,7 +150,7 @@ class Checker {
                 highest = std::max(highest, e.round);
               },
               [&](const Dropped& e) {
-                drops_.push_back(e);
+                drops_.push_back({e, phases_.size()});
                 ++s_.drops;
               },
               [&](const Aborted&) { ++s_.aborts; },
@@ -177,13 +187,20 @@ class Checker {
     }
   }
 
-  // Marks the newest uncounted phase of `site` for `round` with `tokens`.
-  bool count_phase(const std::string& site, std::uint64_t round, std::uint64_t tokens) {
-    for (auto it = phases_.rbegin(); it != phases_.rend(); ++it)
-      if (!it->counted && it->site == site && it->round == round && it->tokens == tokens) {
-        it->counted = true;
+  // Marks the newest uncounted phase of `site` for `round` (and `fragment`,
+  // when given) with `tokens`, among the first `before` phases read: those
+  // its site had reported when the round was applied there, or the drop
+  // recorded (phases are read site by site, each in its history's order).
+  bool count_phase(const std::string& site, std::uint64_t round, std::optional<std::uint32_t> fragment,
+                   std::uint64_t tokens, std::size_t before) {
+    for (std::size_t i = std::min(before, phases_.size()); i-- > 0;) {
+      Phase& p = phases_[i];
+      if (!p.counted && p.site == site && p.round == round && (!fragment || p.fragment == *fragment) &&
+          p.tokens == tokens) {
+        p.counted = true;
         return true;
       }
+    }
     return false;
   }
 
@@ -197,13 +214,18 @@ class Checker {
       for (const auto& c : seen.committed.contributions) {
         if (!incarnations_.count(c.site))
           return fail(cat("round ", round, " counts work of ", c.site, ", whose history was not given"));
-        if (!count_phase(c.site, c.anchor_round, c.tokens))
+        // Where the contributing site applied the round itself, its phase came before.
+        auto bound = applied_after_.find({c.site, round});
+        const std::size_t before = bound == applied_after_.end() ? phases_.size() : bound->second;
+        if (!count_phase(c.site, c.anchor_round, seen.committed.fragment, c.tokens, before))
           return fail(cat("round ", round, " counts ", c.tokens, " tokens of ", c.site, " trained for round ",
-                          c.anchor_round, ", which its trainer never reported (or another round counts them too)"));
+                          c.anchor_round, " (fragment ", seen.committed.fragment, "), which its trainer never reported",
+                          bound == applied_after_.end() ? std::string() : cat(" before ", c.site, " applied the round"),
+                          " (or another round counts them too)"));
         s_.tokens_committed += c.tokens;
       }
-    for (const auto& d : drops_) {
-      if (!count_phase(d.site, d.round, d.tokens))
+    for (const auto& [d, before] : drops_) {
+      if (!count_phase(d.site, d.round, std::nullopt, d.tokens, before))
         return fail(cat(d.site, " dropped ", d.tokens, " tokens trained for round ", d.round,
                         ", which its trainer never reported (or are counted elsewhere too)"));
       s_.tokens_dropped += d.tokens;
@@ -252,7 +274,8 @@ class Checker {
   std::map<std::uint64_t, RoundSeen> rounds_;
   std::map<std::string, std::vector<Incarnation>> incarnations_;
   std::vector<Phase> phases_;
-  std::vector<Dropped> drops_;
+  std::vector<DropSeen> drops_;
+  std::map<std::pair<std::string, std::uint64_t>, std::size_t> applied_after_;  // (site, round) -> phases read before
   std::optional<std::uint64_t> final_;
   std::optional<std::int64_t> first_t_;
 };

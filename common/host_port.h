@@ -18,4 +18,10 @@ struct HostPort {
 /// "host:port" or "[v6]:port". Errors: invalid_argument.
 Result<HostPort> parse_host_port(std::string_view text);
 
+/// `text` with the port taken off every address in it written "a.b.c.d:port"
+/// or "[v6]:port": what a log line says about a connection, less the
+/// ephemeral port, so lines about many connections from one host compare
+/// equal (a flood is logged once, with its count).
+std::string without_ports(std::string_view text);
+
 }  // namespace geoloco

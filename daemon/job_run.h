@@ -64,7 +64,7 @@
 #include "daemon/trainer/trainer_host.h"
 #include "daemon/trainer/trainer_process.h"
 #include "diloco/chunked_step.h"
-#include "daemon/repeat_filter.h"
+#include "common/repeat_filter.h"
 #include "history/buffered_history.h"
 #include "history/history_file.h"
 #include "outer/outer_state.h"
@@ -227,7 +227,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   std::optional<history::HistoryFile> history_;
   std::optional<history::BufferedHistory> buffered_history_;
-  RepeatFilter repeats_;  ///< a line repeated within 30 s is counted, not logged again  ///< writes history_; records wait when the disk is full
+  RepeatFilter repeats_;  ///< a line repeated within 30 s is counted, not logged again
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
   std::vector<RoundRecord> records_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;

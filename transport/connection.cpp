@@ -67,7 +67,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         keepalive_timer_(stream_.get_executor()) {
     std::error_code ec;
     auto endpoint = socket().remote_endpoint(ec);
-    peer_ = ec ? "unknown peer" : cat(endpoint.address().to_string(), ":", endpoint.port());
+    const std::string host = endpoint.address().is_v6() ? cat("[", endpoint.address().to_string(), "]")
+                                                         : endpoint.address().to_string();
+    peer_ = ec ? "unknown peer" : cat(host, ":", endpoint.port());
     socket().set_option(asio::ip::tcp::no_delay(true), ec);
   }
 

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/host_port.h"
+
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
@@ -36,7 +38,8 @@ Mesh::Mesh(asio::any_io_executor executor, MeshOptions options, asio::any_io_exe
       options_(std::move(options)),
       acceptor_(executor),
       slots_changed_(executor),
-      op_changed_(executor) {}
+      op_changed_(executor),
+      refusal_flush_(executor) {}
 
 Mesh::~Mesh() { stop(); }
 
@@ -82,6 +85,7 @@ Status Mesh::start() {
   GEOLOCO_TRY(listen());
   running_ = true;
   asio::co_spawn(executor_, accept_loop(), asio::detached);
+  asio::co_spawn(executor_, flush_refusal_log(), asio::detached);
   for (const auto& p : options_.peers) {
     if (options_.site < p.name) {  // the name that sorts first dials
       for (int k = 0; k < slot_count(); ++k) asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
@@ -101,6 +105,8 @@ void Mesh::stop() {
       if (c) c->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
   slots_changed_.notify_all();
   op_changed_.notify_all();
+  refusal_flush_.cancel();
+  log_refusals(refusal_log_.drain(Clock::now()));
 }
 
 asio::any_io_executor Mesh::connection_strand() const { return asio::make_strand(connection_executor_); }
@@ -268,6 +274,12 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
 
 void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection> conn) {
   conn->set_peer(peer);
+  if (!running_) {
+    // Its hello completed after stop(): nobody would close it, and its
+    // watchdog and keepalives would keep the I/O threads running for good.
+    conn->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
+    return;
+  }
   auto& old = slots_[peer][slot];
   if (old && old->is_open()) old->close(GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer));
   if (old) {
@@ -484,9 +496,26 @@ asio::awaitable<Status> Mesh::send_state_frame(const std::string& peer, FrameHea
   co_return co_await conn->write_frame(header, payload);
 }
 
+void Mesh::log_refusals(const std::vector<std::string>& lines) {
+  for (const auto& line : lines) {
+    ++refusal_lines_;
+    spdlog::warn("[{}] {}", options_.site, line);
+  }
+}
+
+asio::awaitable<void> Mesh::flush_refusal_log() {
+  // A flood that stopped still has its count said, within a window.
+  while (running_) {
+    refusal_flush_.expires_after(std::chrono::seconds(5));
+    auto [ec] = co_await refusal_flush_.async_wait(as_tuple(use_awaitable));
+    if (ec || !running_) break;
+    log_refusals(refusal_log_.flush(Clock::now()));
+  }
+}
+
 void Mesh::reject(const std::string& peer, Connection* conn, Status reason) {
   ++rejected_total_;
-  spdlog::warn("[{}] refused {}: {}", options_.site, peer, reason.message());
+  log_refusals(refusal_log_.admit(without_ports(cat("refused ", peer, ": ", reason.message())), Clock::now()));
   rejections_.push_back({peer, reason});
   if (rejections_.size() > 64) rejections_.pop_front();
   if (conn != nullptr) conn->close(reason);

@@ -34,6 +34,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
 #include <chrono>
 #include <compare>
 #include <optional>
@@ -46,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "common/repeat_filter.h"
 #include "common/status.h"
 #include "transport/async_util.h"
 #include "transport/connection.h"
@@ -185,6 +187,9 @@ class Mesh {
   /// The most recent refusals (up to 64), oldest first.
   const std::deque<Rejection>& rejections() const { return rejections_; }
   std::uint64_t rejected_frames() const { return rejected_total_; }
+  /// Warnings logged about refusals: repeats of one refusal within 30 s are
+  /// counted, and the count logged, instead of one warning each.
+  std::uint64_t refusal_lines_logged() const { return refusal_lines_; }
   std::uint64_t bytes_sent(const std::string& peer) const;
   std::uint64_t bytes_received(const std::string& peer) const;
 
@@ -204,6 +209,8 @@ class Mesh {
   asio::any_io_executor connection_strand() const;
   void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn);
   void reject(const std::string& peer, Connection* conn, Status reason);
+  void log_refusals(const std::vector<std::string>& lines);
+  asio::awaitable<void> flush_refusal_log();
   bool is_peer(const std::string& name) const;
 
   asio::any_io_executor executor_;
@@ -231,6 +238,11 @@ class Mesh {
 
   std::deque<Rejection> rejections_;
   std::uint64_t rejected_total_ = 0;
+  // Refusals logged once per 30 s per line (ports left out), with their
+  // count: a flood of bad connections is one warning, not one per socket.
+  RepeatFilter refusal_log_{std::chrono::seconds(30)};
+  std::uint64_t refusal_lines_ = 0;
+  asio::steady_timer refusal_flush_;
 };
 
 }  // namespace geoloco::transport

@@ -247,3 +247,29 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
     CHECK(a.call([&] { return a.mesh().rejected_frames(); }) >= 8);
   }
 }
+
+TEST_CASE("a flood of bad connections is refused one by one but logged once, with its count") {
+  auto fed = loopback::Federation::create({"a", "b"});
+  REQUIRE(fed.ok());
+  auto made = loopback::make_sites(**fed, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  loopback::Site& a = *(*made)[0];
+  auto counts = [&] {
+    return a.call([&] { return std::pair(a.mesh().rejected_frames(), a.mesh().refusal_lines_logged()); });
+  };
+  const auto [refused_before, lines_before] = counts();
+  // 20 plaintext clients from 20 ports: the same refusal but for the port.
+  for (int i = 0; i < 20; ++i) {
+    asio::io_context io;
+    asio::ip::tcp::socket plain(io);
+    plain.connect({asio::ip::make_address("127.0.0.1"), a.port()});
+    const std::string junk(64, 'x');
+    asio::write(plain, asio::buffer(junk));
+  }
+  for (int tries = 0; tries < 250 && counts().first < refused_before + 20; ++tries) std::this_thread::sleep_for(20ms);
+  const auto [refused, lines] = counts();
+  CHECK(refused == refused_before + 20);  // each one refused and counted
+  CHECK(lines == lines_before + 1);       // one warning; the other 19 wait to be said as a count
+  // Every refusal is still in the list, with its own peer.
+  CHECK(a.call([&] { return a.mesh().rejections().size(); }) >= 20);
+}

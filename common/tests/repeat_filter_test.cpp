@@ -2,9 +2,9 @@
 // pass as they come; a condition that stopped is still counted.
 #include <catch2/catch.hpp>
 
-#include "daemon/repeat_filter.h"
+#include "common/repeat_filter.h"
 
-using namespace geoloco::daemon;
+using namespace geoloco;
 using namespace std::chrono_literals;
 using Strings = std::vector<std::string>;
 

@@ -1,8 +1,8 @@
-#include "daemon/repeat_filter.h"
+#include "common/repeat_filter.h"
 
 #include "common/status.h"
 
-namespace geoloco::daemon {
+namespace geoloco {
 
 std::string RepeatFilter::counted(const std::string& line, const Seen& seen, Clock::time_point now) {
   const auto s = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.logged_at).count() / 1000.0;
@@ -42,4 +42,4 @@ std::vector<std::string> RepeatFilter::drain(Clock::time_point now) {
   return out;
 }
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco

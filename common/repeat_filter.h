@@ -1,4 +1,4 @@
-// What keeps a job's log readable when a condition repeats (an attempt
+// What keeps a log readable when a condition repeats (an attempt
 // aborted for the same reason again and again, a site silent at every
 // step): a line identical to one logged less than `window` ago is not
 // logged again but counted, and the count is said once the window is over
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace geoloco::daemon {
+namespace geoloco {
 
 class RepeatFilter {
  public:
@@ -38,4 +38,4 @@ class RepeatFilter {
   std::map<std::string, Seen> seen_;
 };
 
-}  // namespace geoloco::daemon
+}  // namespace geoloco

@@ -20,6 +20,14 @@ void CoordinatorMachine::start_collecting(std::uint64_t round) {
   commits_.clear();
 }
 
+void CoordinatorMachine::collect_again(Clock::time_point now) {
+  ++aborts_in_row_;
+  Millis pause = kReplanPause;
+  for (std::uint32_t k = 1; k < aborts_in_row_ && pause < kReplanPauseMax; ++k) pause *= 2;
+  replan_at_ = now + std::min(pause, kReplanPauseMax);
+  start_collecting(round_);
+}
+
 Status CoordinatorMachine::on_heartbeat(const std::string& site, Clock::time_point now) {
   auto it = heard_.find(site);
   GEOLOCO_RETURN_IF(it == heard_.end(), Err::invalid_argument, "heartbeat from '", site, "', not a site of this job");
@@ -84,7 +92,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     if (failure_) {
       a.abort = AbortMessage{round_, attempt_, *failure_};
       a.notes.push_back(cat("round ", round_, " aborted: ", *failure_));
-      start_collecting(round_);
+      collect_again(now);
       return a;
     }
     // A participant that went silent cannot finish the exchange.
@@ -93,7 +101,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
         a.abort =
             AbortMessage{round_, attempt_, cat("participant ", p, " stopped sending heartbeats during the exchange")};
         a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
-        start_collecting(round_);
+        collect_again(now);
         return a;
       }
     }
@@ -113,7 +121,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
         a.abort = AbortMessage{round_, attempt_, cat("anchor digests differ after round ", round_, ": ",
                                            commits_.begin()->first, " has ", digest, ", ", site, " has ", d)};
         a.notes.push_back(a.abort->reason);
-        start_collecting(round_);
+        collect_again(now);
         return a;
       }
     }
@@ -128,7 +136,14 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
       a.notes.push_back(cat("job finished after round ", round_, " (", tokens_, " tokens)"));
       return a;
     }
+    aborts_in_row_ = 0;
+    replan_at_.reset();
     start_collecting(round_ + 1);
+    return a;
+  }
+
+  if (replan_at_ && now < *replan_at_) {
+    a.wake_at = replan_at_;  // the pause after an abort
     return a;
   }
 

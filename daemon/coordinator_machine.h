@@ -12,6 +12,9 @@
 //               and round r + 1 starts collecting
 // A participant whose heartbeats stop while planned, or digests that differ,
 // abort the round: ABORT(r), sites keep θ_r, and round r is collected again.
+// The k-th abort in a row is followed by a pause before the next plan
+// (kReplanPause doubling, at most kReplanPauseMax): an attempt that fails at
+// once (a link that is down) must not become a loop of plans and aborts.
 #pragma once
 
 #include <map>
@@ -44,6 +47,8 @@ struct CoordinatorOptions {
 class CoordinatorMachine {
  public:
   enum class Phase { collecting, planned, finished };
+  static constexpr Millis kReplanPause{100};
+  static constexpr Millis kReplanPauseMax{5000};
 
   /// Starts at round `round` (1 for a new job; the journal's last committed
   /// round + 1 after a restart). Every site counts as heard from at `now`.
@@ -85,6 +90,8 @@ class CoordinatorMachine {
  private:
   std::map<std::string, diloco::SiteReport> reports() const;
   void start_collecting(std::uint64_t round);
+  /// Round round_ again after an abort at `now`: collected at once, planned after the pause.
+  void collect_again(Clock::time_point now);
 
   CoordinatorOptions options_;
   Phase phase_ = Phase::collecting;
@@ -98,6 +105,8 @@ class CoordinatorMachine {
   std::optional<std::string> failure_;  // a participant's report
   std::uint64_t tokens_ = 0;
   std::map<std::string, std::string> commits_;  // site -> digest
+  std::uint32_t aborts_in_row_ = 0;             // since the last commit
+  std::optional<Clock::time_point> replan_at_;  // no plan before then
 };
 
 }  // namespace geoloco::daemon

@@ -112,6 +112,8 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // A newer attempt of the doubted round: the attempt this site was in is void.
   if (in_doubt_ && plan.round == in_doubt_->round && plan.attempt > in_doubt_->attempt)
     resolve_doubt(plan.round, std::nullopt, "");
+  // A plan of round R means round R - 1 is committed: a state older than that is of no use.
+  if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
     // Catching up: the round goes on without us. Counted on as a participant
     // (a READY from before a restart), say so at once: the others need not
@@ -219,7 +221,10 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
                     from, ", which is not the coordinator (", options_.coordinator, ")");
   if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
-  if (in_doubt_ && c.round == in_doubt_->round && c.attempt) resolve_doubt(c.round, c.attempt, c.anchor_digest);
+  if (in_doubt_ && c.round == in_doubt_->round && c.attempt) {
+    resolve_doubt(c.round, c.attempt, c.anchor_digest);
+    if (where_ == Where::finished) return {};  // the end that waited for this answer
+  }
   if (c.final) final_round_ = c.round;
   known_committed_ = std::max(known_committed_, c.round);
   if (!holds_current()) return {};  // catching up: what arrives next is at least this round
@@ -387,10 +392,6 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   held_ = state;
   known_committed_ = std::max(known_committed_, state.round);
   become_idle();
-  if (release_counted_) {
-    release_counted_ = false;
-    release_trainer(false);
-  }
   if (trainer_round_ == 0) welcome_trainer();
   // A trainer given an older anchor that has not begun training yet (none
   // attached, or one waiting for its WELCOME) may start from this one
@@ -449,14 +450,18 @@ void ParticipantMachine::resolve_doubt(std::uint64_t round, std::optional<std::u
   const CommitMessage doubted = *in_doubt_;
   in_doubt_.reset();
   doubt_asked_at_.reset();
+  doubt_questions_ = 0;
   if (!attempt || *attempt != doubted.attempt || digest != doubted.anchor_digest) {
     note(cat("round ", round, " did not commit attempt ", doubted.attempt, ": this site's phase is still to be counted"));
     ready_round_ = 0;
-    return;
+  } else {
+    note(cat("round ", round, " committed attempt ", doubted.attempt, " with this site's phase in it"));
+    counted_in_ = round;  // released by step() once this site holds that round or a later one
   }
-  note(cat("round ", round, " committed attempt ", doubted.attempt, " with this site's phase in it"));
-  if (holds_current() && where_ == Where::idle) release_trainer(false);
-  else release_counted_ = true;  // once the state is in, the trainer moves on from it
+  if (finish_waits_) {
+    finish_waits_ = false;
+    finish();
+  }
 }
 
 void ParticipantMachine::become_idle() {
@@ -517,6 +522,16 @@ void ParticipantMachine::drop_phase(const std::string& why) {
 }
 
 void ParticipantMachine::finish() {
+  if (in_doubt_ && doubt_questions_ < kDoubtQuestionsAtEnd) {
+    // Whether the phase is in a round decides between releasing it and
+    // dropping it: the end waits for the coordinator's answer (it answers
+    // after the job's end too), a few questions at most.
+    if (!finish_waits_) note(cat("the job's last round is held; its end waits for the coordinator to say whether round ",
+                                 in_doubt_->round, " counted this site's phase"));
+    finish_waits_ = true;
+    return;
+  }
+  finish_waits_ = false;
   note(cat("job finished after round ", held_->round));
   // Work no round took (a straggler's, or a catching-up site's) is dropped,
   // and says so. Work whose round's fate is in doubt may be counted: it is
@@ -524,8 +539,10 @@ void ParticipantMachine::finish() {
   if (phase_ && in_doubt_)
     note(cat("the job finished before the coordinator said whether round ", in_doubt_->round, " (attempt ",
              in_doubt_->attempt, ") counted this site's ", phase_->tokens, " tokens"));
-  else if (phase_ && !release_counted_)
+  else if (phase_ && !counted_in_)
     drop_phase(cat("the job finished after round ", held_->round, " before this work could join a round"));
+  in_doubt_.reset();
+  counted_in_.reset();
   release_trainer(true);
   where_ = Where::finished;
   act(EndJob{JobEnd::finished, cat("finished after round ", held_->round), true});
@@ -534,6 +551,8 @@ void ParticipantMachine::finish() {
 void ParticipantMachine::end(JobEnd how, const std::string& reason) {
   // Only committed, current state is checkpointed (what catching up would replace is not).
   const bool checkpoint = holds_current();
+  in_doubt_.reset();  // nothing is asked any more
+  finish_waits_ = false;
   where_ = Where::ended;
   act(EndJob{how, reason, checkpoint});
 }

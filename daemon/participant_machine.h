@@ -338,7 +338,14 @@ class ParticipantMachine {
   // the question), the phase is neither offered again nor dropped.
   std::optional<CommitMessage> in_doubt_;
   std::optional<Clock::time_point> doubt_asked_at_;
-  bool release_counted_ = false;  ///< the phase was counted while catching up: release the trainer once the state is in
+  std::uint32_t doubt_questions_ = 0;
+  /// The phase was counted by this round's commit: the trainer is released
+  /// once this site is idle holding that round's state or a later one.
+  std::optional<std::uint64_t> counted_in_;
+  /// The job's last round is held, but the doubt is not resolved: the end
+  /// waits for the answer (kDoubtQuestionsAtEnd questions at most).
+  bool finish_waits_ = false;
+  static constexpr std::uint32_t kDoubtQuestionsAtEnd = 20;
 
   // READY, resent until a PLAN: the round and time of the last one.
   std::uint64_t ready_round_ = 0;

@@ -10,7 +10,7 @@ namespace geoloco::daemon {
 using namespace participant;
 
 void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake) {
-  if (in_doubt_ || release_counted_) return;  // its fate is asked for (step()), or known: counted
+  if (in_doubt_ || counted_in_) return;  // its fate is asked for (step()), or known: counted
   const std::uint64_t round = held_->round + 1;
   if (phase_->round > round) {
     catch_up(cat("the trainer finished round ", phase_->round, " while this site holds round ", held_->round));
@@ -94,6 +94,10 @@ ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
   // nothing will apply it here; the state will.
   if (where_ == Where::idle && known_committed_ > held_->round)
     catch_up(cat("round ", known_committed_, " is committed and this site holds round ", held_->round));
+  if (counted_in_ && where_ == Where::idle && holds_current() && held_->round >= *counted_in_) {
+    counted_in_.reset();  // its phase is in a round this site now holds: the trainer moves on
+    release_trainer(false);
+  }
   if (where_ == Where::idle && phase_) consider_phase(now, wake);
   if (where_ == Where::committing && participant_) {
     // COMMIT, and again every resend interval: the coordinator may have
@@ -110,10 +114,12 @@ ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
     // COMMITTED of that round, naming the attempt that committed.
     if (!doubt_asked_at_ || now - *doubt_asked_at_ >= options_.ready_resend_ms) {
       doubt_asked_at_ = now;
+      ++doubt_questions_;
       send_coordinator(*in_doubt_);
     }
     const auto next = *doubt_asked_at_ + options_.ready_resend_ms;
     wake = wake ? std::min(*wake, next) : next;
+    if (finish_waits_ && doubt_questions_ >= kDoubtQuestionsAtEnd) finish();  // no answer: it ends, and says so
   }
   Actions out;
   out.actions = std::move(actions_);

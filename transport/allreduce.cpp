@@ -244,9 +244,27 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     self->task_done();
   }
 
+  // Slot k's connection to `peer`; one that is being dialed again (a link
+  // that just flapped, a stale frame refused) is waited for up to the
+  // connect timeout, so the attempt does not fail at once and get planned
+  // again at once.
+  static asio::awaitable<std::shared_ptr<Connection>> connection_to(std::shared_ptr<AllReduceOp> self,
+                                                                    const std::string& peer, int k) {
+    auto conn = self->mesh_.connection(peer, k);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(self->mesh_.options().transport.connect_timeout_ms);
+    asio::steady_timer pause(self->mesh_.executor());
+    while (!conn && !self->finished_ && std::chrono::steady_clock::now() < until) {
+      pause.expires_after(std::chrono::milliseconds(20));
+      co_await pause.async_wait(as_tuple(use_awaitable));
+      conn = self->mesh_.connection(peer, k);
+    }
+    co_return conn;
+  }
+
   static asio::awaitable<void> send_shard(std::shared_ptr<AllReduceOp> self, std::size_t j, int k) {
     const std::string& peer = self->r_.participants[j];
-    auto conn = self->mesh_.connection(peer, k);
+    auto conn = co_await connection_to(self, peer, k);
     for (std::uint64_t c = k; c < self->chunks_of(j) && !self->finished_; c += self->conns_) {
       if (!conn) {
         self->fail(GEOLOCO_ERROR(Err::io, "peer ", peer, ": not connected (slot ", k, ")"));
@@ -269,7 +287,10 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
 
   static asio::awaitable<void> send_gather(std::shared_ptr<AllReduceOp> self, std::string peer, std::uint64_t c,
                                            std::shared_ptr<const Buffer> payload) {
-    auto conn = self->mesh_.connection(peer, static_cast<int>(c % self->conns_));
+    // An observer that is not connected is not waited for: it catches up later.
+    const int slot = static_cast<int>(c % self->conns_);
+    std::shared_ptr<Connection> conn = self->mesh_.connection(peer, slot);
+    if (!self->observer_names_.count(peer)) conn = co_await connection_to(self, peer, slot);  // (no co_await in ?:)
     if (!self->finished_) {
       // No co_await inside ?: — GCC 12 miscompiles it.
       Status s = GEOLOCO_ERROR(Err::io, "not connected");

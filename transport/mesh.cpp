@@ -21,12 +21,23 @@ using asio::experimental::as_tuple;
 using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
 
-FrameHeader hello_header(std::uint64_t job, int slot) {
+// A hello names the connection's slot (chunk) and the sender's
+// connections_per_peer (fragment): both sides must agree on which slot is
+// the control connection.
+FrameHeader hello_header(std::uint64_t job, int slot, int connections_per_peer) {
   FrameHeader h;
   h.type = FrameType::hello;
   h.job = job;
   h.chunk = static_cast<std::uint32_t>(slot);
+  h.fragment = static_cast<std::uint32_t>(connections_per_peer);
   return h;
+}
+
+Status same_connection_count(const std::string& peer, std::uint32_t theirs, int ours) {
+  GEOLOCO_RETURN_IF(theirs != static_cast<std::uint32_t>(ours), Err::invalid_argument, peer,
+                    " has transport.connections_per_peer ", theirs, ", this site ", ours,
+                    ": they must be the same on every site");
+  return {};
 }
 
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
@@ -184,6 +195,9 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
   } else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) {
     refused = named;
+  } else if (Status same = same_connection_count(claimed, header->fragment, options_.transport.connections_per_peer);
+             !same.ok()) {
+    refused = same;
   } else if (slot < 0 || slot >= slot_count()) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot,
                             "; this site has slots 0..", slot_count() - 1, " (", options_.transport.connections_per_peer,
@@ -194,7 +208,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer(), conn.get(), refused);
     co_return;
   }
-  const FrameHeader reply = hello_header(0, slot);
+  const FrameHeader reply = hello_header(0, slot, options_.transport.connections_per_peer);
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
   install(claimed, slot, conn);
@@ -248,7 +262,7 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
     co_return named;
   }
   conn->start();
-  const FrameHeader hello = hello_header(0, slot);
+  const FrameHeader hello = hello_header(0, slot, options_.transport.connections_per_peer);
   s = co_await conn->write_frame(hello, bytes_of(options_.site));
   if (!s.ok()) co_return s;
   auto header = co_await conn->read_header();
@@ -266,6 +280,11 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
     Status wrong = GEOLOCO_ERROR(Err::malformed, peer.name, " answered hello as '", answered, "'");
     conn->close(wrong);
     co_return wrong;
+  }
+  if (Status same = same_connection_count(peer.name, header->fragment, options_.transport.connections_per_peer);
+      !same.ok()) {
+    reject(peer.name, conn.get(), same);
+    co_return same;
   }
   install(peer.name, slot, conn);
   co_await read_loop(peer.name, slot, conn);
@@ -459,7 +478,8 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
       break;
     }
   }
-  if (sink_ != nullptr) sink_->peer_lost(peer, conn->close_reason().ok()
+  // The operation's frames travel on the data connections: losing the control connection does not end it.
+  if (sink_ != nullptr && slot != control_slot()) sink_->peer_lost(peer, conn->close_reason().ok()
                                                    ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
                                                    : conn->close_reason());
 }

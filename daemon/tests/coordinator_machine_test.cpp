@@ -231,3 +231,38 @@ TEST_CASE("a resumed coordinator starts at the attempt after its journal's last 
   CHECK(next.plan->round == 3);
   CHECK(next.plan->attempt == 0);
 }
+
+TEST_CASE("aborts in a row pause the next plan, doubling up to a bound; a commit ends the pauses") {
+  // An attempt that fails at once (a data connection down) would otherwise
+  // be planned again and again as fast as messages go.
+  CoordinatorMachine c(three_sites(), 1, t0);
+  auto t = t0;
+  std::vector<Millis> pauses;
+  for (int abort = 0; abort < 8; ++abort) {
+    for (const char* s : {"a", "b", "c"}) {
+      REQUIRE(c.on_ready(s, ready(1, 100), t).ok());
+      REQUIRE(c.on_heartbeat(s, t).ok());
+    }
+    auto planned = c.step(t);
+    if (!planned.plan) {
+      REQUIRE(planned.wake_at);
+      pauses.push_back(std::chrono::duration_cast<Millis>(*planned.wake_at - t));
+      CHECK_FALSE(c.step(*planned.wake_at - 1ms).plan);  // not a moment before
+      t = *planned.wake_at;
+      for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_heartbeat(s, t).ok());
+      planned = c.step(t);
+    }
+    REQUIRE(planned.plan);
+    REQUIRE(c.on_failed("b", FailedMessage{1, planned.plan->attempt, "peer c: not connected (slot 0)"}).ok());
+    REQUIRE(c.step(t).abort);
+  }
+  CHECK(pauses == std::vector<Millis>{100ms, 200ms, 400ms, 800ms, 1600ms, 3200ms, 5000ms});
+  // The ninth attempt commits; the next round is planned at once.
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t + 5s).ok());
+  auto ninth = c.step(t + 5s);
+  REQUIRE(ninth.plan);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {1, "aaaaaaaaaaaaaaaa", ninth.plan->attempt}).ok());
+  REQUIRE(c.step(t + 5s).committed);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 100), t + 5s).ok());
+  CHECK(c.step(t + 5s).plan);
+}

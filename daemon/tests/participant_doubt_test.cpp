@@ -98,18 +98,71 @@ TEST_CASE("a phase whose attempt did not commit its round is late work, offered 
   }
 }
 
-TEST_CASE("a COMMITTED of a later round while committing puts the phase in doubt too; the job's end drops none of it") {
-  auto m = joined(0);
-  to_committing(m, 1, kDigest2);
-  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, true, 0}).ok());
-  auto a = m.step(t0 + 10ms);
-  CHECK(noted(a, "lost track of round 1 after sending its COMMIT (attempt 0)"));
-  m.on_state_offer("a", offer(2, kDigest3), t0 + 20ms);
-  m.on_state_arrived({2, kDigest3});
-  auto end = m.step(t0 + 30ms);
-  // Whether round 1 counted the phase is unknown: no 'dropped' record, which
-  // would count it twice if it was; the log says so.
-  for (const auto& k : kinds(end)) CHECK(k.rfind("drop ", 0) != 0);
-  CHECK(noted(end, "the job finished before the coordinator said whether round 1 (attempt 0) counted this site's 640 tokens"));
-  CHECK(m.where() == Where::finished);
+TEST_CASE("the answer that comes while the site observes a later round releases the trainer once that round is in") {
+  auto m = lost_round_1();
+  m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+  m.on_state_arrived({1, kDigest2});
+  (void)m.step(t0 + 40ms);
+  // Not READY (in doubt), so left out of round 2: it observes it.
+  REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+  CHECK(kinds(m.step(t0 + 50ms)) == std::vector<std::string>{"observe"});
+  REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());  // counted, mid-exchange
+  CHECK(kinds(m.step(t0 + 60ms)).empty());
+  m.on_exchange_done(2, 0, kDigest3);
+  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, false, 0}).ok());
+  CHECK(kinds(m.step(t0 + 70ms)) == std::vector<std::string>{"apply"});  // its trainer waits: no anchor to keep
+  m.on_applied({});
+  CHECK(kinds(m.step(t0 + 80ms)) == std::vector<std::string>{"release 3"});  // from round 2's state, the held one
+  CHECK_FALSE(m.phase());
+}
+
+TEST_CASE("a plan of round R means round R - 1 is committed: an offer of an older state is not taken") {
+  auto m = lost_round_1();  // round 2 planned: round 1 is committed
+  CHECK(m.known_committed() == 1);
+  m.on_state_offer("a", offer(0, kDigest1), t0 + 30ms);
+  CHECK(noted(m.step(t0 + 40ms), "a offers round 0, but round 1 is committed; asking again"));
+}
+
+TEST_CASE("the job's end waits for the answer about a doubted phase, a few questions at most") {
+  auto finished_in_doubt = [] {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, true, 0}).ok());
+    auto a = m.step(t0 + 10ms);
+    CHECK(noted(a, "lost track of round 1 after sending its COMMIT (attempt 0)"));
+    m.on_state_offer("a", offer(2, kDigest3), t0 + 20ms);
+    m.on_state_arrived({2, kDigest3});
+    auto held = m.step(t0 + 30ms);
+    CHECK(noted(held, "the job's last round is held; its end waits for the coordinator to say whether round 1 counted"));
+    CHECK(m.where() == Where::idle);
+    return m;
+  };
+  SECTION("answered: counted, the trainer told to stop, nothing dropped") {
+    auto m = finished_in_doubt();
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());
+    auto end = m.step(t0 + 40ms);
+    CHECK(kinds(end) == std::vector<std::string>{"release 3 stop", "end finished with checkpoint"});
+    CHECK(m.where() == Where::finished);
+  }
+  SECTION("answered: not counted, so dropped with its reason") {
+    auto m = finished_in_doubt();
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest3, false, 1}).ok());
+    auto end = m.step(t0 + 40ms);
+    CHECK(kinds(end) == std::vector<std::string>{"drop 640", "release 3 stop", "end finished with checkpoint"});
+  }
+  SECTION("never answered: it ends after the last question, drops nothing it may have counted, and says so") {
+    auto m = finished_in_doubt();
+    ParticipantMachine::Actions last;
+    int questions = 0;
+    for (int i = 1; i <= 40 && m.where() != Where::finished; ++i) {
+      last = m.step(t0 + 30ms + i * 300ms);
+      for (const auto& k : kinds(last)) questions += k == "send commit to a";
+    }
+    CHECK(m.where() == Where::finished);
+    CHECK(questions <= 20);
+    for (const auto& k : kinds(last)) CHECK(k.rfind("drop ", 0) != 0);
+    CHECK(noted(last, "the job finished before the coordinator said whether round 1 (attempt 0) counted this site's "
+                      "640 tokens"));
+    CHECK(kinds(m.step(t0 + 60s)).empty());  // and asks nothing any more
+  }
 }

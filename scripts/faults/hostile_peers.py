@@ -23,10 +23,10 @@ XXH.XXH3_64bits.restype = ctypes.c_uint64
 XXH.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 
-def frame(ftype, payload=b"", job=0, round_=0, chunk=0, version=1, size=None):
-    """A frame as transport/frame.h lays it out."""
+def frame(ftype, payload=b"", job=0, round_=0, chunk=0, version=1, size=None, fragment=0):
+    """A frame as transport/frame.h lays it out (a hello's fragment: the sender's connections_per_peer)."""
     size = len(payload) if size is None else size
-    header = struct.pack("<IBBHQQIIQQ", 0x31464C47, version, ftype, 0, job, round_, 0, chunk, size,
+    header = struct.pack("<IBBHQQIIQQ", 0x31464C47, version, ftype, 0, job, round_, fragment, chunk, size,
                          XXH.XXH3_64bits(payload, len(payload)))
     return header + payload
 
@@ -81,7 +81,7 @@ def body():
         b = fed["site-b"]
         a_tls = os.path.join(fed["site-a"].dir, "tls")
         z_tls = os.path.join(fed.root, "site-z")
-        hello_a = frame(1, b"site-a")
+        hello_a = frame(1, b"site-a", fragment=2)  # slot 0 of 2 data connections, as tests/e2e/federation.py sets
         job = XXH.XXH3_64bits(b"e2e", 3) or 1  # the job's id on the wire (daemon/job_run.h)
         attacks = [
             ("another CA's certificate", os.path.join(fed.root, "forged-a"), hello_a, "TLS handshake"),

@@ -38,10 +38,12 @@ class Rogue {
     asio::write(stream_, asio::buffer(head.data(), head.size()), ec);
     if (!payload.empty()) asio::write(stream_, asio::buffer(payload.data(), payload.size()), ec);
   }
-  void hello(const std::string& name, std::uint64_t job = 1) {
+  // A hello for slot 0, from a site with `connections` data connections per peer.
+  void hello(const std::string& name, std::uint64_t job = 1, std::uint32_t connections = 2) {
     FrameHeader h;
     h.type = FrameType::hello;
     h.job = job;
+    h.fragment = connections;
     auto payload = std::as_bytes(std::span(name.data(), name.size()));
     seal(h, payload);
     send(h, payload);
@@ -150,6 +152,13 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
       r.hello("b");  // mallory's certificate, claiming to be b
     }
     CHECK(refused_with(a, "certificate is for 'mallory', the peer claims to be 'b'"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      r.hello("mallory", 1, 3);  // configured with another connections_per_peer
+    }
+    CHECK(refused_with(a, "mallory has transport.connections_per_peer 3, this site 2: they must be the same on every "
+                          "site"));
 
     {
       asio::io_context io;

@@ -9,7 +9,9 @@ import time
 
 from scenario import Commits, Federation, arguments, link_name, mlp_job, run
 
-args = arguments(__doc__, rounds=30, blackhole_seconds=10.0)
+# stall_bound: the others go on without the cut-off site after a heartbeat
+# timeout (a loop of plans and aborts once stalled this scenario for 146 s).
+args = arguments(__doc__, rounds=30, blackhole_seconds=10.0, stall_bound=30.0)
 NAME = "blackhole-link"
 
 
@@ -38,6 +40,8 @@ def body():
         assert c["round"] == args.rounds, c
         back = [r["round"] for r in c["rounds"] if r["contributed"] and r["round"] > without[-1]]
         assert back, f"site-c never contributed after the blackhole ended (left out up to round {without[-1]})"
+        assert commits.longest_stall <= args.stall_bound, (
+            f"no commit for {commits.longest_stall:.1f} s (bound {args.stall_bound} s)")
         assert stats["up"]["dropped"] + stats["down"]["dropped"] > 0, stats
     return (f"site-c left out of rounds {without[0]}..{without[-1]} while {hole} dropped "
             f"{stats['up']['dropped'] + stats['down']['dropped']} bytes; it rejoined and the job finished "

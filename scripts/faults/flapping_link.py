@@ -6,7 +6,9 @@ checker."""
 
 from scenario import Commits, Federation, arguments, link_name, mlp_job, run
 
-args = arguments(__doc__, rounds=12, period="3s", down="300ms")
+# stall_bound: a flap costs a round or two, never more (a loop of plans
+# and aborts once stalled this scenario for 124 s while it still finished).
+args = arguments(__doc__, rounds=12, period="3s", down="300ms", stall_bound=20.0)
 NAME = "flapping-link"
 
 
@@ -24,6 +26,8 @@ def body():
         stats = fed.proxy.stats()[flapping]
         fed.check_history("e2e")
         assert stats["resets"] >= 2, f"the link was reset {stats['resets']} time(s): the flapping did not happen"
+        assert commits.longest_stall <= args.stall_bound, (
+            f"no commit for {commits.longest_stall:.1f} s while the link flapped (bound {args.stall_bound} s)")
     return (f"{args.rounds} rounds committed while {flapping} flapped ({args.period}/{args.down}): "
             f"{stats['resets']} connection resets, {stats['refused']} refused, longest stall "
             f"{commits.longest_stall:.1f} s")

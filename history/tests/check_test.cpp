@@ -175,28 +175,26 @@ TEST_CASE("the job must reach its last round, and every site end finished on it"
 }
 
 TEST_CASE("the token ledger: counted once, dropped with a reason, or lost with a site's memory") {
+  // What the checker says of b's round-2 work that no phase it reported before applying round 2 matches.
+  const std::string not_reported_round_2 =
+      "round 2 counts 100 tokens of b trained for round 2 (fragment 0), which its trainer never reported before b "
+      "applied the round (or another round counts them too)";
   Federation missing;
   missing.erase("b", "trainer_tokens", 2);
-  CHECK(check_history(missing.input()).violation ==
-        "round 2 counts 100 tokens of b trained for round 2 (fragment 0), which its trainer never reported before b "
-        "applied the round (or another round counts them too)");
+  CHECK(check_history(missing.input()).violation == not_reported_round_2);
 
   // A phase reported only after its site applied the round cannot be in it
   // (a phase trained again after a restart, say, standing for one lost).
   Federation after;
   after.erase("b", "trainer_tokens", 2);
   after.insert_before("b", "trainer_tokens", 3, TrainerTokens{2, 0, 100});
-  CHECK(check_history(after.input()).violation ==
-        "round 2 counts 100 tokens of b trained for round 2 (fragment 0), which its trainer never reported before b "
-        "applied the round (or another round counts them too)");
+  CHECK(check_history(after.input()).violation == not_reported_round_2);
 
   // Work of another fragment is other work.
   Federation fragment;
   fragment.erase("b", "trainer_tokens", 2);
   fragment.insert_before("b", "committed", 2, TrainerTokens{2, 1, 100});
-  CHECK(check_history(fragment.input()).violation ==
-        "round 2 counts 100 tokens of b trained for round 2 (fragment 0), which its trainer never reported before b "
-        "applied the round (or another round counts them too)");
+  CHECK(check_history(fragment.input()).violation == not_reported_round_2);
 
   Federation silent;  // b's trainer reports a phase after the last round, which nothing accounts for
   silent.insert_before("b", "ended", 3, TrainerTokens{4, 0, 70});

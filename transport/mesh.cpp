@@ -430,18 +430,25 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
     if (header->type == FrameType::control || header->type == FrameType::state) {
       // Control messages are not part of an operation: no gate, in order.
       const bool known_job = header->job == options_.job || header->job == 0;
-      if (!known_job || !control_handler_) {
+      if (known_job && !control_handler_) {
         reject(peer, conn.get(),
-               !known_job
-                   ? GEOLOCO_ERROR(Err::mismatch, "control frame from ", peer, " for job ", header->job,
-                                   ", this mesh serves job ", options_.job)
-                   : GEOLOCO_ERROR(Err::unsupported, "control frame from ", peer, ", but this site takes none"));
+               GEOLOCO_ERROR(Err::unsupported, "control frame from ", peer, ", but this site takes none"));
         break;
       }
       auto payload = co_await conn->read_payload(*header);
       if (!payload.ok()) {
         if (conn->is_open()) reject(peer, conn.get(), payload.status());
         break;
+      }
+      if (!known_job) {
+        // A peer's job can start a moment before this site's (its heartbeats
+        // overtake the job start on another path): read (its hash checked)
+        // and dropped; the connection, and what follows on it, stays.
+        ++foreign_job_frames_;
+        spdlog::debug("dropped a {} frame of job {} from {}: this mesh serves job {}", frame_type_name(header->type),
+                      header->job, peer, options_.job);
+        pool_.release(std::move(*payload));
+        continue;
       }
       Status handled = control_handler_(peer, *header, std::move(*payload));
       if (!handled.ok()) {

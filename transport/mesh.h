@@ -144,6 +144,10 @@ class Mesh {
   void decline(OpKey key);
   /// Frames dropped because their operation was declined.
   std::uint64_t declined_frames() const { return declined_frames_; }
+  /// Control and state frames of a job this mesh does not serve, read and
+  /// dropped: a peer's job may start a moment before this site's (its job
+  /// start is on its way), so they close nothing.
+  std::uint64_t foreign_job_frames() const { return foreign_job_frames_; }
 
   /// Makes `job` the job whose data and control frames are accepted; frames
   /// of any other job (but the federation's, 0) are refused from now on.
@@ -233,6 +237,7 @@ class Mesh {
   FrameSink* sink_ = nullptr;
   std::set<OpKey> declined_;
   std::uint64_t declined_frames_ = 0;
+  std::uint64_t foreign_job_frames_ = 0;
   Signal op_changed_;
   ControlHandler control_handler_;
 

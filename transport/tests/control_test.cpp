@@ -1,5 +1,6 @@
 // Control frames travel outside any operation, in order, to the handler;
-// without a handler, or for another job, they are refused.
+// without a handler they are refused; for a job this site does not run
+// (yet) they are dropped and the connection stays.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
@@ -69,6 +70,46 @@ TEST_CASE("control frames reach the peer's handler in order, outside any all-red
     });
   }
   CHECK(refused);
+}
+
+TEST_CASE("a control frame of a job this site does not run yet is dropped, and what follows still arrives") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  std::vector<std::string> received;  // touched on b's thread only
+  loopback::record_control_frames(*sites[1], received);
+  auto* a = sites[0].get();
+  auto* b = sites[1].get();
+  auto send = [a](std::uint64_t round, const std::string& text) {
+    return a->spawn([a, round, text]() -> asio::awaitable<Status> {
+              co_return co_await a->mesh().send_control("b", round, std::as_bytes(std::span(text.data(), text.size())));
+            }).get();
+  };
+  a->call([&] {
+    a->mesh().set_job(7);  // a's job started; b's start is on its way
+    return true;
+  });
+  REQUIRE(send(1, "heartbeat").ok());
+  std::uint64_t dropped = 0;
+  for (int tries = 0; tries < 200 && dropped == 0; ++tries) {
+    std::this_thread::sleep_for(10ms);
+    dropped = b->call([&] { return b->mesh().foreign_job_frames(); });
+  }
+  CHECK(dropped == 1);
+  b->call([&] {
+    b->mesh().set_job(7);
+    return true;
+  });
+  REQUIRE(send(2, "plan").ok());
+  std::vector<std::string> got;
+  for (int tries = 0; tries < 200 && got.empty(); ++tries) {
+    std::this_thread::sleep_for(10ms);
+    got = b->call([&] { return received; });
+  }
+  CHECK(got == std::vector<std::string>{"a:2:plan"});
+  CHECK(b->call([&] { return b->mesh().rejections().size(); }) == 0);  // nothing refused, no connection closed
 }
 
 TEST_CASE("control frames arrive while a data connection waits for an operation this site has not begun") {

@@ -149,7 +149,12 @@ std::vector<std::string> job_block(const json& job) {
   std::string title = text(job, "name");
   title.append(": ").append(text(job, "state")).append(", round ").append(count_text(count(job, "round")));
   if (auto stop = count(job, "stop_rounds")) title.append("/").append(std::to_string(*stop));
-  title.append(" (coordinator ").append(text(job, "coordinator"));
+  // The office holder, and its epoch once a successor took office.
+  const auto epoch = count(job, "epoch");
+  if (job.contains("coordinator") && text(job, "coordinator").empty())
+    title.append(" (coordinator: being elected, epoch ").append(std::to_string(epoch.value_or(0)));
+  else title.append(" (coordinator ").append(text(job, "coordinator"));
+  if (epoch && *epoch > 0 && !text(job, "coordinator").empty()) title.append(", epoch ").append(std::to_string(*epoch));
   // Streaming DiLoCo: a round syncs one of F fragments.
   if (auto fragments = count(job, "fragments"); fragments && *fragments > 1)
     title.append(", streaming: ").append(std::to_string(*fragments)).append(" fragments, one per round");

@@ -37,6 +37,9 @@ class Fields {
   void opt_u64(const char* key, std::uint64_t& out) {
     if (j_.contains(key)) u64(key, out);
   }
+  void opt_str(const char* key, std::string& out, std::size_t max = 256) {
+    if (j_.contains(key)) str(key, out, max);
+  }
   bool has(const char* key) const { return j_.contains(key); }
   void opt_bool(const char* key, bool& out) {
     if (!j_.contains(key)) return;
@@ -140,7 +143,9 @@ std::string_view control_type_name(const ControlMessage& m) {
                              [](const JobCancelMessage&) { return "job_cancel"; },
                              [](const StateRequestMessage&) { return "state_request"; },
                              [](const StateOfferMessage&) { return "state_offer"; },
-                             [](const StateAcceptMessage&) { return "state_accept"; }},
+                             [](const StateAcceptMessage&) { return "state_accept"; },
+                             [](const ElectMessage&) { return "elect"; },
+                             [](const VoteMessage&) { return "vote"; }},
                     m);
 }
 
@@ -158,7 +163,10 @@ std::string encode_control(const ControlMessage& message) {
           [](const JoinMessage& m) {
             return json{{"job", m.job}, {"last_committed_round", m.last_committed_round}, {"anchor_digest", m.anchor_digest}};
           },
-          [](const HeartbeatMessage& m) { return json{{"round", m.round}, {"phase", m.phase}}; },
+          [](const HeartbeatMessage& m) {
+            return json{{"round", m.round}, {"phase", m.phase}, {"epoch", m.epoch}, {"coordinator", m.coordinator},
+                        {"committed", m.committed}};
+          },
           [](const ReadyMessage& m) {
             return json{{"round", m.round}, {"anchor_round", m.anchor_round}, {"tokens", m.tokens},
                         {"inner_steps", m.inner_steps}, {"loss", m.loss}};
@@ -168,17 +176,20 @@ std::string encode_control(const ControlMessage& message) {
                         {"weights", m.weights},   {"late", m.late},
                         {"attempt", m.attempt},   {"loss", m.loss},
                         {"tokens", m.tokens},     {"tokens_each", m.tokens_each},
-                        {"anchor_rounds", m.anchor_rounds}};
+                        {"anchor_rounds", m.anchor_rounds}, {"epoch", m.epoch}};
           },
           [](const CommitMessage& m) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"attempt", m.attempt}};
           },
           [](const CommittedMessage& m) {
-            json j{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}};
+            json j{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}, {"epoch", m.epoch},
+                   {"tokens", m.tokens}};
             if (m.attempt) j["attempt"] = *m.attempt;
             return j;
           },
-          [](const AbortMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
+          [](const AbortMessage& m) {
+            return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}, {"epoch", m.epoch}};
+          },
           [](const FailedMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
@@ -189,7 +200,28 @@ std::string encode_control(const ControlMessage& message) {
             for (const auto& t : m.layout) layout.push_back(json{{"name", t.name}, {"shape", t.shape}});
             return json{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
                         {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
-                        {"layout", layout}};
+                        {"layout", layout}, {"tokens", m.tokens}};
+          },
+          [](const ElectMessage& m) {
+            return json{{"epoch", m.epoch}, {"pre", m.pre}, {"committed_round", m.committed_round}};
+          },
+          [](const VoteMessage& m) {
+            json standing{{"committed_round", m.standing.committed_round},
+                          {"anchor_digest", m.standing.anchor_digest},
+                          {"tokens", m.standing.tokens},
+                          {"final", m.standing.final},
+                          {"newest_round", m.standing.newest_round},
+                          {"newest_attempt", m.standing.newest_attempt}};
+            if (m.standing.committed_attempt) standing["committed_attempt"] = *m.standing.committed_attempt;
+            if (const auto& p = m.standing.pending)
+              standing["pending"] = json{{"round", p->round},
+                                         {"attempt", p->attempt},
+                                         {"anchor_digest", p->anchor_digest},
+                                         {"tokens", p->tokens},
+                                         {"participant", p->participant}};
+            return json{{"epoch", m.epoch},   {"pre", m.pre},
+                        {"granted", m.granted}, {"reason", m.reason},
+                        {"coordinator", m.coordinator}, {"standing", standing}};
           },
       },
       message);
@@ -221,6 +253,10 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.str("phase", m.phase);
     f.check(m.phase == "inner" || m.phase == "ready" || m.phase == "exchange" || m.phase == "idle",
             cat("unknown phase '", m.phase, "'"));
+    f.opt_u64("epoch", m.epoch);
+    f.opt_str("coordinator", m.coordinator, 64);
+    f.opt_u64("committed", m.committed);
+    f.check(m.epoch < kMaxEpochs, cat("epoch must be < ", kMaxEpochs));
     out = m;
   } else if (type == "ready") {
     ReadyMessage m;
@@ -244,7 +280,9 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.opt_u64("tokens", m.tokens);
     f.counts("tokens_each", m.tokens_each);
     f.counts("anchor_rounds", m.anchor_rounds);
-    f.check(m.attempt < 1000000, "attempt must be < 1000000");
+    f.opt_u64("epoch", m.epoch);
+    f.check(m.epoch < kMaxEpochs, cat("epoch must be < ", kMaxEpochs));
+    f.check(m.attempt <= kMaxAttempt, cat("attempt must be < 2^32"));
     f.check(!m.participants.empty(), "a plan needs participants");
     f.check(m.weights.size() == m.participants.size(), "one weight per participant");
     f.check(m.tokens_each.size() == m.participants.size(), "one tokens_each per participant");
@@ -253,19 +291,24 @@ Result<ControlMessage> decode_control(std::string_view text) {
     for (double w : m.weights) f.check(w > 0, "weights must be > 0");
     out = m;
   } else if (type == "commit" || type == "committed") {
-    std::uint64_t round = 0, attempt = 0;
+    std::uint64_t round = 0, attempt = 0, epoch = 0, tokens = 0;
     std::string digest;
     bool final = false;
     f.u64("round", round);
     f.str("anchor_digest", digest);
-    if (type == "committed") f.opt_bool("final", final);
+    if (type == "committed") {
+      f.opt_bool("final", final);
+      f.opt_u64("epoch", epoch);
+      f.opt_u64("tokens", tokens);
+    }
     f.opt_u64("attempt", attempt);
     f.check(is_digest(digest), "anchor_digest must be 16 hex digits");
-    f.check(attempt < 1000000, "attempt must be < 1000000");
+    f.check(attempt <= kMaxAttempt, "attempt must be < 2^32");
+    f.check(epoch < kMaxEpochs, cat("epoch must be < ", kMaxEpochs));
     if (type == "commit") {
       out = CommitMessage{round, digest, attempt};
     } else {
-      CommittedMessage c{round, digest, final, std::nullopt};
+      CommittedMessage c{round, digest, final, std::nullopt, epoch, tokens};
       if (f.has("attempt")) c.attempt = attempt;
       out = c;
     }
@@ -274,14 +317,16 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("round", m.round);
     f.u64("attempt", m.attempt);
     f.str("reason", m.reason, 4096);
-    f.check(m.attempt < 1000000, "attempt must be < 1000000");
+    f.opt_u64("epoch", m.epoch);
+    f.check(m.attempt <= kMaxAttempt, "attempt must be < 2^32");
+    f.check(m.epoch < kMaxEpochs, cat("epoch must be < ", kMaxEpochs));
     out = m;
   } else if (type == "failed") {
     FailedMessage m;
     f.u64("round", m.round);
     f.u64("attempt", m.attempt);
     f.str("reason", m.reason, 4096);
-    f.check(m.attempt < 1000000, "attempt must be < 1000000");
+    f.check(m.attempt <= kMaxAttempt, "attempt must be < 2^32");
     out = m;
   } else if (type == "job_start") {
     JobStartMessage m;
@@ -313,10 +358,65 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("chunk_values", m.chunk_values);
     f.str("reason", m.reason, 4096);
     f.layout("layout", m.layout, m.values);
+    f.opt_u64("tokens", m.tokens);
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
       f.check(m.values >= 1 && m.values <= kMaxLayoutValues, "values must be 1..2^36");
       f.check(m.chunk_values >= 1024 && m.chunk_values <= (16u << 20), "chunk_values must be 1024..16Mi");
+    }
+    out = m;
+  } else if (type == "elect") {
+    ElectMessage m;
+    f.u64("epoch", m.epoch);
+    f.opt_bool("pre", m.pre);
+    f.u64("committed_round", m.committed_round);
+    f.check(m.epoch >= 1 && m.epoch < kMaxEpochs, cat("epoch must be 1..", kMaxEpochs - 1));
+    out = m;
+  } else if (type == "vote") {
+    VoteMessage m;
+    f.u64("epoch", m.epoch);
+    f.opt_bool("pre", m.pre);
+    f.opt_bool("granted", m.granted);
+    f.str("reason", m.reason, 4096);
+    f.opt_str("coordinator", m.coordinator, 64);
+    f.check(m.epoch < kMaxEpochs, cat("epoch must be < ", kMaxEpochs));
+    if (f.has("standing") && j["standing"].is_object()) {
+      const json& sj = j["standing"];
+      Fields g(sj, "vote standing");
+      Standing& st = m.standing;
+      g.u64("committed_round", st.committed_round);
+      g.str("anchor_digest", st.anchor_digest);
+      g.opt_u64("tokens", st.tokens);
+      g.opt_bool("final", st.final);
+      g.opt_u64("newest_round", st.newest_round);
+      g.opt_u64("newest_attempt", st.newest_attempt);
+      if (g.has("committed_attempt")) {
+        std::uint64_t a = 0;
+        g.u64("committed_attempt", a);
+        st.committed_attempt = a;
+      }
+      g.check(st.committed_round == 0 || is_digest(st.anchor_digest), "anchor_digest must be 16 hex digits");
+      g.check(st.newest_attempt <= kMaxAttempt, "newest_attempt must be < 2^32");
+      if (sj.contains("pending")) {
+        const json& pj = sj["pending"];
+        Fields h(pj, "vote pending");
+        h.check(pj.is_object(), "pending must be an object");
+        if (pj.is_object()) {
+          PendingCommit p;
+          h.u64("round", p.round);
+          h.u64("attempt", p.attempt);
+          h.str("anchor_digest", p.anchor_digest);
+          h.opt_u64("tokens", p.tokens);
+          h.opt_bool("participant", p.participant);
+          h.check(is_digest(p.anchor_digest), "anchor_digest must be 16 hex digits");
+          h.check(p.attempt <= kMaxAttempt, "attempt must be < 2^32");
+          st.pending = p;
+        }
+        if (!h.status().ok()) return h.status();
+      }
+      if (!g.status().ok()) return g.status();
+    } else {
+      f.check(false, "field 'standing' must be an object");
     }
     out = m;
   } else {

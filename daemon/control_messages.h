@@ -15,16 +15,32 @@
 
 namespace geoloco::daemon {
 
+/// Epochs and attempts (succession.h). An epoch's plans number their
+/// attempts from first_attempt_of(epoch): attempts only grow across a
+/// failover, so a site that declined an attempt of an old coordinator never
+/// mistakes a new plan for it, and every attempt fits the transport's
+/// 32-bit operation key.
+inline constexpr std::uint64_t kAttemptsPerEpoch = std::uint64_t{1} << 16;
+inline constexpr std::uint64_t kMaxEpochs = std::uint64_t{1} << 16;
+inline constexpr std::uint64_t kMaxAttempt = kMaxEpochs * kAttemptsPerEpoch - 1;
+constexpr std::uint64_t first_attempt_of(std::uint64_t epoch) { return epoch * kAttemptsPerEpoch; }
+constexpr std::uint64_t epoch_of_attempt(std::uint64_t attempt) { return attempt / kAttemptsPerEpoch; }
+
 /// A site announces itself for a job (at start, or after a restart).
 struct JoinMessage {
   std::string job;
   std::uint64_t last_committed_round = 0;  ///< 0: never committed
   std::string anchor_digest;               ///< of that round's anchor, 16 hex digits ("" if none)
 };
-/// "Still here", every heartbeat interval.
+/// "Still here", every heartbeat interval, to every site of the job: the
+/// coordinator counts the sites that are live, and every site watches the
+/// acting coordinator (and ranks its possible successors) by them.
 struct HeartbeatMessage {
   std::uint64_t round = 0;
   std::string phase;  ///< inner | ready | exchange | idle
+  std::uint64_t epoch = 0;          ///< the sender's epoch
+  std::string coordinator = {};     ///< who holds the office of that epoch, as the sender knows ("": not known yet)
+  std::uint64_t committed = 0;      ///< the last committed round the sender knows with its digest
 };
 /// A site finished its inner phase of `round`.
 struct ReadyMessage {
@@ -45,6 +61,7 @@ struct PlanMessage {
   std::uint64_t tokens = 0;               ///< tokens of the round's contributions
   std::vector<std::uint64_t> tokens_each;    ///< each participant's tokens, same order (their sum is `tokens`)
   std::vector<std::uint64_t> anchor_rounds;  ///< the round each participant's work trained for (< round: late)
+  std::uint64_t epoch = 0;                   ///< the coordinator's epoch (succession.h)
 };
 /// A participant computed the outer step of `round` (the plan's `attempt`):
 /// the digest of the anchor it would apply.
@@ -62,12 +79,15 @@ struct CommittedMessage {
   /// coordinator always does): a site that sent COMMIT for an attempt and
   /// lost track of the round learns from it whether its work was counted.
   std::optional<std::uint64_t> attempt = std::nullopt;
+  std::uint64_t epoch = 0;   ///< the coordinator's epoch
+  std::uint64_t tokens = 0;  ///< tokens of every round committed through this one (what a successor resumes from)
 };
 /// The round is abandoned (a participant failed); sites keep their anchor.
 struct AbortMessage {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;  ///< the attempt abandoned (after a coordinator restart: the last one planned)
   std::string reason;
+  std::uint64_t epoch = 0;    ///< the coordinator's epoch
 };
 /// A participant could not finish attempt `attempt` of `round` (its
 /// exchange failed, or it had nothing to contribute): the coordinator
@@ -113,6 +133,7 @@ struct StateOfferMessage {
   /// them before its trainer says HELLO, e.g. to cut streaming fragments.
   /// On the wire: names and shapes; the offsets follow from the order.
   Layout layout;
+  std::uint64_t tokens = 0;  ///< tokens of every round committed through `round`
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once
@@ -123,12 +144,55 @@ struct StateAcceptMessage {
   std::uint64_t round = 0;
 };
 
+/// A COMMIT a site sent for a round whose outcome it has not learned: the
+/// old coordinator may have committed it, so a successor must not plan that
+/// round anew while it can still be completed.
+struct PendingCommit {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+  std::string anchor_digest = {};
+  std::uint64_t tokens = 0;  ///< the plan's tokens
+  bool participant = true;   ///< sent as a participant (else an observer's acknowledgement)
+};
+/// What a site knows of the job's rounds, as its VOTE reports it: where a
+/// successor resumes (succession.h, recover()).
+struct Standing {
+  std::uint64_t committed_round = 0;  ///< the last committed round known with its digest (0: none)
+  std::string anchor_digest = {};     ///< its anchor's digest
+  std::uint64_t tokens = 0;           ///< tokens of every round committed through it
+  bool final = false;                 ///< it was the job's last round
+  std::optional<std::uint64_t> committed_attempt = std::nullopt;  ///< the attempt that committed it, when known
+  std::optional<PendingCommit> pending = std::nullopt;
+  std::uint64_t newest_round = 0;     ///< the newest plan seen: its round (0: none) and attempt
+  std::uint64_t newest_attempt = 0;
+};
+/// A site stands for the coordinator's office in `epoch` (succession.h):
+/// first for pre-votes (`pre`: nothing is promised or journaled), then for votes.
+struct ElectMessage {
+  std::uint64_t epoch = 0;
+  bool pre = false;
+  std::uint64_t committed_round = 0;  ///< the candidate's
+};
+/// The answer to an ELECT. Granted: the voter's standing (a real vote is
+/// journaled first, and the voter refuses older epochs from then on).
+/// Refused: why, and the voter's own epoch and coordinator.
+struct VoteMessage {
+  std::uint64_t epoch = 0;
+  bool pre = false;
+  bool granted = false;
+  std::string reason = {};
+  std::string coordinator = {};  ///< refused: the office holder the voter follows ("" if none)
+  Standing standing = {};
+};
+
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
                                     CommittedMessage, AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage,
-                                    StateRequestMessage, StateOfferMessage, StateAcceptMessage>;
+                                    StateRequestMessage, StateOfferMessage, StateAcceptMessage, ElectMessage,
+                                    VoteMessage>;
 
 /// What sites say to the coordinator (JOIN, HEARTBEAT, READY, COMMIT,
-/// FAILED); everything else is for a site's rounds (PLAN, COMMITTED and
+/// FAILED; every site also watches the heartbeats); ELECT and VOTE are the
+/// succession's; everything else is for a site's rounds (PLAN, COMMITTED and
 /// ABORT from the coordinator, STATE_SYNC from any peer) or the federation's.
 bool for_coordinator(const ControlMessage& message);
 /// What the coordinator still answers once the job has ended on its site: a

@@ -1,23 +1,29 @@
 #include "daemon/coordinator_machine.h"
 
 #include <algorithm>
+#include <set>
 
 namespace geoloco::daemon {
 
 CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now)
-    : options_(std::move(options)), round_(round), attempt_(options_.first_attempt), tokens_(options_.tokens_so_far) {
+    : options_(std::move(options)),
+      round_(round),
+      attempt_(std::max(options_.first_attempt, first_attempt_of(options_.epoch))),
+      tokens_(options_.tokens_so_far) {
   for (const auto& s : options_.sites) heard_[s] = now;
 }
 
 void CoordinatorMachine::start_collecting(std::uint64_t round) {
-  attempt_ = round == round_ ? attempt_ + 1 : 0;
+  attempt_ = round == round_ ? attempt_ + 1 : first_attempt_of(options_.epoch);
   failure_.reset();
   round_ = round;
   phase_ = Phase::collecting;
   ready_.clear();
   ready_at_.clear();
   participants_.clear();
+  late_.clear();
   commits_.clear();
+  acks_.clear();
 }
 
 void CoordinatorMachine::collect_again(Clock::time_point now) {
@@ -55,8 +61,12 @@ Status CoordinatorMachine::on_commit(const std::string& site, const CommitMessag
                     " from ", site, ", but round ", round_, " is not being exchanged");
   GEOLOCO_RETURN_IF(c.attempt != attempt_, Err::mismatch, "COMMIT of round ", c.round, " attempt ", c.attempt,
                     " from ", site, ", but attempt ", attempt_, " is being exchanged");
+  if (std::find(late_.begin(), late_.end(), site) != late_.end()) {
+    acks_[site] = c.anchor_digest;
+    return {};
+  }
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
-                    Err::invalid_argument, "COMMIT from ", site, ", which is not a participant of round ", round_);
+                    Err::invalid_argument, "COMMIT from ", site, ", which takes no part in round ", round_);
   commits_[site] = c.anchor_digest;
   return {};
 }
@@ -90,7 +100,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
 
   if (phase_ == Phase::planned) {
     if (failure_) {
-      a.abort = AbortMessage{round_, attempt_, *failure_};
+      a.abort = AbortMessage{round_, attempt_, *failure_, options_.epoch};
       a.notes.push_back(cat("round ", round_, " aborted: ", *failure_));
       collect_again(now);
       return a;
@@ -98,8 +108,8 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     // A participant that went silent cannot finish the exchange.
     for (const auto& p : participants_) {
       if (now - heard_.at(p) >= options_.quorum.heartbeat_timeout_ms && !commits_.count(p)) {
-        a.abort =
-            AbortMessage{round_, attempt_, cat("participant ", p, " stopped sending heartbeats during the exchange")};
+        a.abort = AbortMessage{round_, attempt_,
+                               cat("participant ", p, " stopped sending heartbeats during the exchange"), options_.epoch};
         a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
         collect_again(now);
         return a;
@@ -119,14 +129,43 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     for (const auto& [site, d] : commits_) {
       if (d != digest) {
         a.abort = AbortMessage{round_, attempt_, cat("anchor digests differ after round ", round_, ": ",
-                                           commits_.begin()->first, " has ", digest, ", ", site, " has ", d)};
+                                           commits_.begin()->first, " has ", digest, ", ", site, " has ", d),
+                               options_.epoch};
         a.notes.push_back(a.abort->reason);
         collect_again(now);
         return a;
       }
     }
-    a.committed = CommittedMessage{round_, digest, false, attempt_};
+    // A majority must hold the outcome: the participants, the observers
+    // that computed the same anchor, and this coordinator.
+    std::set<std::string> holders(participants_.begin(), participants_.end());
+    for (const auto& [site, d] : acks_)
+      if (d == digest) holders.insert(site);
+    if (!options_.self.empty()) holders.insert(options_.self);
+    if (!diloco::is_majority(options_.sites, options_.named, holders)) {
+      std::optional<Clock::time_point> lapse;  // an observer still heard may yet answer
+      for (const auto& s : late_)
+        if (!acks_.count(s) && now - heard_.at(s) < options_.quorum.heartbeat_timeout_ms) {
+          const auto t = heard_.at(s) + options_.quorum.heartbeat_timeout_ms;
+          if (!lapse || t < *lapse) lapse = t;
+        }
+      if (lapse) {
+        a.wake_at = lapse;
+        return a;
+      }
+      std::string names;
+      for (const auto& h : holders) names += (names.empty() ? "" : ", ") + h;
+      a.abort = AbortMessage{round_, attempt_,
+                             cat("only ", holders.size(), " site(s) hold round ", round_, "'s outcome (", names,
+                                 "); a commit needs ", diloco::majority_words(options_.sites, options_.named)),
+                             options_.epoch};
+      a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
+      collect_again(now);
+      return a;
+    }
+    a.committed = CommittedMessage{round_, digest, false, attempt_, options_.epoch};
     tokens_ += plan_tokens_;
+    a.committed->tokens = tokens_;
     a.notes.push_back(cat("round ", round_, " committed by ", participants_.size(), " site(s), anchor ", digest));
     const bool rounds_done = options_.stop_after_round != 0 && round_ >= options_.stop_after_round;
     const bool tokens_done = options_.stop_after_tokens != 0 && tokens_ >= options_.stop_after_tokens;
@@ -147,7 +186,32 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     return a;
   }
 
-  // Collecting: the quorum rule decides when, the straggler rule with what weights.
+  // Collecting. Without a majority live no round could commit: pause.
+  std::set<std::string> live;
+  if (!options_.self.empty()) live.insert(options_.self);
+  for (const auto& [site, at] : heard_)
+    if (now - at < options_.quorum.heartbeat_timeout_ms) live.insert(site);
+  if (!diloco::is_majority(options_.sites, options_.named, live)) {
+    std::string names;
+    for (const auto& l : live) names += (names.empty() ? "" : ", ") + l;
+    a.notes.push_back(cat("paused: only ", live.size(), " of the job's ", options_.sites.size(), " sites are live (",
+                          names, "); a round commits only with ",
+                          diloco::majority_words(options_.sites, options_.named)));
+    std::optional<Clock::time_point> lapse;
+    for (const auto& [site, at] : heard_)
+      if (live.count(site) && site != options_.self) {
+        const auto t = at + options_.quorum.heartbeat_timeout_ms;
+        if (!lapse || t < *lapse) lapse = t;
+      }
+    a.wake_at = lapse;
+    return a;
+  }
+  if (epoch_of_attempt(attempt_) != options_.epoch) {
+    a.notes.push_back(cat("paused: round ", round_, " was planned ", kAttemptsPerEpoch, " times in epoch ",
+                          options_.epoch, " without committing; every exchange of it failed (see the aborts above)"));
+    return a;
+  }
+  // The quorum rule decides when, the straggler rule with what weights.
   auto decision = diloco::decide_quorum(now, reports(), options_.quorum);
   for (const auto& d : decision.dead) a.notes.push_back(cat("site ", d, " is silent (no heartbeat)"));
   if (decision.kind != diloco::QuorumDecision::Kind::close) {
@@ -175,6 +239,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   PlanMessage plan;
   plan.round = round_;
   plan.attempt = attempt_;
+  plan.epoch = options_.epoch;
   plan.late = decision.late;
   for (auto i : ordered.left_out) plan.late.push_back(options_.sites[i]);
   for (auto i : ordered.participants) {
@@ -189,7 +254,9 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   std::sort(plan.late.begin(), plan.late.end());
   a.notes.push_back(cat("round ", round_, ": ", decision.reason));
   participants_ = plan.participants;
+  late_ = plan.late;
   commits_.clear();
+  acks_.clear();
   phase_ = Phase::planned;
   a.plan = std::move(plan);
   return a;

@@ -12,6 +12,12 @@
 //               and round r + 1 starts collecting
 // A participant whose heartbeats stop while planned, or digests that differ,
 // abort the round: ABORT(r), sites keep θ_r, and round r is collected again.
+// A round commits only when a majority of the job's sites (diloco::is_majority)
+// sent its COMMIT with the committed digest, this coordinator counting as one:
+// the participants, and the observers, which compute the step too. While
+// fewer than a majority are live the job pauses. So a coordinator cut off
+// from a majority commits nothing, and a successor elected by any majority
+// hears of every round that may have committed (succession.h).
 // The k-th abort in a row is followed by a pause before the next plan
 // (kReplanPause doubling, at most kReplanPauseMax): an attempt that fails at
 // once (a link that is down) must not become a loop of plans and aborts.
@@ -35,13 +41,16 @@ using diloco::Millis;
 
 struct CoordinatorOptions {
   std::vector<std::string> sites;       ///< the job's sites
+  std::string self;                     ///< the site this coordinator runs on (counts toward a majority)
+  std::string named;                    ///< the job's named coordinator: the majority's tie-break
+  std::uint64_t epoch = 0;              ///< the office's epoch: every PLAN, COMMITTED and ABORT carries it
   diloco::QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
   diloco::Weighting weighting = diloco::Weighting::tokens;
   diloco::StragglerOptions straggler;    ///< carry (with decay) or drop
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
   std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
-  std::uint64_t first_attempt = 0;      ///< the first plan's attempt (a resumed job: past the journal's last)
+  std::uint64_t first_attempt = 0;      ///< the first plan's attempt (a resumed job: past the journal's last; at least first_attempt_of(epoch))
 };
 
 class CoordinatorMachine {
@@ -60,8 +69,9 @@ class CoordinatorMachine {
   /// reason (the site learns the current round from the next PLAN). Errors:
   /// invalid_argument, mismatch.
   Status on_ready(const std::string& site, const ReadyMessage& ready, Clock::time_point now);
-  /// Errors: invalid_argument (not a participant), mismatch (another round
-  /// or attempt).
+  /// A participant's COMMIT, or an observer's (it counts toward the
+  /// majority when its digest is the participants'). Errors:
+  /// invalid_argument (neither), mismatch (another round or attempt).
   Status on_commit(const std::string& site, const CommitMessage& commit);
   /// A participant could not finish the exchange (its all-reduce failed):
   /// the round is aborted at the next step(). Errors: as on_commit.
@@ -104,7 +114,9 @@ class CoordinatorMachine {
   std::uint64_t attempt_ = 0;           // the current plan of round_; never reused for a round
   std::optional<std::string> failure_;  // a participant's report
   std::uint64_t tokens_ = 0;
-  std::map<std::string, std::string> commits_;  // site -> digest
+  std::map<std::string, std::string> commits_;  // participant -> digest
+  std::map<std::string, std::string> acks_;     // observer -> digest
+  std::vector<std::string> late_;               // the current plan's observers
   std::uint32_t aborts_in_row_ = 0;             // since the last commit
   std::optional<Clock::time_point> replan_at_;  // no plan before then
 };

@@ -10,9 +10,13 @@ namespace geoloco::daemon {
 
 namespace {
 
-CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s) {
+CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout, const JournalSummary& s,
+                              const CoordinatorRole::Start& start) {
   CoordinatorOptions o;
   o.sites = job.sites;
+  o.self = start.self;
+  o.named = job.coordinator;
+  o.epoch = start.epoch;
   o.quorum = job.quorum;
   o.quorum.heartbeat_timeout_ms = heartbeat_timeout;
   o.weighting = job.outer.weighting;
@@ -28,24 +32,47 @@ CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout,
 
 Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_io_executor& executor,
                                                                const job::JobSpec& job, Millis heartbeat_timeout,
-                                                               const std::string& journal_path, Send send, Note note) {
-  auto journal = Journal::open(journal_path);
-  if (!journal.ok()) return journal.status();
-  if (journal->dropped_bytes() > 0)
-    note(cat("journal ", journal_path, ": dropped a torn tail of ", journal->dropped_bytes(), " bytes"));
-  return std::unique_ptr<CoordinatorRole>(
-      new CoordinatorRole(executor, job, heartbeat_timeout, std::move(*journal), std::move(send), std::move(note)));
+                                                               Journal& journal, Start start, Send send, Note note) {
+  if (start.recovery) {
+    // A successor: what its voters knew becomes its own journal's truth.
+    const Recovery& r = *start.recovery;
+    if (r.round > journal.committed_round()) {
+      nlohmann::json record{{"type", "committed"}, {"round", r.round},       {"anchor_digest", r.digest},
+                            {"tokens", r.tokens},  {"final", r.final},       {"epoch", start.epoch},
+                            {"via", "recovery"}};
+      if (r.attempt) record["attempt"] = *r.attempt;
+      GEOLOCO_TRY(journal.append(record));
+    }
+    if (r.complete) {
+      const std::uint64_t round = r.round + 1, tokens = r.tokens + r.complete->tokens;
+      const bool final = (job.last_round() && round >= *job.last_round()) ||
+                         (job.stop_tokens && *job.stop_tokens > 0 && tokens >= *job.stop_tokens);
+      GEOLOCO_TRY(journal.append(nlohmann::json{{"type", "committed"},
+                                                {"round", round},
+                                                {"anchor_digest", r.complete->anchor_digest},
+                                                {"tokens", tokens},
+                                                {"final", final},
+                                                {"attempt", r.complete->attempt},
+                                                {"epoch", start.epoch},
+                                                {"via", "completed"}}));
+      note(cat("round ", round, " (attempt ", r.complete->attempt, ") is completed as its participants computed it, anchor ",
+               r.complete->anchor_digest, ": the previous coordinator may have committed it"));
+    }
+  }
+  return std::unique_ptr<CoordinatorRole>(new CoordinatorRole(executor, job, heartbeat_timeout, journal, std::move(start),
+                                                              std::move(send), std::move(note)));
 }
 
 CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout,
-                                 Journal journal, Send send, Note note)
+                                 Journal& journal, Start start, Send send, Note note)
     : job_(job),
       heartbeat_timeout_(heartbeat_timeout),
-      journal_(std::move(journal)),
+      journal_(journal),
+      epoch_(start.epoch),
       send_(std::move(send)),
       note_(std::move(note)),
-      coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records())), summarize_journal(journal_.records()).round + 1,
-                   Clock::now()),
+      coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records()), start),
+                   summarize_journal(journal_.records()).round + 1, Clock::now()),
       wake_(executor) {
   const JournalSummary s = summarize_journal(journal_.records());
   commits_ = s.commits;
@@ -54,10 +81,23 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
   committed_tokens_ = s.tokens;
   committed_final_ = s.final;
   finished_in_journal_ = s.final;
-  resumed_ = !journal_.records().empty();
-  if (resumed_)
+  if (start.recovery) {
+    resumed_ = true;
+    if (start.recovery->abandon && !start.recovery->complete)
+      in_flight_ = AbortMessage{s.round + 1, *start.recovery->abandon,
+                                cat("coordinator failover: ", start.self, " took office in epoch ", epoch_,
+                                    "; send READY again"),
+                                epoch_};
+    note_(cat("coordinator of epoch ", epoch_, " resumes after round ", s.round,
+              s.round > 0 ? cat(" (anchor ", s.digest, ")") : std::string(), ", ", s.tokens, " tokens"));
+  } else if (s.round > 0 || s.next_attempt > 0 || !s.commits.empty()) {
+    resumed_ = true;
+    const std::uint64_t attempt = coordinator_.attempt();
+    in_flight_ = AbortMessage{s.round + 1, attempt > first_attempt_of(epoch_) ? attempt - 1 : attempt,
+                              "the coordinator restarted; send READY again", epoch_};
     note_(cat("coordinator resumes from its journal: last committed round ", s.round,
               s.round > 0 ? cat(" (anchor ", s.digest, ")") : std::string(), ", ", s.tokens, " tokens"));
+  }
 }
 
 Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.append(record); }
@@ -65,16 +105,15 @@ Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.
 std::optional<CommittedMessage> CoordinatorRole::committed_message(std::uint64_t round) const {
   auto it = commits_.find(round);
   if (it == commits_.end()) return std::nullopt;
-  return CommittedMessage{round, it->second.digest, round == committed_round_ && committed_final_, it->second.attempt};
+  return CommittedMessage{round,  it->second.digest, round == committed_round_ && committed_final_,
+                          it->second.attempt, epoch_, it->second.tokens};
 }
 
 void CoordinatorRole::greet(const std::string& site) {
   if (!resumed_ || !greeted_.insert(site).second) return;
   // A site may have missed what the previous coordinator decided last.
   if (committed_round_ > 0) send_(site, *committed_message(committed_round_));
-  if (!finished())
-    send_(site, AbortMessage{committed_round_ + 1, coordinator_.attempt() > 0 ? coordinator_.attempt() - 1 : 0,
-                             "the coordinator restarted; send READY again"});
+  if (!finished() && in_flight_) send_(site, *in_flight_);
 }
 
 void CoordinatorRole::on_message(const std::string& site, const ControlMessage& message) {
@@ -183,7 +222,8 @@ asio::awaitable<void> CoordinatorRole::run() {
                             {"attempt", actions.plan->attempt},
                             {"participants", actions.plan->participants},
                             {"weights", actions.plan->weights},
-                            {"late", actions.plan->late}};
+                            {"late", actions.plan->late},
+                            {"epoch", epoch_}};
       if (Status j = journal(record); !j.ok()) {
         note_(cat("cannot journal the plan of round ", actions.plan->round, ": ", j.message(), "; job paused"));
         break;
@@ -198,12 +238,14 @@ asio::awaitable<void> CoordinatorRole::run() {
                             {"round", c.round},
                             {"anchor_digest", c.anchor_digest},
                             {"tokens", coordinator_.tokens()},
-                            {"final", c.final}};
+                            {"final", c.final},
+                            {"attempt", c.attempt.value_or(0)},
+                            {"epoch", epoch_}};
       if (Status j = journal(record); !j.ok()) {
         note_(cat("cannot journal the commit of round ", c.round, ": ", j.message(), "; job paused"));
         break;
       }
-      commits_[c.round] = {c.anchor_digest, c.attempt.value_or(0)};
+      commits_[c.round] = {c.anchor_digest, c.attempt, coordinator_.tokens(), epoch_};
       committed_round_ = c.round;
       committed_digest_ = c.anchor_digest;
       committed_tokens_ = coordinator_.tokens();
@@ -211,7 +253,10 @@ asio::awaitable<void> CoordinatorRole::run() {
       for (const auto& site : job_.sites) send_(site, c);
     }
     if (actions.abort) {
-      (void)journal(nlohmann::json{{"type", "abort"}, {"round", actions.abort->round}, {"reason", actions.abort->reason}});
+      (void)journal(nlohmann::json{{"type", "abort"},
+                                   {"round", actions.abort->round},
+                                   {"reason", actions.abort->reason},
+                                   {"epoch", epoch_}});
       for (const auto& site : job_.sites) send_(site, *actions.abort);
     }
     if (actions.plan || actions.committed || actions.abort || poked_) continue;  // step again at once

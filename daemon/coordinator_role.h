@@ -1,13 +1,17 @@
-// The coordinator role of one job on the site the job names (docs/design.md §3-§4):
-// the CoordinatorMachine state machine (coordinator.h) wired to the clock, the
-// journal and the sites. Every decision is journaled (fsync) before it is
-// sent, so a coordinator restarted after kill -9 resumes at the journaled
-// round: it re-announces the last COMMITTED (a site that missed it applies
-// it; the others ignore it) and aborts the round that was in flight, so no
-// round is applied twice or lost.
+// The coordinator role of one job on the site that holds the office
+// (docs/design.md §3-§4; succession.h): the CoordinatorMachine state machine
+// (coordinator_machine.h) wired to the clock, the site's journal and the
+// sites. Every decision is journaled (fsync) before it is sent, so a
+// coordinator restarted after kill -9 resumes at the journaled round: it
+// re-announces the last COMMITTED (a site that missed it applies it; the
+// others ignore it) and aborts the round that was in flight, so no round is
+// applied twice or lost. A successor starts from its voters' recovery: it
+// journals the last committed round they knew, completes the pending round
+// when recover() says so, or aborts the attempt in flight, and then plans
+// under its own epoch.
 //
-// Journal records: {"type":"plan",...}, {"type":"committed","round","anchor_digest","tokens","final"},
-// {"type":"abort","round","reason"}.
+// Journal records: {"type":"plan",...,"epoch"}, {"type":"committed","round","anchor_digest","tokens","final",
+// "attempt","epoch"}, {"type":"abort","round","reason","epoch"}.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
@@ -26,6 +30,7 @@
 #include "daemon/coordinator_machine.h"
 #include "job/job_spec.h"
 #include "daemon/journal.h"
+#include "daemon/succession.h"
 
 namespace geoloco::daemon {
 
@@ -36,9 +41,17 @@ class CoordinatorRole {
   /// Logs a decision (one line).
   using Note = std::function<void(const std::string& line)>;
 
-  /// Opens (or resumes from) the journal at `journal_path`. Errors: io.
+  /// Where the role starts: the site it runs on, the office's epoch, and
+  /// for a successor the recovery its voters' standings gave.
+  struct Start {
+    std::string self;
+    std::uint64_t epoch = 0;
+    std::optional<Recovery> recovery;
+  };
+  /// Resumes from the site's journal (which outlives the role); a
+  /// successor first journals its recovery. Errors: io.
   static Result<std::unique_ptr<CoordinatorRole>> open(const asio::any_io_executor& executor, const job::JobSpec& job,
-                                                       Millis heartbeat_timeout, const std::string& journal_path,
+                                                       Millis heartbeat_timeout, Journal& journal, Start start,
                                                        Send send, Note note);
 
   /// A message from a site of the job (JOIN, HEARTBEAT, READY, COMMIT, or a
@@ -51,6 +64,7 @@ class CoordinatorRole {
   /// The last committed round per the journal (0: none) and its anchor digest.
   std::uint64_t committed_round() const { return committed_round_; }
   const std::string& committed_digest() const { return committed_digest_; }
+  std::uint64_t epoch() const { return epoch_; }
   /// True when the journal already held records: this is a resumed coordinator.
   bool resumed() const { return resumed_; }
   bool finished() const { return coordinator_.phase() == CoordinatorMachine::Phase::finished || finished_in_journal_; }
@@ -60,14 +74,16 @@ class CoordinatorRole {
   const std::vector<std::string>& lagging() const { return lagging_; }
 
  private:
-  CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout, Journal journal,
-                  Send send, Note note);
+  CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout,
+                  Journal& journal, Start start, Send send, Note note);
   void greet(const std::string& site);
   Status journal(const nlohmann::json& record);
 
   job::JobSpec job_;
   Millis heartbeat_timeout_;
-  Journal journal_;
+  Journal& journal_;
+  std::uint64_t epoch_;
+  std::optional<AbortMessage> in_flight_;  ///< what greet() aborts: the attempt in flight before this role began
   Send send_;
   Note note_;
   /// The COMMITTED of `round` as it went out (final or not, with its attempt), if it was committed.
@@ -79,7 +95,7 @@ class CoordinatorRole {
   std::uint64_t committed_tokens_ = 0;
   bool committed_final_ = false;
   bool finished_in_journal_ = false;
-  bool resumed_ = false;
+  bool resumed_ = false;  // greet every site: the journal held records, or a successor took office
   CoordinatorMachine coordinator_;
   std::set<std::string> greeted_;
   std::map<std::string, Clock::time_point> heard_;

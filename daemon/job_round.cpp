@@ -163,7 +163,8 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   h.round = c.round;
   h.attempt = plan_.attempt;
   h.fragment = r.fragment;
-  h.coordinator = spec_.coordinator;
+  h.coordinator = coordinator();
+  h.epoch = c.epoch;
   h.participants = plan_.participants;
   h.late = plan_.late;
   for (std::size_t i = 0; i < plan_.participants.size(); ++i)
@@ -172,6 +173,13 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   h.digest = digest;
   h.final = c.final;
   record(h);
+  // What a successor needs of this round, should this site take the office.
+  journal_committed(nlohmann::json{{"round", c.round},
+                                   {"anchor_digest", digest},
+                                   {"tokens", c.tokens},
+                                   {"final", c.final},
+                                   {"attempt", c.attempt.value_or(plan_.attempt)},
+                                   {"epoch", c.epoch}});
   note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
            plan_.participants.size(), " site(s)",
            plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,

@@ -178,6 +178,7 @@ void JobRun::set_state(JobState state, const std::string& message) {
 // ---------------------------------------------------------------- messages
 
 void JobRun::send(const std::string& site, const ControlMessage& message) {
+  if (site.empty()) return;  // for the coordinator while an election is open: nobody to send to yet
   if (site == self()) {
     // Local delivery, after the current handler returns (no re-entrance).
     asio::post(env_.executor, [self = shared_from_this(), message] { self->deliver(self->self(), message); });
@@ -218,12 +219,33 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
 
 void JobRun::deliver(const std::string& from, const ControlMessage& message) {
   if (!machine_) return;
+  const auto now = Clock::now();
+  if (const auto* h = std::get_if<HeartbeatMessage>(&message); h && !done()) {
+    succession_->on_heartbeat(from, *h, now);
+    step_succession();
+  }
+  if (const auto* e = std::get_if<ElectMessage>(&message)) {
+    if (done()) send(from, VoteMessage{succession_->epoch(), e->pre, false,
+                                       cat("the job has ended on ", self(), " (", job_state_name(job_state_), ")"),
+                                       coordinator(), {}});
+    else succession_->on_elect(from, *e, standing(), now);
+    drive();
+    return;
+  }
+  if (const auto* v = std::get_if<VoteMessage>(&message)) {
+    if (!done()) succession_->on_vote(from, *v, now);
+    drive();
+    return;
+  }
   if (for_coordinator(message)) {
     if (role_ && (!done() || for_coordinator_after_end(message))) role_->on_message(from, message);
     return;
   }
+  if (!admit(from, message)) {
+    drive();
+    return;
+  }
   ParticipantMachine& m = *machine_;
-  const auto now = Clock::now();
   Status s = std::visit(
       Overload{[&](const PlanMessage& p) { return m.on_plan(from, p); },
                [&](const CommittedMessage& c) { return m.on_committed(from, c); },
@@ -273,6 +295,8 @@ void JobRun::drive() {
       wake_at_ = step.wake_at;
       if (wake_) wake_->cancel();  // the ticker sleeps until then at the latest
     }
+    journal_pending_cleared();
+    if (!done() && step_succession()) drive_again_ = true;
   } while (drive_again_);
   driving_ = false;
   changed_.notify_all();
@@ -284,6 +308,9 @@ void JobRun::execute(ParticipantAction& action) {
       Overload{
           [&](Send& s) {
             if (std::holds_alternative<StateRequestMessage>(s.message)) transfers_->requested(Clock::now());
+            if (std::holds_alternative<CommitMessage>(s.message)) journal_pending_commit();  // on disk before it goes
+            // A finished site's final COMMITTED to a late one: in this site's epoch, or it is refused.
+            if (auto* c = std::get_if<CommittedMessage>(&s.message)) c->epoch = succession_->epoch();
             if (s.now) send_now(s.to, s.message);
             else send(s.to, s.message);
           },
@@ -356,25 +383,27 @@ Status JobRun::start() {
   h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
   // A checkpoint's layout is the job's (its first trainer's): later trainers must match it.
   if (!state_.anchor.empty() && state_.layout != layout_for(state_.anchor.size())) h.expected_layout = state_.layout;
+  const std::string journal_path = (fs::path(dir_) / "journal").string();
+  auto opened = Journal::open(journal_path);
+  if (!opened.ok()) return opened.status();
+  if (opened->dropped_bytes() > 0)
+    note(cat("journal ", journal_path, ": dropped a torn tail of ", opened->dropped_bytes(), " bytes"));
+  journal_.emplace(std::move(*opened));
+  succession_.emplace(SuccessionOptions{spec_.sites, spec_.coordinator, self(), Millis(env_.site.heartbeat_timeout_ms),
+                                        Millis(env_.site.heartbeat_interval_ms)},
+                      office_records(journal_->records()), Clock::now());
+  restored_pending_ = summarize_journal(journal_->records()).pending;
+  if (succession_->epoch() > 0)
+    note(cat("the coordinator's office is in epoch ", succession_->epoch(), ", held by ",
+             coordinator().empty() ? std::string("nobody yet (an election)") : coordinator()));
   std::optional<HeldState> journal;
   if (is_coordinator()) {
-    auto role = CoordinatorRole::open(
-        env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), (fs::path(dir_) / "journal").string(),
-        [this](const std::string& site, const ControlMessage& m) { send(site, m); },
-        [this](const std::string& line) {
-          note(line);
-          // A paused job says so in `geoloco status` too.
-          if (line.rfind("paused:", 0) == 0 && job_state_ == JobState::running) {
-            message_ = line;
-            changed_.notify_all();
-          }
-        });
-    if (!role.ok()) return role.status();
-    role_ = std::move(*role);
+    GEOLOCO_TRY(start_role(std::nullopt, false));
     journal = HeldState{role_->committed_round(), role_->committed_digest()};
   }
-  machine_.emplace(participant_options(spec_, self(), Millis(env_.site.heartbeat_interval_ms)), checkpoint_, journal,
-                   spec_.checkpoint_every(), Clock::now());
+  ParticipantOptions po = participant_options(spec_, self(), Millis(env_.site.heartbeat_interval_ms));
+  po.coordinator = coordinator();
+  machine_.emplace(po, checkpoint_, journal, spec_.checkpoint_every(), Clock::now());
   // Only the coordinator's trainer may supply the job's initialization, and
   // only when nothing was ever committed; every other trainer waits for the
   // anchor its site holds (STATE_SYNC).
@@ -409,8 +438,9 @@ Status JobRun::start() {
 
 asio::awaitable<void> JobRun::run() {
   auto keep = shared_from_this();
-  if (role_) asio::co_spawn(env_.executor, [keep]() -> asio::awaitable<void> { co_await keep->role_->run(); },
-                            asio::detached);
+  if (role_)
+    asio::co_spawn(env_.executor, [keep, role = role_]() -> asio::awaitable<void> { co_await role->run(); },
+                   asio::detached);
   phase_started_ = Clock::now();
   drive();  // JOIN, and the anchor: the checkpoint's, or asking a peer for it
   asio::co_spawn(env_.executor, ticker(), logged("the job's ticker"));
@@ -442,7 +472,11 @@ asio::awaitable<void> JobRun::ticker() {
   while (!done()) {
     const auto now = Clock::now();
     if (now >= heartbeat_at) {
-      send(spec_.coordinator, HeartbeatMessage{state_.round + 1, std::string(machine_->heartbeat_phase())});
+      // To every site: the coordinator counts who is live, and every site
+      // watches the office holder and ranks its possible successors.
+      const HeartbeatMessage beat{state_.round + 1, std::string(machine_->heartbeat_phase()), succession_->epoch(),
+                                  coordinator(), journal_->committed_round()};
+      for (const auto& site : spec_.sites) send(site, beat);
       heartbeat_at = now + interval;
     }
     if (wake_at_ && *wake_at_ <= now) wake_at_.reset();

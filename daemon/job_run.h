@@ -4,8 +4,10 @@
 // carries its actions out against the trainer (trainer/: TrainerHost hosts
 // the sync protocol, TrainerProcess runs geoloco-train), the cross-site
 // transport (the all-reduce, control and state frames), the outer state and
-// the job's files, and feeds back what happened. When the job names this site
-// as coordinator it also runs the coordinator role (coordinator_role.h). One
+// the job's files, and feeds back what happened. Who coordinates is the
+// succession machine's (succession.h): while this site holds the office it
+// also runs the coordinator role (coordinator_role.h); every PLAN, COMMITTED
+// and ABORT is admitted by its epoch first. One
 // JobRun per running job; everything runs on the daemon's single-threaded
 // executor. The files: job_run.cpp the lifecycle, messages and the machine's
 // actions; job_round.cpp one round's exchange and step; job_state.cpp
@@ -56,6 +58,8 @@
 #include "daemon/control_outbox.h"
 #include "daemon/coordinator_role.h"
 #include "daemon/job_status.h"
+#include "daemon/journal.h"
+#include "daemon/succession.h"
 #include "job/job_spec.h"
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
@@ -113,6 +117,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Wakes at every change of records or state.
   asio::awaitable<void> wait_changed() { co_await changed_.wait(); }
   JobState state() const { return job_state_; }
+  /// The coordinator's office this site follows (epoch 0, the named coordinator, before the job starts).
+  Office office() const { return succession_ ? succession_->office() : Office{0, spec_.coordinator}; }
   bool done() const;
   const job::JobSpec& spec() const { return spec_; }
   std::uint64_t id() const { return id_; }
@@ -122,7 +128,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
  private:
   JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file, std::string dir);
   const std::string& self() const { return env_.site.name; }
-  bool is_coordinator() const { return spec_.coordinator == self(); }
+  bool is_coordinator() const { return succession_ && succession_->acting(); }
+  /// The office holder ("" while an election is open).
+  std::string coordinator() const { return succession_ ? succession_->office().coordinator : spec_.coordinator; }
   bool streaming() const { return spec_.fragments() > 1; }
   void note(const std::string& line);
   /// Appends to the job's history (history/): what check-history reads.
@@ -143,6 +151,24 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   // The engine: the participant machine's steps carried out (job_run.cpp).
   void drive();
   void execute(ParticipantAction& action);
+  // The coordinator's office (job_office.cpp).
+  /// What this site's VOTE reports: its journal's last committed round, the COMMIT in doubt, the newest plan.
+  Standing standing() const;
+  /// Runs the succession machine's step; false when it had nothing to do.
+  bool step_succession();
+  /// Carries out a succession action; false: a record could not be journaled (what follows it is not sent).
+  bool execute(SuccessionAction& action);
+  /// Opens the coordinator role for the office this site holds (a successor: from `recovery`) and runs it.
+  Status start_role(std::optional<Recovery> recovery, bool run_now);
+  void stop_role(const std::string& why);
+  /// PLAN, COMMITTED and ABORT: admitted by their epoch (the succession machine's), or refused and counted.
+  bool admit(const std::string& from, const ControlMessage& message);
+  /// The COMMIT about to be sent: its round and attempt journaled first (a successor must hear of it).
+  void journal_pending_commit();
+  /// The machine has no COMMIT in doubt any more: journaled too.
+  void journal_pending_cleared();
+  /// A round this site applied or installed: its journal's `committed` record.
+  void journal_committed(nlohmann::json record);
   asio::awaitable<void> run();
   asio::awaitable<void> ticker();
   /// Writes the history's waiting records again until they are on disk.
@@ -185,7 +211,14 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::string message_;
   transport::Signal changed_;
 
-  std::unique_ptr<CoordinatorRole> role_;
+  /// The site's journal of the job (journal.h): the coordinator role's
+  /// decisions, and what any site needs to take the office.
+  std::optional<Journal> journal_;
+  std::optional<SuccessionMachine> succession_;
+  std::shared_ptr<CoordinatorRole> role_;  ///< while this site holds the office
+  std::optional<PendingCommit> journaled_pending_;  ///< the pending COMMIT this run journaled
+  std::optional<PendingCommit> restored_pending_;   ///< the one the journal held at start (its memory is gone)
+  std::uint64_t receiving_tokens_ = 0;              ///< the offered state's tokens, while it is received
   std::unique_ptr<TrainerHost> host_;
   std::unique_ptr<TrainerProcess> process_;
   /// Where this site is in the job's rounds; every decision is its.

@@ -22,7 +22,11 @@ using Clock = std::chrono::steady_clock;
 // here it meets the machine, the log and the metrics.
 
 void JobRun::offer_state(const std::string& peer, const std::string& reason) {
-  send_now(peer, transfers_->offer(peer, state_, reason));
+  StateOfferMessage offer = transfers_->offer(peer, state_, reason);
+  // The tokens through the offered round, so the receiver could resume the job as its coordinator.
+  if (offer.reason.empty() && journal_->last_committed().is_object() && journal_->committed_round() == offer.round)
+    offer.tokens = journal_->last_committed().value("tokens", std::uint64_t{0});
+  send_now(peer, offer);
 }
 
 void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
@@ -43,6 +47,7 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
 
 void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
   auto accept = transfers_->receive(peer, offer);
+  receiving_tokens_ = offer.tokens;
   if (!accept.ok()) machine_->on_state_failed(accept.status().message());
   else send_now(peer, *accept);  // now the frames may come, on every connection
 }
@@ -77,6 +82,10 @@ void JobRun::install_state() {
       spdlog::error("[{}] the state's layout: {}", spec_.name, s.message());
   note(installed->note);
   record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
+  journal_committed(nlohmann::json{{"round", installed->round},
+                                   {"anchor_digest", installed->digest},
+                                   {"tokens", receiving_tokens_},
+                                   {"via", "state_sync"}});
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
     (void)m->set("geoloco_state_sync_seconds", job, installed->seconds);
@@ -124,7 +133,8 @@ nlohmann::json JobRun::status() const {
   v.name = spec_.name;
   v.state = job_state_;
   v.message = message_;
-  v.coordinator = spec_.coordinator;
+  v.coordinator = coordinator();
+  v.epoch = succession_ ? succession_->epoch() : 0;
   v.sites = spec_.sites;
   v.round = state_.round;
   v.stop_rounds = spec_.last_round();

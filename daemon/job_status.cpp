@@ -65,6 +65,7 @@ nlohmann::json status_json(const JobStatusView& v) {
   json j{{"name", v.name},
          {"state", job_state_name(v.state)},
          {"coordinator", v.coordinator},
+         {"epoch", v.epoch},
          {"sites", v.sites},
          {"round", v.round},
          {"tokens", tokens},

@@ -50,7 +50,8 @@ struct JobStatusView {
   std::string name;
   JobState state = JobState::starting;
   std::string message;
-  std::string coordinator;
+  std::string coordinator;  ///< the office holder ("" while an election is open)
+  std::uint64_t epoch = 0;  ///< the office's epoch (0: the job's named coordinator)
   std::vector<std::string> sites;
   std::uint64_t round = 0;  ///< rounds committed
   std::optional<std::uint64_t> stop_rounds;

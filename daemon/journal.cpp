@@ -1,5 +1,6 @@
 #include "daemon/journal.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -22,14 +23,26 @@ Result<Journal> Journal::open(const std::string& path) {
   auto log = LineLog::open(path, "journal", [](std::string_view line) { return parse_line(line).has_value(); });
   if (!log.ok()) return log.status();
   Journal j(std::move(*log));
-  for (const auto& line : j.log_.lines()) j.records_.push_back(*parse_line(line));
+  for (const auto& line : j.log_.lines()) {
+    j.records_.push_back(*parse_line(line));
+    j.note_committed(j.records_.back());
+  }
   return j;
 }
 
 Status Journal::append(const nlohmann::json& record) {
   GEOLOCO_TRY(log_.append(hashed_line(record.dump())));
   records_.push_back(record);
+  note_committed(record);
   return {};
+}
+
+void Journal::note_committed(const nlohmann::json& record) {
+  if (!record.is_object() || record.value("type", "") != "committed") return;
+  const std::uint64_t round = record.value("round", std::uint64_t{0});
+  if (round < committed_round_) return;
+  committed_round_ = round;
+  last_committed_ = record;
 }
 
 JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
@@ -41,13 +54,27 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
       planned_round = r.value("round", std::uint64_t{0});
       planned_attempt = r.value("attempt", std::uint64_t{0});
     } else if (type == "committed") {
-      s.round = r.value("round", std::uint64_t{0});
+      const std::uint64_t round = r.value("round", std::uint64_t{0});
+      if (round < s.round) continue;  // a site's record of a round older than one it holds
+      s.round = round;
       s.digest = r.value("anchor_digest", std::string());
-      s.commits[s.round] = {s.digest, planned_round == s.round ? planned_attempt : 0};
-      s.tokens = r.value("tokens", std::uint64_t{0});
+      JournaledCommit c{s.digest, std::nullopt, r.value("tokens", std::uint64_t{0}), r.value("epoch", std::uint64_t{0})};
+      if (r.contains("attempt") && r["attempt"].is_number_unsigned()) c.attempt = r["attempt"].get<std::uint64_t>();
+      else if (!r.contains("via") && planned_round == s.round) c.attempt = planned_attempt;
+      else if (!r.contains("via")) c.attempt = 0;
+      s.commits[s.round] = c;
+      s.tokens = c.tokens;
       s.final = r.value("final", false);
+    } else if (type == "pending") {
+      if (r.value("none", false)) {
+        s.pending.reset();
+      } else {
+        s.pending = PendingCommit{r.value("round", std::uint64_t{0}), r.value("attempt", std::uint64_t{0}),
+                                  r.value("anchor_digest", std::string()), r.value("tokens", std::uint64_t{0})};
+      }
     }
   }
+  if (s.pending && s.pending->round <= s.round) s.pending.reset();
   s.next_attempt = planned_round == s.round + 1 ? planned_attempt + 1 : 0;
   return s;
 }

@@ -1,7 +1,10 @@
-// The coordinator's journal (docs/design.md §3-§4): every round decision is written
-// here, and made durable, before it is announced, so a coordinator restarted
-// after kill -9 resumes at the journaled round and never applies a round
-// twice or loses one.
+// A site's journal of its job (docs/design.md §3-§4). The coordinator writes
+// every round decision here, and makes it durable, before it is announced,
+// so a coordinator restarted after kill -9 resumes at the journaled round
+// and never applies a round twice or loses one. Every site also writes what
+// it needs to take the coordinator's office (succession.h): each round it
+// applies or installs, the COMMIT it sent whose outcome it has not learned,
+// its votes and the offices it learned.
 //
 // Format: one record per line, `<xxh3-64 hex> <json>\n`. A record counts
 // only when its line is complete and its hash matches; opening the journal
@@ -11,11 +14,13 @@
 
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/line_log.h"
 #include "common/status.h"
+#include "daemon/control_messages.h"
 
 namespace geoloco::daemon {
 
@@ -33,11 +38,17 @@ class Journal {
   /// Appends a record and returns only once it is on disk (fdatasync).
   /// Errors: io (the record may then be absent after a crash, never torn).
   Status append(const nlohmann::json& record);
+  /// The highest round of a `committed` record (0: none), and that record.
+  std::uint64_t committed_round() const { return committed_round_; }
+  const nlohmann::json& last_committed() const { return last_committed_; }
 
  private:
   explicit Journal(LineLog log) : log_(std::move(log)) {}
   LineLog log_;
   std::vector<nlohmann::json> records_;
+  std::uint64_t committed_round_ = 0;
+  nlohmann::json last_committed_;
+  void note_committed(const nlohmann::json& record);
 };
 
 /// Where a journal leaves the coordinator: the last committed round (0:
@@ -47,11 +58,15 @@ class Journal {
 /// the last journaled attempt means a resumed coordinator never reuses an
 /// attempt number: a site that declined (round, attempt) before the restart
 /// drops that operation's frames, and would drop a new plan's under it.
-/// A committed round as the journal has it: its anchor digest and the
-/// plan's attempt that committed (the last attempt planned for it).
+/// A committed round as the journal has it: its anchor digest, the plan's
+/// attempt that committed (the last attempt planned for it, or the one the
+/// COMMITTED named; unknown for a state installed by STATE_SYNC), the
+/// tokens through it and the epoch it was committed in.
 struct JournaledCommit {
   std::string digest;
-  std::uint64_t attempt = 0;
+  std::optional<std::uint64_t> attempt;
+  std::uint64_t tokens = 0;
+  std::uint64_t epoch = 0;
 };
 struct JournalSummary {
   /// Every committed round, so a site that lost track of a round it sent
@@ -62,6 +77,9 @@ struct JournalSummary {
   std::uint64_t tokens = 0;
   bool final = false;
   std::uint64_t next_attempt = 0;
+  /// The last `pending` record: a COMMIT sent whose outcome was not learned
+  /// (none once a later record says so, or a round at least its is committed).
+  std::optional<PendingCommit> pending;
 };
 JournalSummary summarize_journal(const std::vector<nlohmann::json>& records);
 

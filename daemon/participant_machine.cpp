@@ -17,6 +17,7 @@ ParticipantOptions participant_options(const job::JobSpec& job, const std::strin
   o.job = job.name;
   o.self = self;
   o.coordinator = job.coordinator;
+  o.named = job.coordinator;
   o.sites = job.sites;
   o.fragments = job.fragments();
   o.straggler = job.outer.straggler;
@@ -56,6 +57,13 @@ ParticipantMachine::ParticipantMachine(ParticipantOptions options, std::optional
   }
   const std::uint64_t committed = journal ? journal->round : 0;
   known_committed_ = committed;
+  // A new job's anchor is the named coordinator's trainer's initialization;
+  // a successor that holds the office before round 1 takes it from a peer.
+  const bool initializes = options_.named.empty() || options_.named == options_.self;
+  if (!held_ && committed == 0 && !initializes) {
+    catch_up("the job's first anchor comes from its named coordinator's trainer; asking the other sites for it");
+    return;
+  }
   if (!held_ && committed == 0) {
     where_ = Where::awaiting_initial;
     note("waiting for the trainer's initial parameters");
@@ -112,6 +120,8 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // A newer attempt of the doubted round: the attempt this site was in is void.
   if (in_doubt_ && plan.round == in_doubt_->round && plan.attempt > in_doubt_->attempt)
     resolve_doubt(plan.round, std::nullopt, "");
+  if (ack_in_doubt_ && plan.round == ack_in_doubt_->round && plan.attempt > ack_in_doubt_->attempt)
+    ack_in_doubt_.reset();
   // A plan of round R means round R - 1 is committed: a state older than that is of no use.
   if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
@@ -212,6 +222,7 @@ void ParticipantMachine::start_plan(const PlanMessage& plan) {
   }
   plan_ = plan;
   participant_ = participant;
+  if (participant) contributed_.insert({plan.round, plan.attempt});
   early_commit_.reset();
   where_ = Where::exchanging;
   act(StartExchange{plan, participant});
@@ -221,6 +232,7 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
                     from, ", which is not the coordinator (", options_.coordinator, ")");
   if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
+  if (ack_in_doubt_ && c.round >= ack_in_doubt_->round) ack_in_doubt_.reset();  // its outcome is known
   if (in_doubt_ && c.round == in_doubt_->round && c.attempt) {
     resolve_doubt(c.round, c.attempt, c.anchor_digest);
     if (where_ == Where::finished) return {};  // the end that waited for this answer
@@ -233,7 +245,8 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
     if (final_round_ && *final_round_ == r) finish();
     return {};
   }
-  const bool ours = c.round == r + 1 && plan_ && plan_->round == c.round;
+  // Ours: the round in hand, and the attempt in hand when the COMMITTED names one.
+  const bool ours = c.round == r + 1 && plan_ && plan_->round == c.round && (!c.attempt || *c.attempt == plan_->attempt);
   if (ours && where_ == Where::exchanging) {
     early_commit_ = c;  // an observer still receiving the average: applied once it is in
     return {};
@@ -247,7 +260,12 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
                  c.anchor_digest));
     return {};
   }
-  // A round this site had no part in.
+  // A round this site had no part in, or one whose exchange it gave up while
+  // its Δ went in (a successor completed an attempt this site saw fail).
+  if (c.attempt && phase_ && !in_doubt_ && !counted_in_ && contributed_.count({c.round, *c.attempt})) {
+    note(cat("round ", c.round, " committed attempt ", *c.attempt, ", which holds this site's phase"));
+    counted_in_ = c.round;
+  }
   doubt_commit();
   catch_up(cat("round ", c.round, " was committed without this site"));
   return {};
@@ -258,6 +276,7 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
                     ", which is not the coordinator (", options_.coordinator, ")");
   if (in_doubt_ && a.round == in_doubt_->round && a.attempt == in_doubt_->attempt)
     resolve_doubt(a.round, std::nullopt, "");
+  if (ack_in_doubt_ && a.round == ack_in_doubt_->round && a.attempt == ack_in_doubt_->attempt) ack_in_doubt_.reset();
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the
@@ -416,6 +435,22 @@ void ParticipantMachine::on_trainer_failed(const std::string& why) {
   end(JobEnd::failed, cat("the trainer failed: ", why));
 }
 
+void ParticipantMachine::on_office(const std::string& coordinator) {
+  if (coordinator == options_.coordinator) return;
+  options_.coordinator = coordinator;
+  ready_round_ = 0;           // READY again at once
+  commit_sent_at_.reset();    // COMMIT again at once
+  doubt_asked_at_.reset();
+  asked_at_.reset();          // and the state, if this site is catching up
+}
+
+std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
+  if (in_doubt_) return PendingCommit{in_doubt_->round, in_doubt_->attempt, in_doubt_->anchor_digest, doubt_tokens_, true};
+  if (where_ == Where::committing && plan_) return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
+  if (ack_in_doubt_ && !(held_ && holds_current() && held_->round >= ack_in_doubt_->round)) return ack_in_doubt_;
+  return std::nullopt;
+}
+
 void ParticipantMachine::on_stop(JobEnd how, const std::string& reason) {
   if (where_ == Where::finished || where_ == Where::ended) return;
   end(how, reason);
@@ -438,8 +473,13 @@ void ParticipantMachine::drop_round() {
 }
 
 void ParticipantMachine::doubt_commit() {
+  if (where_ == Where::committing && !participant_ && plan_) {
+    ack_in_doubt_ = PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, false};
+    return;
+  }
   if (where_ != Where::committing || !participant_ || !phase_ || !plan_) return;
   in_doubt_ = CommitMessage{plan_->round, digest_, plan_->attempt};
+  doubt_tokens_ = plan_->tokens;
   doubt_asked_at_.reset();
   note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt,
            "): this site's phase is held until the coordinator says whether that attempt committed"));
@@ -514,6 +554,7 @@ void ParticipantMachine::release_trainer(bool stop) {
   act(ReleaseTrainer{next, stop});
   trainer_round_ = next;
   phase_.reset();
+  contributed_.clear();
 }
 
 void ParticipantMachine::drop_phase(const std::string& why) {

@@ -69,7 +69,8 @@ using diloco::Millis;
 struct ParticipantOptions {
   std::string job;                     ///< the job's name
   std::string self;                    ///< this site
-  std::string coordinator;             ///< the job's coordinator (may be self)
+  std::string coordinator;             ///< the office holder now (may be self; "" during an election)
+  std::string named = {};              ///< the job's named coordinator: only its trainer initializes a new job ("": `coordinator`)
   std::vector<std::string> sites;      ///< the job's sites, in the job's order
   std::uint32_t fragments = 1;         ///< Streaming DiLoCo's F (1: plain DiLoCo)
   diloco::StragglerOptions straggler;   ///< carry or drop, max_rounds_late
@@ -253,6 +254,10 @@ class ParticipantMachine {
   void on_trainer_failed(const std::string& why);
   /// geoloco cancel, or the daemon stops.
   void on_stop(JobEnd end, const std::string& reason);
+  /// The coordinator's office changed (succession.h): what is for the
+  /// coordinator goes to `coordinator` from now on ("" while an election is
+  /// open: nowhere), READY and COMMIT at once.
+  void on_office(const std::string& coordinator);
 
   struct Actions {
     std::vector<ParticipantAction> actions;    ///< carry out in order
@@ -277,6 +282,13 @@ class ParticipantMachine {
   std::uint64_t trainer_round() const { return trainer_round_; }
   /// What HEARTBEAT says: exchange, ready, inner or idle.
   std::string_view heartbeat_phase() const;
+  /// The COMMIT this site sent (as a participant or an observer) for a
+  /// round whose outcome it has not learned, if any: what its VOTE reports.
+  std::optional<PendingCommit> pending_commit() const;
+  /// The newest plan seen: (round, attempt).
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan() const { return newest_plan_; }
+  /// The coordinator this site sends to now.
+  const std::string& coordinator() const { return options_.coordinator; }
 
  private:
   enum class After { idle, plan, catch_up };  ///< what follows an unwinding exchange
@@ -337,11 +349,20 @@ class ParticipantMachine {
   // Until it says which attempt committed the round (COMMIT is resent as
   // the question), the phase is neither offered again nor dropped.
   std::optional<CommitMessage> in_doubt_;
+  std::uint64_t doubt_tokens_ = 0;  ///< the doubted plan's tokens
+  /// The same for an observer's COMMIT (no phase is held): reported in a
+  /// vote until this site holds that round's state or learns its outcome,
+  /// since the old coordinator may have counted it toward the majority.
+  std::optional<PendingCommit> ack_in_doubt_;
   std::optional<Clock::time_point> doubt_asked_at_;
   std::uint32_t doubt_questions_ = 0;
   /// The phase was counted by this round's commit: the trainer is released
   /// once this site is idle holding that round's state or a later one.
   std::optional<std::uint64_t> counted_in_;
+  /// Every attempt the held phase's Δ went into as a participant. A
+  /// successor may complete one of them after this site saw it fail or
+  /// aborted (succession.h): a COMMITTED naming one counts the phase.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> contributed_;
   /// The job's last round is held, but the doubt is not resolved: the end
   /// waits for the answer (kDoubtQuestionsAtEnd questions at most).
   bool finish_waits_ = false;

@@ -62,7 +62,7 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // The coordinator holds the committed state; a coordinator catching up
   // asks the other sites in turn.
   std::string source = options_.coordinator;
-  if (is_coordinator()) {
+  if (is_coordinator() || source.empty()) {
     std::vector<std::string> others;
     for (const auto& s : options_.sites)
       if (s != options_.self) others.push_back(s);
@@ -99,9 +99,10 @@ ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
     release_trainer(false);
   }
   if (where_ == Where::idle && phase_) consider_phase(now, wake);
-  if (where_ == Where::committing && participant_) {
+  if (where_ == Where::committing) {
     // COMMIT, and again every resend interval: the coordinator may have
-    // missed it, or restarted.
+    // missed it, or restarted. An observer's COMMIT counts toward the
+    // majority that must hold a round's outcome.
     if (!commit_sent_at_ || now - *commit_sent_at_ >= options_.ready_resend_ms) {
       commit_sent_at_ = now;
       send_coordinator(CommitMessage{plan_->round, digest_, plan_->attempt});

@@ -170,7 +170,10 @@ Result<std::shared_ptr<JobRun>> SiteDaemon::start_job(const std::string& yaml, c
     active_.reset();
     return s;
   }
-  spdlog::info("job {} started here (coordinator {}, sites {})", spec->name, spec->coordinator, spec->sites.size());
+  const Office office = active_->office();
+  spdlog::info("job {} started here (coordinator {}{}, sites {})", spec->name,
+               office.coordinator.empty() ? std::string("being elected") : office.coordinator,
+               office.epoch > 0 ? cat(", epoch ", office.epoch) : std::string(), spec->sites.size());
   return *job;
 }
 
@@ -330,6 +333,7 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
                               " (geoloco status lists the jobs)");
     std::size_t shown = 0;
     JobState last_state = JobState::starting;
+    Office last_office{0, job->spec().coordinator};
     bool first = true;
     for (;;) {
       const auto& records = job->records();
@@ -348,6 +352,15 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
         nlohmann::json line;
         line["event"] = text;
         line["state"] = std::string(job_state_name(last_state));
+        const bool alive = co_await reply(line);
+        if (!alive) co_return Status{};
+      }
+      if (const Office office = job->office(); !(office == last_office)) {
+        last_office = office;
+        nlohmann::json line;
+        line["event"] = office.coordinator.empty()
+                            ? cat("the coordinator's office is being elected (epoch ", office.epoch, ")")
+                            : cat("coordinator ", office.coordinator, " (epoch ", office.epoch, ")");
         const bool alive = co_await reply(line);
         if (!alive) co_return Status{};
       }

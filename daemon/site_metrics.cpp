@@ -27,6 +27,9 @@ void declare_site_metrics(Metrics& metrics) {
       {"geoloco_peer_received_bytes_total", T::counter, "Frame bytes received from a peer."},
       {"geoloco_rejected_frames_total", T::counter, "Frames refused (bad certificate, checksum, stale round, ...)."},
       {"geoloco_jobs", T::gauge, "Jobs on this site by state."},
+      {"geoloco_coordinator_epoch", T::gauge, "The epoch of the coordinator's office this site follows (0: the job's named coordinator)."},
+      {"geoloco_failovers_total", T::counter, "Successors that took the coordinator's office, as this site learned of them."},
+      {"geoloco_fenced_messages_total", T::counter, "PLAN, COMMITTED and ABORT refused because their epoch is over."},
   };
   for (const auto& [name, type, help] : all) (void)metrics.declare(name, type, help);
 }

@@ -4,6 +4,19 @@
 
 namespace geoloco::diloco {
 
+bool is_majority(const std::vector<std::string>& sites, const std::string& named,
+                 const std::set<std::string>& members) {
+  std::size_t n = 0;
+  for (const auto& s : sites) n += members.count(s);
+  return 2 * n > sites.size() || (2 * n == sites.size() && n > 0 && members.count(named) > 0);
+}
+
+std::string majority_words(const std::vector<std::string>& sites, const std::string& named) {
+  const std::size_t n = sites.size();
+  if (n % 2 == 0) return cat(n / 2 + 1, " of the job's ", n, " sites, or ", n / 2, " with ", named);
+  return cat(n / 2 + 1, " of the job's ", n, " sites");
+}
+
 Status QuorumOptions::validate() const {
   GEOLOCO_RETURN_IF(min_sites < 1, Err::invalid_argument, "straggler.min_sites must be at least 1, got ", min_sites);
   GEOLOCO_RETURN_IF(deadline_ms.count() < 0, Err::invalid_argument, "straggler.deadline must not be negative");

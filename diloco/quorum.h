@@ -9,12 +9,17 @@
 // stragglers). While fewer than `min_sites` sites are live, the job pauses.
 // A site is live while its last heartbeat is younger than the heartbeat
 // timeout.
+//
+// Beside it, the majority rule: a round commits, and a coordinator is
+// elected, only with a majority of the job's sites (is_majority()), so two
+// sides of a partition never both go on.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +59,14 @@ struct QuorumDecision {
   std::optional<Clock::time_point> wake_at;  ///< wait: when the decision can next change by time alone
   std::string reason;                     ///< one line for logs and `geoloco watch`
 };
+
+/// More than half of `sites`, or exactly half with `named` (the job's named
+/// coordinator) among them: any two such sets share a site. Names not in
+/// `sites` do not count.
+bool is_majority(const std::vector<std::string>& sites, const std::string& named,
+                 const std::set<std::string>& members);
+/// What is_majority() asks for, in words: "2 of the job's 3 sites".
+std::string majority_words(const std::vector<std::string>& sites, const std::string& named);
 
 /// Decides the current round. Pure: the same inputs give the same decision.
 QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, SiteReport>& sites,

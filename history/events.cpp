@@ -20,6 +20,8 @@ class Reader {
     if (v && !v->is_number_unsigned()) fail(key, "a non-negative integer");
     return v && v->is_number_unsigned() ? v->get<std::uint64_t>() : 0;
   }
+  /// Absent: 0 (histories written before the field existed).
+  std::uint64_t opt_u64(const char* key) { return j_.contains(key) ? u64(key) : 0; }
   std::int64_t i64(const char* key) {
     const json* v = find(key);
     if (v && !v->is_number_integer()) fail(key, "an integer");
@@ -105,6 +107,7 @@ Result<Event> parse_event(const std::string& name, Reader& f) {
     c.attempt = f.u64("attempt");
     c.fragment = static_cast<std::uint32_t>(f.u64("fragment"));
     c.coordinator = f.str("coordinator");
+    c.epoch = f.opt_u64("epoch");
     c.participants = f.names("participants");
     c.late = f.names("late");
     c.contributions = f.contributions("contributions");
@@ -146,6 +149,7 @@ std::string encode_record(const Record& record) {
                   {{"site", c.site}, {"anchor_round", c.anchor_round}, {"tokens", c.tokens}, {"weight", c.weight}});
             return json{{"round", e.round},       {"attempt", e.attempt},
                         {"fragment", e.fragment}, {"coordinator", e.coordinator},
+                        {"epoch", e.epoch},
                         {"participants", e.participants}, {"late", e.late},
                         {"contributions", contributions}, {"digest", e.digest},
                         {"final", e.final}};

@@ -7,7 +7,7 @@
 //   trainer_tokens      the trainer finished an inner phase: the round whose
 //                       anchor it trained from, the fragment, its tokens
 //   committed           a round this site applied: attempt, fragment,
-//                       coordinator, participants, late sites, each
+//                       coordinator and its epoch, participants, late sites, each
 //                       contribution (site, anchor round, tokens, weight),
 //                       the anchor digest after it, whether it was the last
 //   state_sync_applied  a committed state taken from a peer
@@ -56,6 +56,7 @@ struct Committed {
   std::uint64_t attempt = 0;
   std::uint32_t fragment = 0;
   std::string coordinator;
+  std::uint64_t epoch = 0;                ///< the coordinator's office (0: the job's named coordinator)
   std::vector<std::string> participants;  ///< the all-reduce's order
   std::vector<std::string> late;
   std::vector<Contribution> contributions;  ///< one per participant, same order

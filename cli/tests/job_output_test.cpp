@@ -83,6 +83,13 @@ TEST_CASE("status prints one block per job, nulls as dashes") {
   CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
                                       "stop_rounds": 12, "coordinator": "a", "fragments": 3}]})"), "s")[0] ==
         "s: running, round 7/12 (coordinator a, streaming: 3 fragments, one per round)");
+  // After a failover: the successor and its epoch; during an election, that.
+  CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
+                                      "coordinator": "b", "epoch": 2}]})"), "s")[0] ==
+        "s: running, round 7 (coordinator b, epoch 2)");
+  CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
+                                      "coordinator": "", "epoch": 3}]})"), "s")[0] ==
+        "s: running, round 7 (coordinator: being elected, epoch 3)");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": []})"), "")) ==
         "site c: no jobs (`geoloco submit job.yaml` starts one)\n");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "x"}]})"), "")) ==

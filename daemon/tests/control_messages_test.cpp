@@ -21,6 +21,12 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       StateOfferMessage{"demo", 7, "0123456789abcdef", 101770, 1 << 20, "", {{"w", {100, 1017}}, {"b", {70}}}},
       StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet", {}},
       StateAcceptMessage{"demo", 7},
+      ElectMessage{3, true, 41},
+      VoteMessage{3, false, true, "", "", Standing{41, "0123456789abcdef", 52480, false, 2,
+                                                   PendingCommit{42, 196608, "00000000deadbeef", 1280}, 42, 196608}},
+      VoteMessage{2, true, false, "b heard coordinator a 300 ms ago", "a", {}},
+      HeartbeatMessage{5, "inner", 3, "b", 4},
+      PlanMessage{5, {"a"}, {1}, {}, 196608, 0.5, 10, {10}, {5}, 3},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -50,12 +56,29 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(offer.round == 7);
   CHECK(offer.layout == Layout{{"w", {100, 1017}, 0}, {"b", {70}, 101700}});
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
+  auto elect = std::get<ElectMessage>(*decode_control(encode_control(messages[14])));
+  CHECK((elect.epoch == 3 && elect.pre && elect.committed_round == 41));
+  auto vote = std::get<VoteMessage>(*decode_control(encode_control(messages[15])));
+  CHECK((vote.epoch == 3 && vote.granted && !vote.pre));
+  CHECK((vote.standing.committed_round == 41 && vote.standing.tokens == 52480 &&
+         vote.standing.committed_attempt == std::optional<std::uint64_t>(2)));
+  REQUIRE(vote.standing.pending);
+  CHECK((vote.standing.pending->round == 42 && vote.standing.pending->attempt == 196608 &&
+         vote.standing.pending->anchor_digest == "00000000deadbeef" && vote.standing.pending->tokens == 1280));
+  CHECK((vote.standing.newest_round == 42 && vote.standing.newest_attempt == 196608));
+  auto refused = std::get<VoteMessage>(*decode_control(encode_control(messages[16])));
+  CHECK((!refused.granted && refused.reason == "b heard coordinator a 300 ms ago" && refused.coordinator == "a"));
+  auto beat = std::get<HeartbeatMessage>(*decode_control(encode_control(messages[17])));
+  CHECK((beat.epoch == 3 && beat.coordinator == "b" && beat.committed == 4));
+  CHECK(std::get<PlanMessage>(*decode_control(encode_control(messages[18]))).epoch == 3);
+  // A message of a peer from before epochs: epoch 0.
+  CHECK(std::get<HeartbeatMessage>(*decode_control(R"({"type":"heartbeat","round":3,"phase":"idle"})")).epoch == 0);
 
   // Who each is for: the first five go to the coordinator, the rest to a site.
   std::vector<std::string> to_coordinator;
   for (const auto& m : messages)
     if (for_coordinator(m)) to_coordinator.emplace_back(control_type_name(m));
-  CHECK(to_coordinator == std::vector<std::string>{"join", "heartbeat", "ready", "commit", "failed"});
+  CHECK(to_coordinator == std::vector<std::string>{"join", "heartbeat", "ready", "commit", "failed", "heartbeat"});
   // Once the job has ended on the coordinator's site, a COMMIT alone is still answered.
   std::vector<std::string> after_end;
   for (const auto& m : messages)
@@ -89,6 +112,17 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(R"({"type":"commit","round":3,"anchor_digest":"xyz"})") ==
         "commit message: anchor_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");
+  CHECK(msg(R"({"type":"elect","epoch":0,"committed_round":1})") == "elect message: epoch must be 1..65535");
+  CHECK(msg(R"({"type":"elect","epoch":70000,"committed_round":1})") == "elect message: epoch must be 1..65535");
+  CHECK(msg(R"({"type":"vote","epoch":2,"reason":""})") == "vote message: field 'standing' must be an object");
+  CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":3,"anchor_digest":"x"}})") ==
+        "vote standing message: anchor_digest must be 16 hex digits");
+  CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":0,"anchor_digest":"","pending":{"round":1,"attempt":4294967296,"anchor_digest":"0123456789abcdef"}}})") ==
+        "vote pending message: attempt must be < 2^32");
+  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[3],"attempt":4294967296})") ==
+        "plan message: attempt must be < 2^32");
+  CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","epoch":65536})") ==
+        "committed message: epoch must be < 65536");
   CHECK(msg(R"({"type":"join","job":"x","last_committed_round":2,"anchor_digest":""})") ==
         "join message: a committed round needs its anchor_digest");
   CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","final":1})") ==

@@ -21,6 +21,9 @@ CoordinatorOptions three_sites(int min_sites = 3) {
   return o;
 }
 
+// Sites named by value: GCC 12 misreads `o.self = "a"` as an overlapping memcpy (-Wrestrict).
+const std::string kA = "a", kB = "b";
+
 ReadyMessage ready(std::uint64_t round, std::uint64_t tokens, std::uint64_t anchor_round = 0) {
   return ReadyMessage{round, anchor_round ? anchor_round : round, tokens, 10, 0.5};
 }
@@ -265,4 +268,100 @@ TEST_CASE("aborts in a row pause the next plan, doubling up to a bound; a commit
   REQUIRE(c.step(t + 5s).committed);
   for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(2, 100), t + 5s).ok());
   CHECK(c.step(t + 5s).plan);
+}
+
+TEST_CASE("a round commits only once a majority of the job's sites holds its outcome, observers counted") {
+  CoordinatorOptions o;
+  o.sites = {"a", "b", "c", "d", "e"};
+  o.self = kA;
+  o.named = kA;
+  o.quorum.min_sites = 2;
+  o.quorum.deadline_ms = 1s;
+  o.quorum.heartbeat_timeout_ms = 30s;
+  CoordinatorMachine c(o, 1, t0);
+  REQUIRE(c.on_ready("a", ready(1, 100), t0).ok());
+  REQUIRE(c.on_ready("b", ready(1, 100), t0).ok());
+  auto p = c.step(t0 + 1s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->late == std::vector<std::string>{"c", "d", "e"});
+  REQUIRE(c.on_commit("a", {1, "1111111111111111"}).ok());
+  REQUIRE(c.on_commit("b", {1, "1111111111111111"}).ok());
+  // c computed another anchor: not a holder of this outcome.
+  REQUIRE(c.on_commit("c", {1, "2222222222222222"}).ok());
+  auto waiting = c.step(t0 + 2s);
+  CHECK_FALSE(waiting.committed);
+  CHECK_FALSE(waiting.abort);
+  REQUIRE(waiting.wake_at);
+  CHECK(*waiting.wake_at == t0 + 30s);  // d and e may still answer until their heartbeats lapse
+  REQUIRE(c.on_commit("d", {1, "1111111111111111"}).ok());
+  auto done = c.step(t0 + 3s);
+  REQUIRE(done.committed);
+  CHECK(done.committed->anchor_digest == "1111111111111111");
+
+  SECTION("observers that fall silent leave the round to abort, naming the rule") {
+    CoordinatorMachine d(o, 1, t0);
+    REQUIRE(d.on_ready("a", ready(1, 100), t0).ok());
+    REQUIRE(d.on_ready("b", ready(1, 100), t0).ok());
+    REQUIRE(d.step(t0 + 1s).plan);
+    REQUIRE(d.on_commit("a", {1, "1111111111111111"}).ok());
+    REQUIRE(d.on_commit("b", {1, "1111111111111111"}).ok());
+    for (const char* s : {"a", "b"}) REQUIRE(d.on_heartbeat(s, t0 + 30s).ok());
+    auto aborted = d.step(t0 + 30s);
+    REQUIRE(aborted.abort);
+    CHECK(aborted.abort->reason ==
+          "only 2 site(s) hold round 1's outcome (a, b); a commit needs 3 of the job's 5 sites");
+  }
+}
+
+TEST_CASE("without a majority of the job's sites live the job pauses, and says what it needs") {
+  CoordinatorOptions o = three_sites(1);
+  o.self = kA;
+  o.named = kA;
+  CoordinatorMachine c(o, 1, t0);
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 31s).ok());
+  auto paused = c.step(t0 + 31s);
+  CHECK_FALSE(paused.plan);
+  REQUIRE_FALSE(paused.notes.empty());
+  CHECK(paused.notes.back() ==
+        "paused: only 1 of the job's 3 sites are live (a); a round commits only with 2 of the job's 3 sites");
+  REQUIRE(c.on_heartbeat("c", t0 + 32s).ok());
+  REQUIRE(c.on_ready("c", ready(1, 100), t0 + 32s).ok());
+  auto p = c.step(t0 + 32s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "c"});
+}
+
+TEST_CASE("a successor's plans, commits and aborts carry its epoch, and its attempts start past every older epoch's") {
+  CoordinatorOptions o = three_sites();
+  o.self = kB;
+  o.named = kA;
+  o.epoch = 2;
+  o.stop_after_round = 0;
+  o.tokens_so_far = 1000;
+  CoordinatorMachine c(o, 4, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(4, 100), t0).ok());
+  auto p = c.step(t0);
+  REQUIRE(p.plan);
+  CHECK(p.plan->epoch == 2);
+  CHECK(p.plan->attempt == 2 * kAttemptsPerEpoch);
+  REQUIRE(c.on_failed("a", FailedMessage{4, p.plan->attempt, "reset"}).ok());
+  auto a = c.step(t0 + 1s);
+  REQUIRE(a.abort);
+  CHECK(a.abort->epoch == 2);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(4, 100), t0 + 2s).ok());
+  auto again = c.step(t0 + 2s);
+  REQUIRE(again.plan);
+  CHECK(again.plan->attempt == 2 * kAttemptsPerEpoch + 1);
+  // An older epoch's attempt of the same number space cannot be acknowledged.
+  CHECK(c.on_commit("a", {4, "3333333333333333", 1}).code() == Err::mismatch);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {4, "3333333333333333", again.plan->attempt}).ok());
+  auto done = c.step(t0 + 3s);
+  REQUIRE(done.committed);
+  CHECK(done.committed->epoch == 2);
+  CHECK(done.committed->tokens == 1300);
+  // The next round starts at the epoch's first attempt.
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(5, 100), t0 + 4s).ok());
+  auto next = c.step(t0 + 4s);
+  REQUIRE(next.plan);
+  CHECK(next.plan->attempt == 2 * kAttemptsPerEpoch);
 }

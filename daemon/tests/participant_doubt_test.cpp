@@ -166,3 +166,74 @@ TEST_CASE("the job's end waits for the answer about a doubted phase, a few quest
     CHECK(kinds(m.step(t0 + 60s)).empty());  // and asks nothing any more
   }
 }
+
+TEST_CASE("a successor completing an attempt whose exchange failed here counts the phase in it, once") {
+  // Site b's exchange of round 1 attempt 0 failed after its Δ went out (the
+  // coordinator died mid all-gather); a successor completed attempt 0 from
+  // another site's result.
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+  (void)m.step(t0);
+  m.on_exchange_done(1, 0, Result<std::string>(Status(Err::io, "peer a: connection reset")));
+  auto failed = m.step(t0 + 10ms);
+  CHECK(sent<FailedMessage>(failed).attempt == 0);
+  REQUIRE(m.where() == Where::idle);
+  m.on_office("c");  // c took office
+  auto again = m.step(t0 + 20ms);
+  CHECK_FALSE(sends_ready(again));  // READY goes to the new office holder, at once
+  CHECK(kinds(again) == std::vector<std::string>{"send ready to c"});
+  REQUIRE(m.on_committed("c", CommittedMessage{1, kDigest2, false, 0, 1, 640}).ok());
+  auto counted = m.step(t0 + 30ms);
+  CHECK(noted(counted, "round 1 committed attempt 0, which holds this site's phase"));
+  m.on_state_offer("c", offer(1, kDigest2), t0 + 40ms);
+  m.on_state_arrived({1, kDigest2});
+  CHECK(kinds(m.step(t0 + 50ms)) == std::vector<std::string>{"receive from c", "keep anchor", "install", "release 2"});
+  for (auto t : {1s, 2s}) {
+    auto later = m.step(t0 + t);
+    for (const auto& k : kinds(later)) CHECK(k.rfind("send ready", 0) != 0);  // never offered again
+  }
+
+  SECTION("another attempt's commit leaves it late work") {
+    auto n = joined(0);
+    n.on_phase({1, 0, 640, 1.5});
+    (void)n.step(t0);
+    REQUIRE(n.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+    (void)n.step(t0);
+    n.on_exchange_done(1, 0, Result<std::string>(Status(Err::io, "reset")));
+    (void)n.step(t0 + 10ms);
+    REQUIRE(n.on_committed("a", CommittedMessage{1, kDigest2, false, 1}).ok());
+    auto late = n.step(t0 + 20ms);
+    CHECK_FALSE(noted(late, "which holds this site's phase"));
+    n.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+    n.on_state_arrived({1, kDigest2});
+    auto after = n.step(t0 + 1s);
+    CHECK(sent<ReadyMessage>(after).round == 2);  // carried into round 2
+    CHECK(sent<ReadyMessage>(after).anchor_round == 1);
+  }
+}
+
+TEST_CASE("an observer's COMMIT and a participant's are both what a vote reports as pending, until settled") {
+  auto m = joined(0);
+  m.on_phase({1, 0, 640, 1.5});
+  (void)m.step(t0);
+  PlanMessage observed = plan(1, {"a", "c"}, {"b"}, 3);  // b observes attempt 3
+  observed.tokens = 1280;
+  REQUIRE(m.on_plan("a", observed).ok());
+  m.on_exchange_done(1, 3, std::string(kDigest2));
+  auto a = m.step(t0 + 10ms);
+  CHECK(sent<CommitMessage>(a).attempt == 3);  // an observer acknowledges too
+  REQUIRE(m.pending_commit());
+  CHECK((m.pending_commit()->round == 1 && m.pending_commit()->attempt == 3 &&
+         m.pending_commit()->anchor_digest == kDigest2 && m.pending_commit()->tokens == 1280));
+  CHECK(m.newest_plan() == std::optional<std::pair<std::uint64_t, std::uint64_t>>({1, 3}));
+  // While an election is open, nothing goes to a coordinator.
+  m.on_office("");
+  auto quiet = m.step(t0 + 1s);
+  for (const auto& k : kinds(quiet)) CHECK(k == "send commit to ");
+  m.on_office("c");  // the successor aborts the attempt
+  REQUIRE(m.on_abort("c", AbortMessage{1, 3, "coordinator failover", 1}).ok());
+  (void)m.step(t0 + 1100ms);
+  CHECK_FALSE(m.pending_commit());
+}

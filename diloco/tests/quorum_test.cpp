@@ -84,3 +84,18 @@ TEST_CASE("quorum options are validated") {
   CHECK(options(1, -1s).validate().message() == "straggler.deadline must not be negative");
   CHECK(options(3, 0s).validate().ok());
 }
+
+TEST_CASE("a majority is more than half the sites, or half with the named coordinator") {
+  const std::vector<std::string> three{"a", "b", "c"}, four{"a", "b", "c", "d"}, two{"a", "b"};
+  CHECK(is_majority(three, "a", {"b", "c"}));
+  CHECK_FALSE(is_majority(three, "a", {"a"}));
+  CHECK_FALSE(is_majority(three, "a", {"c", "x", "y"}));  // names outside the job do not count
+  CHECK(is_majority(four, "a", {"a", "d"}));
+  CHECK_FALSE(is_majority(four, "a", {"b", "c"}));
+  CHECK(is_majority(four, "a", {"b", "c", "d"}));
+  CHECK(is_majority(two, "a", {"a"}));
+  CHECK_FALSE(is_majority(two, "a", {"b"}));
+  CHECK_FALSE(is_majority(two, "a", {}));
+  CHECK(majority_words(four, "a") == "3 of the job's 4 sites, or 2 with a");
+  CHECK(majority_words(three, "a") == "2 of the job's 3 sites");
+}

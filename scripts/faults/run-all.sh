@@ -33,6 +33,7 @@ quick=(
   "blackhole_link.py"
   "kill_site.py"
   "kill_coordinator.py"
+  "coordinator_failover.py"
   "sigstop_site.py"
   "trainer_faults.py"
   "disk_faults.py"
@@ -48,6 +49,7 @@ full=(
   "blackhole_link.py --blackhole-seconds 20 --rounds 40"
   "kill_site.py --repeat 4 --rounds 100 --seed 2"
   "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
+  "coordinator_failover.py --rounds 60 --partition-seconds 20"
   "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
 )

@@ -1,0 +1,171 @@
+// The coordinator's office of one job on this site (job_run.h): the
+// succession machine (succession.h) wired to the site's journal, the peers,
+// the coordinator role and the participant machine, and what every site
+// journals so that any of them can take the office: each round it applies
+// or installs, and the COMMIT it sent whose outcome it has not learned.
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/overload.h"
+#include "daemon/job_run.h"
+
+namespace geoloco::daemon {
+
+Standing JobRun::standing() const {
+  Standing s;
+  const nlohmann::json& c = journal_->last_committed();
+  if (c.is_object()) {
+    s.committed_round = c.value("round", std::uint64_t{0});
+    s.anchor_digest = c.value("anchor_digest", std::string());
+    s.tokens = c.value("tokens", std::uint64_t{0});
+    s.final = c.value("final", false);
+    if (c.contains("attempt") && c["attempt"].is_number_unsigned()) s.committed_attempt = c["attempt"].get<std::uint64_t>();
+  }
+  if (machine_) s.pending = machine_->pending_commit();
+  if (!s.pending && restored_pending_ && restored_pending_->round > s.committed_round) s.pending = restored_pending_;
+  if (machine_ && machine_->newest_plan()) {
+    s.newest_round = machine_->newest_plan()->first;
+    s.newest_attempt = machine_->newest_plan()->second;
+  }
+  return s;
+}
+
+bool JobRun::step_succession() {
+  auto step = succession_->step(standing(), Clock::now());
+  for (const auto& line : step.notes) note(line);
+  bool persisted = true;
+  for (auto& action : step.actions) {
+    if (!persisted) break;  // nothing is sent that the journal does not hold
+    persisted = execute(action);
+  }
+  if (step.wake_at && (!wake_at_ || *step.wake_at < *wake_at_)) {
+    wake_at_ = step.wake_at;
+    if (wake_) wake_->cancel();
+  }
+  return !step.actions.empty() || !step.notes.empty();
+}
+
+bool JobRun::execute(SuccessionAction& action) {
+  using namespace succession;
+  return std::visit(
+      Overload{[&](Persist& p) {
+                 if (Status s = journal_->append(p.record); !s.ok()) {
+                   spdlog::error("[{}] cannot journal {}: {}; nothing that depends on it is sent", spec_.name,
+                                 p.record.dump(), s.message());
+                   succession_->on_persist_failed();
+                   return false;
+                 }
+                 return true;
+               },
+               [&](Send& s) {
+                 send(s.to, s.message);
+                 return true;
+               },
+               [&](TakeOffice& t) {
+                 if (env_.metrics) {
+                   (void)env_.metrics->add("geoloco_failovers_total", {{"job", spec_.name}}, 1);
+                   (void)env_.metrics->set("geoloco_coordinator_epoch", {{"job", spec_.name}}, double(t.office.epoch));
+                 }
+                 stop_role("a new office");
+                 if (Status s = start_role(t.recovery, true); !s.ok()) {
+                   spdlog::error("[{}] cannot take the coordinator's office of epoch {}: {}", spec_.name, t.office.epoch,
+                                 s.message());
+                   succession_->resign(s.message(), Clock::now());  // another site stands
+                   return true;
+                 }
+                 machine_->on_office(self());
+                 changed_.notify_all();
+                 return true;
+               },
+               [&](Follow& f) {
+                 if (env_.metrics) {
+                   if (f.office.epoch > 0 && !f.office.coordinator.empty() && f.office.coordinator != self())
+                     (void)env_.metrics->add("geoloco_failovers_total", {{"job", spec_.name}}, 1);
+                   (void)env_.metrics->set("geoloco_coordinator_epoch", {{"job", spec_.name}}, double(f.office.epoch));
+                 }
+                 if (f.office.coordinator != self())
+                   stop_role(cat("epoch ", f.office.epoch, f.office.coordinator.empty()
+                                                              ? std::string(" is being elected")
+                                                              : cat(" belongs to ", f.office.coordinator)));
+                 machine_->on_office(f.office.coordinator);
+                 changed_.notify_all();
+                 return true;
+               }},
+      action);
+}
+
+Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now) {
+  auto role = CoordinatorRole::open(
+      env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), *journal_,
+      CoordinatorRole::Start{self(), succession_->epoch(), std::move(recovery)},
+      [this](const std::string& site, const ControlMessage& m) { send(site, m); },
+      [this](const std::string& line) {
+        note(line);
+        // A paused job says so in `geoloco status` too.
+        if (line.rfind("paused:", 0) == 0 && job_state_ == JobState::running) {
+          message_ = line;
+          changed_.notify_all();
+        }
+      });
+  if (!role.ok()) return role.status();
+  role_ = std::shared_ptr<CoordinatorRole>(std::move(*role));
+  if (run_now)
+    asio::co_spawn(env_.executor,
+                   [keep = shared_from_this(), role = role_]() -> asio::awaitable<void> { co_await role->run(); },
+                   asio::detached);
+  return {};
+}
+
+void JobRun::stop_role(const std::string& why) {
+  if (!role_) return;
+  note(cat("this site stops coordinating the job: ", why));
+  role_->stop();  // its run() holds it until it returns
+  role_.reset();
+}
+
+bool JobRun::admit(const std::string& from, const ControlMessage& message) {
+  const std::uint64_t* epoch = std::visit(Overload{[](const PlanMessage& m) { return &m.epoch; },
+                                                   [](const CommittedMessage& m) { return &m.epoch; },
+                                                   [](const AbortMessage& m) { return &m.epoch; },
+                                                   [](const auto&) -> const std::uint64_t* { return nullptr; }},
+                                          message);
+  if (!epoch) return true;
+  Status admitted = succession_->admit(from, *epoch, Clock::now());
+  step_succession();  // a newer office: followed before the message is taken
+  if (admitted.ok()) return true;
+  if (env_.metrics) (void)env_.metrics->add("geoloco_fenced_messages_total", {{"job", spec_.name}}, 1);
+  note(cat("refused ", control_type_name(message), " from ", from, ": ", admitted.message()));
+  return false;
+}
+
+void JobRun::journal_pending_commit() {
+  auto p = machine_->pending_commit();
+  if (!p || (journaled_pending_ && journaled_pending_->round == p->round && journaled_pending_->attempt == p->attempt))
+    return;
+  if (Status s = journal_->append(nlohmann::json{{"type", "pending"},
+                                                 {"round", p->round},
+                                                 {"attempt", p->attempt},
+                                                 {"anchor_digest", p->anchor_digest},
+                                                 {"tokens", p->tokens}});
+      !s.ok())
+    spdlog::error("[{}] cannot journal the COMMIT of round {}: {}", spec_.name, p->round, s.message());
+  journaled_pending_ = p;
+}
+
+void JobRun::journal_pending_cleared() {
+  if (!journaled_pending_ || machine_->pending_commit()) return;
+  if (Status s = journal_->append(nlohmann::json{{"type", "pending"}, {"none", true}}); !s.ok())
+    spdlog::error("[{}] cannot journal that round {} is settled: {}", spec_.name, journaled_pending_->round,
+                  s.message());
+  journaled_pending_.reset();
+}
+
+void JobRun::journal_committed(nlohmann::json record) {
+  if (record.value("round", std::uint64_t{0}) <= journal_->committed_round()) return;  // the role journaled it
+  record["type"] = "committed";
+  if (Status s = journal_->append(record); !s.ok())
+    spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.value("round", std::uint64_t{0}), s.message());
+}
+
+}  // namespace geoloco::daemon

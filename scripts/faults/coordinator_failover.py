@@ -1,0 +1,82 @@
+"""The coordinator's site lost: kill -9 of it for good, and a partition that
+cuts it off from the majority. Each time the live sites elect a successor
+(the most advanced committed round, then the order of `sites:`), which takes
+office in a new epoch once a majority votes for it and commits on; the old
+coordinator commits nothing more (fencing), and when it is back it learns the
+epoch, rejoins as a participant and does not take the office back. Measures
+the time from the loss to the successor's first commit against the heartbeat
+timeout, and ends with the history checker: one digest per round, every
+token counted once."""
+
+import time
+
+from scenario import Commits, Federation, arguments, mlp_job, run
+
+args = arguments(__doc__, rounds=30, bound=15.0, partition_seconds=12.0)
+NAME = "coordinator-failover"
+
+
+def epoch_of(site):
+    st = site.status("e2e") or {}
+    return st.get("epoch", 0), st.get("coordinator", "")
+
+
+def body():
+    notes = []
+    with Federation(proxy=True, keep=args.keep) as fed:
+        for s in fed.sites:
+            s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "25"
+        fed.start()
+        a, b, c = fed["site-a"], fed["site-b"], fed["site-c"]
+        a.cli("submit", fed.write_job(mlp_job(rounds=args.rounds, steps=20, width=64, deadline="2s", min_sites=2)))
+        commits = Commits(fed, "e2e")
+        commits.wait_round(3, 120, "round 3")
+
+        # 1. The coordinator dies: a successor takes office and commits.
+        a.kill()
+        killed, at = time.monotonic(), max(commits.rounds().values())
+        commits.wait_round(at + 1, args.bound + 60, "a commit after the coordinator's death")
+        took = time.monotonic() - killed
+        assert took <= args.bound, f"the successor's first commit came {took:.1f} s after the kill (bound {args.bound} s)"
+        epoch, holder = epoch_of(b)
+        assert (epoch, holder) == (1, "site-b"), f"site-b follows epoch {epoch} of {holder!r}"
+        assert epoch_of(c) == (1, "site-b"), epoch_of(c)
+        notes.append(f"kill -9 at round {at}: site-b took epoch 1, first commit {took:.1f} s later "
+                     f"(heartbeat timeout {fed.heartbeat_timeout})")
+        commits.wait_round(at + 3, 120, "three rounds under the successor")
+
+        # The old coordinator comes back: it follows epoch 1 as a participant.
+        a.start()
+        fed.wait_for(lambda: epoch_of(a) == (1, "site-b"), 60, "site-a to follow epoch 1")
+        top = commits.poll()
+        fed.wait_for(lambda: any(r["contributed"] for r in (a.status("e2e") or {}).get("rounds", [])
+                                 if r["round"] > top), 120, "site-a to contribute again")
+        assert epoch_of(b) == (1, "site-b"), "the office moved back"
+
+        # 2. The acting coordinator (site-b) is cut off from the majority.
+        before = {s.name: (s.status("e2e") or {}).get("round", 0) for s in fed.sites}
+        size = len(open(b.log_path).read())
+        cut = time.monotonic()
+        fed.proxy.partition(("site-b",), ("site-a", "site-c"))
+        commits.wait_round(max(before.values()) + 2, args.bound + 60, "two commits on the majority side")
+        took2 = time.monotonic() - cut
+        remaining = max(args.partition_seconds - took2, 0)
+        time.sleep(remaining)
+        b_during = (b.status("e2e") or {}).get("round", 0)
+        majority = max((a.status("e2e") or {}).get("round", 0), (c.status("e2e") or {}).get("round", 0))
+        epoch2 = epoch_of(a)
+        fed.proxy.heal()
+        assert b_during <= before["site-b"] + 1, f"the cut-off coordinator committed rounds {before['site-b']}..{b_during}"
+        assert epoch2[0] == 2 and epoch2[1] in ("site-a", "site-c"), f"the majority follows {epoch2}"
+        fed.wait_for(lambda: epoch_of(b) == epoch2, 60, f"site-b to follow epoch {epoch2[0]}")
+        log = open(b.log_path).read()[size:]
+        assert "no longer coordinates" in log or "stops coordinating" in log, "site-b never said it stopped coordinating"
+        notes.append(f"site-b cut off at round {before['site-b']}: {epoch2[1]} took epoch 2, two commits "
+                     f"{took2:.1f} s later, site-b held at {b_during} while the majority reached {majority}")
+
+        commits.finished(300)
+        fed.check_history("e2e")  # fails the scenario on any violation
+    return "; ".join(notes) + f"; all 3 sites finished {args.rounds} rounds on one digest"
+
+
+run(NAME, body)

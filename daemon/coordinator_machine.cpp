@@ -10,7 +10,10 @@ CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t
       round_(round),
       attempt_(std::max(options_.first_attempt, first_attempt_of(options_.epoch))),
       tokens_(options_.tokens_so_far) {
-  for (const auto& s : options_.sites) heard_[s] = now;
+  for (const auto& s : options_.sites)
+    heard_[s] = options_.live_at_start.empty() || options_.live_at_start.count(s)
+                    ? now
+                    : now - options_.quorum.heartbeat_timeout_ms;
 }
 
 void CoordinatorMachine::start_collecting(std::uint64_t round) {

@@ -50,6 +50,10 @@ struct CoordinatorOptions {
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
   std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
+  /// Sites known to be live when the machine starts (a successor's view); the
+  /// others count as silent from the start, not for one more heartbeat
+  /// timeout. Empty: every site counts as heard from at the start.
+  std::set<std::string> live_at_start;
   std::uint64_t first_attempt = 0;      ///< the first plan's attempt (a resumed job: past the journal's last; at least first_attempt_of(epoch))
 };
 

@@ -17,6 +17,7 @@ CoordinatorOptions options_of(const job::JobSpec& job, Millis heartbeat_timeout,
   o.self = start.self;
   o.named = job.coordinator;
   o.epoch = start.epoch;
+  o.live_at_start = start.live;
   o.quorum = job.quorum;
   o.quorum.heartbeat_timeout_ms = heartbeat_timeout;
   o.weighting = job.outer.weighting;

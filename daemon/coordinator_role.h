@@ -47,6 +47,7 @@ class CoordinatorRole {
     std::string self;
     std::uint64_t epoch = 0;
     std::optional<Recovery> recovery;
+    std::set<std::string> live = {};  ///< a successor: the sites live when it took office (the others count as silent)
   };
   /// Resumes from the site's journal (which outlives the role); a
   /// successor first journals its recovery. Errors: io.

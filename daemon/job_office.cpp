@@ -68,7 +68,7 @@ bool JobRun::execute(SuccessionAction& action) {
                    (void)env_.metrics->set("geoloco_coordinator_epoch", {{"job", spec_.name}}, double(t.office.epoch));
                  }
                  stop_role("a new office");
-                 if (Status s = start_role(t.recovery, true); !s.ok()) {
+                 if (Status s = start_role(t.recovery, true, t.live); !s.ok()) {
                    spdlog::error("[{}] cannot take the coordinator's office of epoch {}: {}", spec_.name, t.office.epoch,
                                  s.message());
                    succession_->resign(s.message(), Clock::now());  // another site stands
@@ -95,10 +95,10 @@ bool JobRun::execute(SuccessionAction& action) {
       action);
 }
 
-Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now) {
+Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now, std::set<std::string> live) {
   auto role = CoordinatorRole::open(
       env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), *journal_,
-      CoordinatorRole::Start{self(), succession_->epoch(), std::move(recovery)},
+      CoordinatorRole::Start{self(), succession_->epoch(), std::move(recovery), std::move(live)},
       [this](const std::string& site, const ControlMessage& m) { send(site, m); },
       [this](const std::string& line) {
         note(line);

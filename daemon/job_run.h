@@ -159,7 +159,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Carries out a succession action; false: a record could not be journaled (what follows it is not sent).
   bool execute(SuccessionAction& action);
   /// Opens the coordinator role for the office this site holds (a successor: from `recovery`) and runs it.
-  Status start_role(std::optional<Recovery> recovery, bool run_now);
+  Status start_role(std::optional<Recovery> recovery, bool run_now, std::set<std::string> live = {});
   void stop_role(const std::string& why);
   /// PLAN, COMMITTED and ABORT: admitted by their epoch (the succession machine's), or refused and counted.
   bool admit(const std::string& from, const ControlMessage& message);

@@ -344,7 +344,7 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
           ++failovers_;
           act(Persist{office_record(office_)});
           undo_ = before;
-          act(TakeOffice{office_, recover(standings)});
+          act(TakeOffice{office_, recover(standings), live(now)});
           note(cat("took the coordinator's office in epoch ", c.epoch, " with the votes of ", voters));
           candidacy_.reset();
         }

@@ -109,6 +109,7 @@ struct Send {
 struct TakeOffice {
   Office office;
   Recovery recovery;
+  std::set<std::string> live;  ///< the sites heard from within the heartbeat timeout (this one included)
 };
 /// The office changed, or this site no longer holds it: stop its coordinator
 /// role if it runs, and send what is for the coordinator to `office.coordinator`

@@ -365,3 +365,17 @@ TEST_CASE("a successor's plans, commits and aborts carry its epoch, and its atte
   REQUIRE(next.plan);
   CHECK(next.plan->attempt == 2 * kAttemptsPerEpoch);
 }
+
+TEST_CASE("a successor counts the sites it did not hear as silent from the start, so its first round closes at once") {
+  CoordinatorOptions o = three_sites(2);
+  o.self = kB;
+  o.named = kA;
+  o.epoch = 1;
+  o.live_at_start = {"b", "c"};  // a, the old coordinator, is gone
+  CoordinatorMachine c(o, 4, t0);
+  REQUIRE(c.on_ready("b", ready(4, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("c", ready(4, 100), t0 + 1s).ok());
+  auto p = c.step(t0 + 1s);
+  REQUIRE(p.plan);  // every live site is READY: no deadline to wait for a
+  CHECK(p.plan->participants == std::vector<std::string>{"b", "c"});
+}

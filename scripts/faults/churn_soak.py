@@ -1,6 +1,7 @@
 """A churn soak: for a set duration, random faults one after another on a
-running job: kill -9 and restart of any site (the coordinator too), a site
-partitioned away, a flapping link, a slow link, a site frozen by SIGSTOP.
+running job: kill -9 and restart of any site (the acting coordinator half
+the time, so its office moves), a site partitioned away, a flapping link, a
+slow link, a site frozen by SIGSTOP.
 At most one fault at a time, so a majority can always go on once the fault
 ends. Fails if no round commits for --stall-limit seconds (5 minutes by
 default), or if the history checker finds a violation at the end.
@@ -19,10 +20,20 @@ NAME = "churn-soak"
 SITES = ("site-a", "site-b", "site-c")
 
 
+def acting_coordinator(fed):
+    """The office holder as a live site sees it ("" while unknown)."""
+    for s in fed.sites:
+        if s.process and s.process.poll() is None and not getattr(s, "frozen", False):
+            holder = (s.status("e2e") or {}).get("coordinator", "")
+            if holder:
+                return holder
+    return ""
+
+
 def body():
     rng = random.Random(args.seed)
     rounds = args.rounds or max(40, int(args.duration / 1.2) + 20)
-    counts = {}
+    counts, on_acting = {}, 0
     with Federation(names=SITES, proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "40"
@@ -46,6 +57,10 @@ def body():
             counts[kind] = counts.get(kind, 0) + 1
             length = rng.uniform(2.0, 8.0)
             site = fed[rng.choice(SITES)]
+            acting = acting_coordinator(fed)
+            if kind in ("kill", "partition", "sigstop") and acting and rng.random() < 0.5:
+                site = fed[acting]  # the office holder: a fault past the heartbeat timeout moves the office
+            on_acting += site.name == acting
             print(f"t={time.monotonic() - start:.0f}s round {commits.poll()}: {kind} {site.name} for {length:.1f} s",
                   flush=True)
             if kind == "kill":
@@ -79,10 +94,12 @@ def body():
         churned = time.monotonic() - start
         commits.finished(600)
         checked = fed.check_history("e2e")
+        epoch = max((s.status("e2e") or {}).get("epoch", 0) for s in fed.sites)
     faults = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     tokens = [l for l in checked.splitlines() if l.startswith("tokens:")]
-    return (f"{churned:.0f} s of churn ({faults}), {rounds} rounds, longest stall {commits.longest_stall:.1f} s "
-            f"(limit {args.stall_limit:.0f} s); {tokens[0] if tokens else ''}")
+    return (f"{churned:.0f} s of churn ({faults}; {on_acting} of them on the acting coordinator), {rounds} rounds, "
+            f"{epoch} successor(s) took office (epoch {epoch} at the end), longest stall {commits.longest_stall:.1f} s (limit {args.stall_limit:.0f} s); "
+            f"{tokens[0] if tokens else ''}")
 
 
 run(NAME, body)

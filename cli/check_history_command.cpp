@@ -1,5 +1,5 @@
 // `geoloco check-history DIR... [--down SITE]...`: reads each site's job
-// folder (its history.jsonl, and the journal in the coordinator's; the
+// folder (its history.jsonl and its journal, which every site keeps; the
 // job's sites from the first folder's job.yaml), checks
 // the promises history/check.h lists, prints what it saw, and exits 0 when
 // all hold, 1 naming the first that breaks, 2 when a folder cannot be read.

@@ -194,13 +194,19 @@ std::string encode_control(const ControlMessage& message) {
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
           [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
-          [](const StateAcceptMessage& m) { return json{{"job", m.job}, {"round", m.round}}; },
+          [](const StateAcceptMessage& m) {
+            json j{{"job", m.job}, {"round", m.round}};
+            if (!m.missing.empty()) j["missing"] = m.missing;
+            return j;
+          },
           [](const StateOfferMessage& m) {
             json layout = json::array();
             for (const auto& t : m.layout) layout.push_back(json{{"name", t.name}, {"shape", t.shape}});
-            return json{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
-                        {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
-                        {"layout", layout}, {"tokens", m.tokens}};
+            json j{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
+                   {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
+                   {"layout", layout}, {"tokens", m.tokens}};
+            if (m.attempt) j["attempt"] = *m.attempt;
+            return j;
           },
           [](const ElectMessage& m) {
             return json{{"epoch", m.epoch}, {"pre", m.pre}, {"committed_round", m.committed_round}};
@@ -348,6 +354,11 @@ Result<ControlMessage> decode_control(std::string_view text) {
     StateAcceptMessage m;
     f.str("job", m.job);
     f.u64("round", m.round);
+    if (f.has("missing")) f.counts("missing", m.missing);
+    f.check(m.missing.size() % 2 == 0, "missing must be [begin, end) pairs");
+    for (std::size_t i = 0; i + 1 < m.missing.size(); i += 2)
+      f.check(m.missing[i] < m.missing[i + 1] && (i == 0 || m.missing[i - 1] <= m.missing[i]),
+              "missing must be ordered, non-empty [begin, end) ranges");
     out = m;
   } else if (type == "state_offer") {
     StateOfferMessage m;
@@ -359,6 +370,12 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.str("reason", m.reason, 4096);
     f.layout("layout", m.layout, m.values);
     f.opt_u64("tokens", m.tokens);
+    if (f.has("attempt")) {
+      std::uint64_t attempt = 0;
+      f.u64("attempt", attempt);
+      f.check(attempt <= kMaxAttempt, "attempt must be < 2^32");
+      m.attempt = attempt;
+    }
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
       f.check(m.values >= 1 && m.values <= kMaxLayoutValues, "values must be 1..2^36");

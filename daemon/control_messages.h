@@ -134,6 +134,7 @@ struct StateOfferMessage {
   /// On the wire: names and shapes; the offsets follow from the order.
   Layout layout;
   std::uint64_t tokens = 0;  ///< tokens of every round committed through `round`
+  std::optional<std::uint64_t> attempt = std::nullopt;  ///< the attempt that committed `round`, when the offerer knows
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once
@@ -142,6 +143,10 @@ struct StateOfferMessage {
 struct StateAcceptMessage {
   std::string job;
   std::uint64_t round = 0;
+  /// The frames still wanted, as [begin, end) pairs of frame indices (anchor
+  /// frames first, then momentum): a transfer resumed from another holder
+  /// after its donor died keeps what it received. Empty: every frame.
+  std::vector<std::uint64_t> missing = {};
 };
 
 /// A COMMIT a site sent for a round whose outcome it has not learned: the

@@ -60,6 +60,7 @@ Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_i
                r.complete->anchor_digest, ": the previous coordinator may have committed it"));
     }
   }
+  if (start.recovery) GEOLOCO_TRY(journal.append(office_started_record(start.epoch)));
   return std::unique_ptr<CoordinatorRole>(new CoordinatorRole(executor, job, heartbeat_timeout, journal, std::move(start),
                                                               std::move(send), std::move(note)));
 }

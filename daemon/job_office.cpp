@@ -53,7 +53,7 @@ bool JobRun::execute(SuccessionAction& action) {
                  if (Status s = journal_->append(p.record); !s.ok()) {
                    spdlog::error("[{}] cannot journal {}: {}; nothing that depends on it is sent", spec_.name,
                                  p.record.dump(), s.message());
-                   succession_->on_persist_failed();
+                   succession_->on_persist_failed(Clock::now());
                    return false;
                  }
                  return true;

@@ -245,6 +245,15 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
     drive();
     return;
   }
+  if (const auto* c = std::get_if<CommittedMessage>(&message)) {
+    // What this site knows committed, on disk before anything depends on
+    // it: a successor this site votes for must hear of the round even if
+    // this site never applies it (it may catch up past it).
+    nlohmann::json record{{"round", c->round}, {"anchor_digest", c->anchor_digest}, {"tokens", c->tokens},
+                          {"final", c->final},  {"epoch", c->epoch},                {"via", "announced"}};
+    if (c->attempt) record["attempt"] = *c->attempt;
+    journal_committed(std::move(record));
+  }
   ParticipantMachine& m = *machine_;
   Status s = std::visit(
       Overload{[&](const PlanMessage& p) { return m.on_plan(from, p); },
@@ -396,6 +405,13 @@ Status JobRun::start() {
   if (succession_->epoch() > 0)
     note(cat("the coordinator's office is in epoch ", succession_->epoch(), ", held by ",
              coordinator().empty() ? std::string("nobody yet (an election)") : coordinator()));
+  // An office of a successor whose recovery never reached the journal (a
+  // crash between the two) is not acted on: another site stands.
+  if (const auto records = office_records(journal_->records());
+      is_coordinator() && succession_->epoch() > 0 && records.started != succession_->epoch())
+    succession_->resign(cat("the journal holds the office of epoch ", succession_->epoch(),
+                            " but not its recovery (a stop in between)"),
+                        Clock::now());
   std::optional<HeldState> journal;
   if (is_coordinator()) {
     GEOLOCO_TRY(start_role(std::nullopt, false));

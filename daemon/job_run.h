@@ -219,6 +219,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<PendingCommit> journaled_pending_;  ///< the pending COMMIT this run journaled
   std::optional<PendingCommit> restored_pending_;   ///< the one the journal held at start (its memory is gone)
   std::uint64_t receiving_tokens_ = 0;              ///< the offered state's tokens, while it is received
+  std::optional<std::uint64_t> receiving_attempt_;  ///< and the attempt that committed its round
   std::unique_ptr<TrainerHost> host_;
   std::unique_ptr<TrainerProcess> process_;
   /// Where this site is in the job's rounds; every decision is its.

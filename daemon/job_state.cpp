@@ -23,9 +23,12 @@ using Clock = std::chrono::steady_clock;
 
 void JobRun::offer_state(const std::string& peer, const std::string& reason) {
   StateOfferMessage offer = transfers_->offer(peer, state_, reason);
-  // The tokens through the offered round, so the receiver could resume the job as its coordinator.
-  if (offer.reason.empty() && journal_->last_committed().is_object() && journal_->committed_round() == offer.round)
-    offer.tokens = journal_->last_committed().value("tokens", std::uint64_t{0});
+  // The tokens through the offered round and the attempt that committed it,
+  // so the receiver could resume the job as its coordinator.
+  if (const nlohmann::json* r = offer.reason.empty() ? journal_->committed_record(offer.round) : nullptr) {
+    offer.tokens = r->value("tokens", std::uint64_t{0});
+    if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned()) offer.attempt = (*r)["attempt"].get<std::uint64_t>();
+  }
   send_now(peer, offer);
 }
 
@@ -34,11 +37,13 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
     spdlog::info("[{}] {}", spec_.name, why);
     return;
   }
-  note(cat("sending the state of round ", state_.round, " to ", from));
+  note(accept.missing.empty() ? cat("sending the state of round ", state_.round, " to ", from)
+                              : cat("sending the rest of the state of round ", state_.round, " to ", from,
+                                    " (it kept what another site sent)"));
   asio::co_spawn(
       env_.executor,
-      [keep = shared_from_this(), from, round = accept.round]() -> asio::awaitable<void> {
-        auto sent = co_await keep->transfers_->send(from, keep->state_, round);  // keep holds state_ for it
+      [keep = shared_from_this(), from, round = accept.round, missing = accept.missing]() -> asio::awaitable<void> {
+        auto sent = co_await keep->transfers_->send(from, keep->state_, round, missing);  // keep holds state_ for it
         if (sent.ok()) keep->note(*sent);
         else spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, sent.status().message());
       },
@@ -47,7 +52,10 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
 
 void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
   auto accept = transfers_->receive(peer, offer);
-  receiving_tokens_ = offer.tokens;
+  receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
+  if (offer.attempt) receiving_attempt_ = offer.attempt;
+  if (accept.ok() && !accept->missing.empty())
+    note(cat("the state of round ", offer.round, " goes on from ", peer, ": the frames already here are kept"));
   if (!accept.ok()) machine_->on_state_failed(accept.status().message());
   else send_now(peer, *accept);  // now the frames may come, on every connection
 }
@@ -82,10 +90,14 @@ void JobRun::install_state() {
       spdlog::error("[{}] the state's layout: {}", spec_.name, s.message());
   note(installed->note);
   record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
-  journal_committed(nlohmann::json{{"round", installed->round},
-                                   {"anchor_digest", installed->digest},
-                                   {"tokens", receiving_tokens_},
-                                   {"via", "state_sync"}});
+  nlohmann::json record{{"round", installed->round},
+                        {"anchor_digest", installed->digest},
+                        {"tokens", receiving_tokens_},
+                        {"via", "state_sync"}};
+  if (receiving_attempt_) record["attempt"] = *receiving_attempt_;
+  journal_committed(std::move(record));
+  receiving_tokens_ = 0;
+  receiving_attempt_.reset();
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
     (void)m->set("geoloco_state_sync_seconds", job, installed->seconds);

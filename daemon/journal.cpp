@@ -40,6 +40,7 @@ Status Journal::append(const nlohmann::json& record) {
 void Journal::note_committed(const nlohmann::json& record) {
   if (!record.is_object() || record.value("type", "") != "committed") return;
   const std::uint64_t round = record.value("round", std::uint64_t{0});
+  committed_at_.emplace(round, records_.size() - 1);  // note_committed follows the push_back
   if (round < committed_round_) return;
   committed_round_ = round;
   last_committed_ = record;

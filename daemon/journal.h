@@ -41,6 +41,11 @@ class Journal {
   /// The highest round of a `committed` record (0: none), and that record.
   std::uint64_t committed_round() const { return committed_round_; }
   const nlohmann::json& last_committed() const { return last_committed_; }
+  /// The `committed` record of `round` (the first one journaled), or null.
+  const nlohmann::json* committed_record(std::uint64_t round) const {
+    auto it = committed_at_.find(round);
+    return it == committed_at_.end() ? nullptr : &records_[it->second];
+  }
 
  private:
   explicit Journal(LineLog log) : log_(std::move(log)) {}
@@ -48,6 +53,7 @@ class Journal {
   std::vector<nlohmann::json> records_;
   std::uint64_t committed_round_ = 0;
   nlohmann::json last_committed_;
+  std::map<std::uint64_t, std::size_t> committed_at_;  // round -> index in records_
   void note_committed(const nlohmann::json& record);
 };
 

@@ -117,6 +117,9 @@ void ParticipantMachine::on_phase(const PhaseReport& phase) {
 Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& plan) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "PLAN of round ", plan.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
+  // The newest plan seen, whatever is done with it: what a vote reports (a
+  // plan of round R proves R - 1 committed).
+  if (!newest_seen_ || std::pair(plan.round, plan.attempt) > *newest_seen_) newest_seen_ = {plan.round, plan.attempt};
   // A newer attempt of the doubted round: the attempt this site was in is void.
   if (in_doubt_ && plan.round == in_doubt_->round && plan.attempt > in_doubt_->attempt)
     resolve_doubt(plan.round, std::nullopt, "");
@@ -391,7 +394,11 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     note(cat(from, " offers round ", offer.round, "; a transfer from ", *transfer_peer_, " is arriving"));
     return;
   }
-  if (transfer_peer_) act(DropTransfer{});
+  // A stalled transfer of the same round goes on from the new offer with
+  // the frames it has (StateTransfers keeps them when the state is the
+  // same); one of another round is of no use any more.
+  if (transfer_peer_ && transfer_round_ != offer.round) act(DropTransfer{});
+  asks_of_source_ = 0;
   transfer_peer_ = from;
   transfer_round_ = offer.round;
   progress_at_ = now;
@@ -441,7 +448,9 @@ void ParticipantMachine::on_office(const std::string& coordinator) {
   ready_round_ = 0;           // READY again at once
   commit_sent_at_.reset();    // COMMIT again at once
   doubt_asked_at_.reset();
-  asked_at_.reset();          // and the state, if this site is catching up
+  asked_at_.reset();          // and the state, if this site is catching up: from the new holder first
+  source_.clear();
+  asks_of_source_ = 0;
 }
 
 std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
@@ -532,6 +541,8 @@ void ParticipantMachine::catch_up(const std::string& why) {
   drop_round();
   where_ = Where::catching_up;
   asked_at_.reset();  // ask at the next step
+  source_.clear();    // the coordinator first
+  asks_of_source_ = 0;
   unable_.clear();
   told_nobody_ = false;
 }

@@ -285,8 +285,8 @@ class ParticipantMachine {
   /// The COMMIT this site sent (as a participant or an observer) for a
   /// round whose outcome it has not learned, if any: what its VOTE reports.
   std::optional<PendingCommit> pending_commit() const;
-  /// The newest plan seen: (round, attempt).
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan() const { return newest_plan_; }
+  /// The newest plan seen, of any round: (round, attempt).
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan() const { return newest_seen_; }
   /// The coordinator this site sends to now.
   const std::string& coordinator() const { return options_.coordinator; }
 
@@ -340,7 +340,8 @@ class ParticipantMachine {
   std::optional<Clock::time_point> commit_sent_at_;
   After after_ = After::idle;                     ///< unwinding: what comes next
   std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN seen
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN taken
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_seen_;  ///< of every PLAN, declined ones too
   std::string catch_up_why_;                      ///< unwinding, After::catch_up
 
   // A COMMIT this site sent for the phase it still holds, when it lost track
@@ -374,6 +375,7 @@ class ParticipantMachine {
 
   // STATE_SYNC, asked for while catching up.
   std::string source_;
+  std::uint32_t asks_of_source_ = 0;  ///< requests in a row to source_ without a transfer from it
   std::optional<Clock::time_point> asked_at_;
   std::optional<std::string> transfer_peer_;  ///< the transfer in progress, if any
   std::uint64_t transfer_round_ = 0;

@@ -59,10 +59,15 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
     wake = last + options_.state_retry_ms;
     return;
   }
-  // The coordinator holds the committed state; a coordinator catching up
-  // asks the other sites in turn.
-  std::string source = options_.coordinator;
-  if (is_coordinator() || source.empty()) {
+  // The coordinator holds the committed state; a coordinator catching up,
+  // a site without a coordinator (an election), and a site whose source
+  // stalled mid-transfer, said it has none, or did not answer three times,
+  // ask the other sites in turn: any holder of the committed round will do,
+  // and a transfer broken off goes on from the next with what arrived.
+  const bool stalled = transfer_peer_ && now - progress_at_ >= options_.state_stall_ms;
+  if (stalled || (!source_.empty() && unable_.count(source_))) asks_of_source_ = 3;
+  std::string source = source_.empty() ? options_.coordinator : source_;
+  if (is_coordinator() || source.empty() || source == options_.self || asks_of_source_ >= 3) {
     std::vector<std::string> others;
     for (const auto& s : options_.sites)
       if (s != options_.self) others.push_back(s);
@@ -81,6 +86,7 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
     auto it = std::find(others.begin(), others.end(), source_);
     source = (it == others.end() || std::next(it) == others.end()) ? others.front() : *std::next(it);
   }
+  asks_of_source_ = source == source_ ? asks_of_source_ + 1 : 1;
   source_ = source;
   asked_at_ = now;
   act(Send{source, StateRequestMessage{options_.job}});

@@ -13,7 +13,10 @@
 //           its state.
 //
 // The accept keeps frames from overtaking the offer on another connection.
-// A refused or incomplete transfer leaves the asker's state unchanged.
+// A refused or incomplete transfer leaves the asker's state unchanged. When
+// the donor stops mid-transfer, another holder's offer of the same state
+// takes over: the accept names the frames still missing (`missing`), and
+// only those are sent.
 #pragma once
 
 #include <asio/awaitable.hpp>
@@ -45,13 +48,15 @@ StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values,
 /// it lies, not from a copy (docs/design.md §10: no second copy of the model per
 /// peer): `unchanged` is asked before each frame, and when it says the state
 /// moved on (a round committed), the transfer stops with an error and the
-/// peer, whose transfer stays incomplete, asks again. Returns the frame
-/// bytes sent (headers included).
+/// peer, whose transfer stays incomplete, asks again. `wanted`: the frames
+/// to send, as [begin, end) pairs of frame indices (a resumed transfer);
+/// empty, all of them. Returns the frame bytes sent (headers included).
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
                                                          std::span<const float> anchor, std::span<const float> momentum,
                                                          std::function<bool()> unchanged,
-                                                         std::uint64_t chunk_values = kStateChunkValues);
+                                                         std::uint64_t chunk_values = kStateChunkValues,
+                                                         std::vector<std::uint64_t> wanted = {});
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {
@@ -66,6 +71,17 @@ class StateReceiver {
   bool complete() const { return received_ == 2 * chunks_; }
   /// After complete(): checks the anchor's digest. Errors: mismatch.
   Status verify() const;
+  /// Whether `offer` is of the same state (round, digest, size, framing):
+  /// then a transfer broken off by its donor can go on from that peer.
+  bool continues(const StateOfferMessage& offer) const;
+  /// Goes on receiving from `peer`, keeping every frame taken so far.
+  void resume_from(const std::string& peer);
+  /// The frames not taken yet, as [begin, end) pairs: at most `max_ranges`,
+  /// the last one then reaching to the end (a frame taken already that
+  /// comes again in a resumed transfer is ignored, not refused).
+  std::vector<std::uint64_t> missing(std::size_t max_ranges = 2048) const;
+  std::uint64_t frames_taken() const { return received_; }
+  std::uint64_t frames() const { return 2 * chunks_; }
 
   const StateOfferMessage& offer() const { return offer_; }
   const std::string& peer() const { return peer_; }
@@ -81,6 +97,7 @@ class StateReceiver {
   std::vector<bool> have_;        ///< per frame: 0..chunks_-1 anchor, then momentum
   std::uint64_t received_ = 0;
   std::uint64_t bytes_ = 0;
+  bool resumed_ = false;          ///< from a second donor: a frame taken already may come again
   std::vector<float> anchor_;
   std::vector<float> momentum_;
 };

@@ -46,7 +46,7 @@ std::string StateTransfers::accept(const std::string& from, const StateAcceptMes
 }
 
 asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, const outer::OuterState& state,
-                                                          std::uint64_t round) {
+                                                          std::uint64_t round, std::vector<std::uint64_t> missing) {
   // From the state itself, no copy (docs/design.md §10): a round that
   // commits meanwhile ends the transfer, and the peer asks again.
   const std::span<const float> anchor(state.anchor), momentum(state.momentum);
@@ -54,14 +54,24 @@ asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, cons
     return state.round == round && state.anchor.data() == data;
   };
   const auto started = Clock::now();
-  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_);
+  const bool part = !missing.empty();
+  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_,
+                                         std::move(missing));
   if (!sent.ok()) co_return sent.status();
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  co_return cat("state of round ", round, " sent to ", peer, ": ", transfer_summary(*sent, seconds));
+  co_return cat(part ? "the rest of the state of round " : "state of round ", round, " sent to ", peer, ": ",
+                transfer_summary(*sent, seconds));
 }
 
 Result<StateAcceptMessage> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
+  if (receiving_ && receiving_->peer() != peer && receiving_->continues(offer) && receiving_->frames_taken() > 0) {
+    if (kept_frames_ == 0) first_donor_ = receiving_->peer();
+    kept_frames_ = receiving_->frames_taken();
+    receiving_->resume_from(peer);
+    return StateAcceptMessage{job_, offer.round, receiving_->missing()};
+  }
   receiving_.reset();
+  kept_frames_ = 0;
   auto receiver = StateReceiver::start(peer, offer);
   if (!receiver.ok()) return receiver.status();
   receiving_ = std::move(*receiver);
@@ -113,9 +123,15 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   done.peer = received.peer();
   done.bytes = received.bytes();
   done.seconds = std::chrono::duration<double>(now - requested_at_).count();
-  done.note = cat("state of round ", offer.round, " received from ", received.peer(), ": ", offer.values,
-                  " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ", offer.anchor_digest);
+  done.resumed_frames = kept_frames_;
+  done.note = cat("state of round ", offer.round, " received from ", received.peer(),
+                  kept_frames_ ? cat(" (", kept_frames_, " of its ", received.frames(), " frames kept from ",
+                                     first_donor_, ", which stopped sending)")
+                               : std::string(),
+                  ": ", offer.values, " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ",
+                  offer.anchor_digest);
   receiving_.reset();
+  kept_frames_ = 0;
   return done;
 }
 

@@ -50,6 +50,7 @@ struct InstalledState {
   std::uint64_t bytes = 0;  ///< frame bytes received (headers included)
   double seconds = 0;       ///< from this site's request to the state in place
   std::string note;         ///< the line for the job's log
+  std::uint64_t resumed_frames = 0;  ///< frames kept from an earlier donor (0: one donor sent all)
 };
 
 class StateTransfers {
@@ -70,11 +71,13 @@ class StateTransfers {
   /// state moved on since (the offer is used up; the peer asks again).
   std::string accept(const std::string& from, const StateAcceptMessage& accept, const outer::OuterState& state);
   /// Sends the frames of `state`, accepted as round `round`, to `peer` from
-  /// where they lie; `state` must outlive the transfer. A round committed
+  /// where they lie (only `missing` ones, the accept's, when it names some);
+  /// `state` must outlive the transfer. A round committed
   /// meanwhile (the round or the anchor's buffer changed) ends it with an
   /// error. Returns the line for the job's log. Errors: mismatch (the state
   /// moved on), and the mesh's.
-  asio::awaitable<Result<std::string>> send(std::string peer, const outer::OuterState& state, std::uint64_t round);
+  asio::awaitable<Result<std::string>> send(std::string peer, const outer::OuterState& state, std::uint64_t round,
+                                            std::vector<std::uint64_t> missing = {});
   /// Peers with an offer not yet accepted.
   std::size_t offers_pending() const { return offered_.size(); }
 
@@ -82,9 +85,12 @@ class StateTransfers {
 
   /// This site asked for the state at `now`: the wait install() reports starts here.
   void requested(Clock::time_point now) { requested_at_ = now; }
-  /// Takes `peer`'s offer as the transfer to receive (one ends the one
-  /// before), and returns the accept to send it. Errors: invalid_argument
-  /// (an offer without state, or one this site cannot hold).
+  /// Takes `peer`'s offer as the transfer to receive, and returns the
+  /// accept to send it. An offer of the same state as the transfer in
+  /// progress from another peer (its donor died or stalled) goes on with
+  /// what arrived: the accept names the frames still missing. Any other
+  /// offer ends the transfer before. Errors: invalid_argument (an offer
+  /// without state, or one this site cannot hold).
   Result<StateAcceptMessage> receive(const std::string& peer, const StateOfferMessage& offer);
   StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
                              std::span<const std::byte> payload);
@@ -104,6 +110,8 @@ class StateTransfers {
   std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
   std::optional<StateReceiver> receiving_;
   Clock::time_point requested_at_;
+  std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
+  std::string first_donor_;
 };
 
 }  // namespace geoloco::daemon

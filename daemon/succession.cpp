@@ -16,6 +16,10 @@ nlohmann::json vote_record(const Office& vote) {
   return nlohmann::json{{"type", "vote"}, {"epoch", vote.epoch}, {"for", vote.coordinator}};
 }
 
+nlohmann::json office_started_record(std::uint64_t epoch) {
+  return nlohmann::json{{"type", "office_started"}, {"epoch", epoch}};
+}
+
 OfficeRecords office_records(const std::vector<nlohmann::json>& records) {
   OfficeRecords out;
   for (const auto& r : records) {
@@ -24,6 +28,8 @@ OfficeRecords office_records(const std::vector<nlohmann::json>& records) {
       out.office = Office{r.value("epoch", std::uint64_t{0}), r.value("coordinator", std::string())};
     else if (type == "vote")
       out.vote = Office{r.value("epoch", std::uint64_t{0}), r.value("for", std::string())};
+    else if (type == "office_started")
+      out.started = r.value("epoch", std::uint64_t{0});
   }
   return out;
 }
@@ -71,6 +77,9 @@ Recovery recover(const std::vector<Standing>& standings) {
         ++(s.pending->participant ? participant_votes : observer_votes)[s.pending->anchor_digest];
         if (!example || s.pending->participant) example = &*s.pending;
       }
+    // Observers count only when they all agree: one that computed another
+    // anchor was not counted by the coordinator either.
+    if (participant_votes.empty() && observer_votes.size() > 1) observer_votes.clear();
     const auto& votes = participant_votes.empty() ? observer_votes : participant_votes;
     std::string digest;
     int top = 0;
@@ -186,13 +195,14 @@ void SuccessionMachine::adopt_epoch(std::uint64_t epoch, const std::string& from
                             ") is over here")));
 }
 
-void SuccessionMachine::on_persist_failed() {
+void SuccessionMachine::on_persist_failed(Clock::time_point now) {
   if (!undo_) return;
   office_ = undo_->office;
   vote_ = undo_->vote;
   office_heard_ = undo_->office_heard;
   undo_.reset();
   candidacy_.reset();
+  not_before_ = std::max(not_before_, now + options_.resend);  // not again at once
   note(cat("the journal refused a record: the office stays epoch ", office_.epoch,
            office_.coordinator.empty() ? std::string(" (open)") : cat(" (", office_.coordinator, ")")));
 }
@@ -247,7 +257,9 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   if (std::find(options_.sites.begin(), options_.sites.end(), from) == options_.sites.end() || from == options_.self)
     return;
   heard_[from] = now;
-  highest_epoch_ = std::max(highest_epoch_, e.epoch);
+  // A pre-vote's epoch is a proposal: it raises nothing, so sites cut off in
+  // a minority cannot inflate the epochs by asking each other.
+  if (!e.pre) highest_epoch_ = std::max(highest_epoch_, e.epoch);
   if (acting()) return refuse(from, e, cat(options_.self, " holds the office of epoch ", office_.epoch));
   if (!e.pre && vote_ && vote_->epoch == e.epoch) {
     if (vote_->coordinator != from)
@@ -271,6 +283,9 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   if (e.committed_round < mine.committed_round)
     return refuse(from, e, cat(from, " has committed round ", e.committed_round, ", ", options_.self, " round ",
                                mine.committed_round));
+  // Backing a candidate: this site does not stand itself for a timeout, so
+  // two candidates do not split the voters round after round.
+  not_before_ = std::max(not_before_, now + options_.heartbeat_timeout);
   if (e.pre) {
     act(Send{from, VoteMessage{e.epoch, true, true, "", "", mine}});
     return;
@@ -352,7 +367,9 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
         note(cat("the ", c.pre ? "pre-vote" : "election", " for epoch ", c.epoch, " lapsed with ",
                  c.granted.size(), " of ", majority_words(options_.sites, options_.named)));
         candidacy_.reset();
-        not_before_ = now + options_.heartbeat_timeout;
+        // Again after the timeout, times this site's place: the others stand in turn meanwhile.
+        const auto place = rank(mine, now).value_or(0);
+        not_before_ = now + options_.heartbeat_timeout * static_cast<int>(1 + place);
       } else if (now - c.sent >= options_.resend) {
         send_elect(now);
       }

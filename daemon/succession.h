@@ -90,10 +90,14 @@ struct SuccessionOptions {
 struct OfficeRecords {
   std::optional<Office> office;
   std::optional<Office> vote;  ///< epoch voted in, for whom
+  std::optional<std::uint64_t> started;  ///< the last epoch whose coordinator role journaled its start (office_started)
 };
 /// The journal records of an office taken or learned, and of a vote.
 nlohmann::json office_record(const Office& office);
 nlohmann::json vote_record(const Office& vote);
+/// Journaled by a successor's role once its recovery is: an office record
+/// without it (a crash in between) is not acted on after a restart.
+nlohmann::json office_started_record(std::uint64_t epoch);
 OfficeRecords office_records(const std::vector<nlohmann::json>& records);
 
 namespace succession {
@@ -150,7 +154,7 @@ class SuccessionMachine {
   Actions step(const Standing& mine, Clock::time_point now);
   /// The last Persist could not be written: the office and vote go back to
   /// what they were before it (the caller sent nothing after it).
-  void on_persist_failed();
+  void on_persist_failed(Clock::time_point now);
   /// This site holds the office but cannot act on it (its role did not
   /// start): it leaves the office vacant, so another site stands.
   void resign(const std::string& why, Clock::time_point now);

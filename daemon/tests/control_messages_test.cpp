@@ -27,6 +27,7 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       VoteMessage{2, true, false, "b heard coordinator a 300 ms ago", "a", {}},
       HeartbeatMessage{5, "inner", 3, "b", 4},
       PlanMessage{5, {"a"}, {1}, {}, 196608, 0.5, 10, {10}, {5}, 3},
+      StateAcceptMessage{"demo", 7, {3, 5, 6, 10}},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -71,6 +72,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   auto beat = std::get<HeartbeatMessage>(*decode_control(encode_control(messages[17])));
   CHECK((beat.epoch == 3 && beat.coordinator == "b" && beat.committed == 4));
   CHECK(std::get<PlanMessage>(*decode_control(encode_control(messages[18]))).epoch == 3);
+  CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[19]))).missing ==
+        std::vector<std::uint64_t>{3, 5, 6, 10});
   // A message of a peer from before epochs: epoch 0.
   CHECK(std::get<HeartbeatMessage>(*decode_control(R"({"type":"heartbeat","round":3,"phase":"idle"})")).epoch == 0);
 
@@ -113,6 +116,10 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "commit message: anchor_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");
   CHECK(msg(R"({"type":"elect","epoch":0,"committed_round":1})") == "elect message: epoch must be 1..65535");
+  CHECK(msg(R"({"type":"state_accept","job":"x","round":3,"missing":[4,2]})") ==
+        "state_accept message: missing must be ordered, non-empty [begin, end) ranges");
+  CHECK(msg(R"({"type":"state_accept","job":"x","round":3,"missing":[4]})") ==
+        "state_accept message: missing must be [begin, end) pairs");
   CHECK(msg(R"({"type":"elect","epoch":70000,"committed_round":1})") == "elect message: epoch must be 1..65535");
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":""})") == "vote message: field 'standing' must be an object");
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":3,"anchor_digest":"x"}})") ==

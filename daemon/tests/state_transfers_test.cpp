@@ -229,3 +229,112 @@ TEST_CASE("an anchor that does not match its offer's digest voids the transfer; 
   CHECK(p.sites[1]->call([&] { return p.b->on_frame("a", h, frame.first(16)).kind; }) == K::failed);
   CHECK_FALSE(p.sites[1]->call([&] { return p.b->receiving(); }));
 }
+
+namespace {
+// State frame i of `s` (anchor frames 0..4, momentum 5..9), as a holder sends it.
+std::pair<FrameHeader, std::vector<std::byte>> state_frame(const outer::OuterState& s, std::uint32_t i) {
+  const std::uint64_t chunks = (kValues + kChunk - 1) / kChunk;
+  const auto& tensor = i < chunks ? s.anchor : s.momentum;
+  const std::uint64_t begin = (i % chunks) * kChunk, size = std::min<std::uint64_t>(kChunk, kValues - begin);
+  FrameHeader h;
+  h.type = FrameType::state;
+  h.job = 1;
+  h.round = s.round;
+  h.chunk = i;
+  const auto* bytes = reinterpret_cast<const std::byte*>(tensor.data() + begin);
+  return {h, std::vector<std::byte>(bytes, bytes + size * sizeof(float))};
+}
+}  // namespace
+
+TEST_CASE("a transfer whose donor stops goes on from another holder of the same state with the frames it has") {
+  Pair p;
+  const outer::OuterState held = holder_state(7);
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  auto on_b = [&](auto fn) { return p.sites[1]->call(fn); };
+  REQUIRE(on_b([&] { return p.b->receive("a", offer); }).ok());
+  for (std::uint32_t i : {0u, 1u, 2u, 5u}) {
+    auto [h, payload] = state_frame(held, i);
+    CHECK(on_b([&] { return p.b->on_frame("a", h, payload).kind; }) == StateFrameOutcome::progress);
+  }
+  // a stops; c holds the same state and offers it.
+  auto resumed = on_b([&] { return p.b->receive("c", offer); });
+  REQUIRE(resumed.ok());
+  CHECK(resumed->missing == std::vector<std::uint64_t>{3, 5, 6, 10});
+  {
+    auto [h, payload] = state_frame(held, 3);
+    CHECK(on_b([&] { return p.b->on_frame("a", h, payload).kind; }) == StateFrameOutcome::dropped);  // a's, late
+  }
+  StateFrameOutcome::Kind last = StateFrameOutcome::dropped;
+  for (std::uint32_t i : {3u, 4u, 6u, 7u, 8u, 9u}) {
+    auto [h, payload] = state_frame(held, i);
+    last = on_b([&] { return p.b->on_frame("c", h, payload).kind; });
+  }
+  CHECK(last == StateFrameOutcome::arrived);
+  outer::OuterState mine;
+  auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
+  REQUIRE(installed.ok());
+  CHECK(installed->resumed_frames == 4);
+  CHECK(installed->note.find("state of round 7 received from c (4 of its 10 frames kept from a, which stopped "
+                             "sending): 5000 parameters, ") == 0);
+  CHECK(same_bits(mine.anchor, held.anchor));
+  CHECK(same_bits(mine.momentum, held.momentum));
+
+  SECTION("an offer of another round starts over") {
+    REQUIRE(on_b([&] { return p.b->receive("a", offer); }).ok());
+    auto [h, payload] = state_frame(held, 0);
+    (void)on_b([&] { return p.b->on_frame("a", h, payload).kind; });
+    StateOfferMessage newer = offer;
+    newer.round = 8;
+    auto fresh = on_b([&] { return p.b->receive("c", newer); });
+    REQUIRE(fresh.ok());
+    CHECK(fresh->missing.empty());
+  }
+}
+
+TEST_CASE("a holder asked for the frames still missing sends only those") {
+  Pair p;
+  const outer::OuterState held = holder_state(7);
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  auto on_b = [&](auto fn) { return p.sites[1]->call(fn); };
+  // b took frames 0-2 and 5 from another site that stopped, then a's offer.
+  REQUIRE(on_b([&] { return p.b->receive("x", offer); }).ok());
+  for (std::uint32_t i : {0u, 1u, 2u, 5u}) {
+    auto [h, payload] = state_frame(held, i);
+    REQUIRE(on_b([&] { return p.b->on_frame("x", h, payload).kind; }) == StateFrameOutcome::progress);
+  }
+  auto accept = on_b([&] { return p.b->receive("a", offer); });
+  REQUIRE(accept.ok());
+  REQUIRE(p.sites[0]->call([&] { return p.a->accept("b", *accept, held); }) == "");
+  auto sent = p.sites[0]->spawn([&]() { return p.a->send("b", held, 7, accept->missing); }).get();
+  REQUIRE(sent.ok());
+  // Frames 3, 6, 7, 8 are whole; 4 and 9 are the short last ones of each tensor.
+  const std::uint64_t six_frames = 6 * kFrameHeaderSize + (4 * kChunk + 2 * (kValues - 4 * kChunk)) * sizeof(float);
+  CHECK(sent->find(cat("the rest of the state of round 7 sent to b: ", six_frames, " bytes in ")) == 0);
+  auto outcomes = p.outcomes_after(6);
+  REQUIRE(outcomes.size() == 6);
+  CHECK(outcomes.back() == StateFrameOutcome::arrived);
+  outer::OuterState mine;
+  auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
+  REQUIRE(installed.ok());
+  CHECK(same_bits(mine.anchor, held.anchor));
+  CHECK(same_bits(mine.momentum, held.momentum));
+}
+
+TEST_CASE("the frames still missing collapse into at most the ranges an accept may carry") {
+  StateOfferMessage offer{"sync", 7, "0123456789abcdef", kValues, kChunk, "", {}};
+  auto r = StateReceiver::start("a", offer);
+  REQUIRE(r.ok());
+  const outer::OuterState held = holder_state(7);
+  for (std::uint32_t i : {1u, 3u, 5u, 7u}) {
+    auto [h, payload] = state_frame(held, i);
+    REQUIRE(r->add("a", h, payload).ok());
+  }
+  CHECK(r->missing() == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 10});
+  CHECK(r->missing(2) == std::vector<std::uint64_t>{0, 1, 2, 10});  // frames 3, 5, 7 asked again
+  r->resume_from("c");
+  for (std::uint32_t i : {2u, 3u}) {  // 3 came already: ignored, not a broken transfer
+    auto [h, payload] = state_frame(held, i);
+    CHECK(r->add("c", h, payload).ok());
+  }
+  CHECK(r->frames_taken() == 5);
+}

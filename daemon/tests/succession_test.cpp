@@ -376,7 +376,7 @@ TEST_CASE("a record the journal refuses undoes the vote, and nothing is granted 
   c.on_elect("b", ElectMessage{1, false, 4}, standing(4), t0 + 11s);
   auto out = c.step(standing(4), t0 + 11s);
   REQUIRE(std::holds_alternative<succession::Persist>(out.actions.at(0)));
-  c.on_persist_failed();  // the disk is full: the vote did not happen
+  c.on_persist_failed(t0 + 11s);  // the disk is full: the vote did not happen
   CHECK(c.office() == Office{0, "a"});
   c.on_elect("d", ElectMessage{1, false, 4}, standing(4), t0 + 12s);  // d is no site of the job: ignored
   c.on_elect("b", ElectMessage{1, false, 4}, standing(4), t0 + 12s);
@@ -409,4 +409,34 @@ TEST_CASE("a site that learned an open epoch from a peer still votes in its elec
     if (const auto* s = std::get_if<succession::Send>(&a))
       if (const auto* v = std::get_if<VoteMessage>(&s->message)) refused = !v->granted && v->pre;
   CHECK(refused);
+}
+
+TEST_CASE("pre-votes raise no epoch, and a site that backed a candidate does not stand against it") {
+  SuccessionOptions o{{"a", "b", "c"}, "a", "c", 10s, 1s};
+  SuccessionMachine c(o, {}, t0);
+  auto elect_epochs = [](const SuccessionMachine::Actions& a) {
+    std::vector<std::uint64_t> out;
+    for (const auto& x : a.actions)
+      if (const auto* s = std::get_if<succession::Send>(&x))
+        if (const auto* e = std::get_if<ElectMessage>(&s->message)) out.push_back(e->epoch);
+    return out;
+  };
+  // b, cut off in a minority, asked again and again with ever higher epochs.
+  c.on_heartbeat("a", HeartbeatMessage{5, "inner", 0, "a", 4}, t0 + 1s);
+  c.on_elect("b", ElectMessage{50, true, 4}, standing(4), t0 + 1s);
+  (void)c.step(standing(4), t0 + 1s);
+  // a falls silent; b is not heard either: c stands, for epoch 1, not 51.
+  auto out = c.step(standing(4), t0 + 12s);
+  REQUIRE_FALSE(elect_epochs(out).empty());
+  CHECK(elect_epochs(out).front() == 1);
+
+  SuccessionMachine d(o, {}, t0);
+  d.on_heartbeat("b", HeartbeatMessage{5, "inner", 0, "a", 4}, t0 + 10s);
+  d.on_elect("b", ElectMessage{1, true, 4}, standing(4), t0 + 11s);  // granted: a is silent here too
+  auto backed = d.step(standing(4), t0 + 11s);
+  CHECK(elect_epochs(backed).empty());
+  d.on_heartbeat("b", HeartbeatMessage{5, "inner", 0, "a", 4}, t0 + 19s);
+  CHECK(elect_epochs(d.step(standing(4), t0 + 20s)).empty());  // its rank's turn came, but it backed b
+  d.on_heartbeat("b", HeartbeatMessage{5, "inner", 0, "a", 4}, t0 + 21s);
+  CHECK_FALSE(elect_epochs(d.step(standing(4), t0 + 22s)).empty());  // b took no office within the timeout
 }

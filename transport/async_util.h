@@ -7,6 +7,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <cstdint>
 
 namespace geoloco::transport {
 
@@ -21,20 +22,28 @@ class Signal {
   asio::steady_timer timer_;
 };
 
+/// Taken in the order lock() was called (a ticket each): on a strand of a
+/// thread pool, the wake-ups of a Signal's waiters may run in any order,
+/// and a connection's writes must go out in the order they were asked
+/// for (a goodbye after every frame asked for before it).
 class AsyncMutex {
  public:
   explicit AsyncMutex(const asio::any_io_executor& ex) : released_(ex) {}
   asio::awaitable<void> lock() {
-    while (locked_) co_await released_.wait();
+    const std::uint64_t ticket = next_ticket_++;
+    while (locked_ || ticket != serving_) co_await released_.wait();
     locked_ = true;
   }
   void unlock() {
     locked_ = false;
+    ++serving_;
     released_.notify_all();
   }
 
  private:
   bool locked_ = false;
+  std::uint64_t next_ticket_ = 0;
+  std::uint64_t serving_ = 0;
   Signal released_;
 };
 

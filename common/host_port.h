@@ -13,6 +13,7 @@ namespace geoloco {
 struct HostPort {
   std::string host;
   std::uint16_t port = 0;
+  bool operator==(const HostPort&) const = default;
 };
 
 /// "host:port" or "[v6]:port". Errors: invalid_argument.

@@ -266,6 +266,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const std::string& peer = self->r_.participants[j];
     auto conn = co_await connection_to(self, peer, k);
     for (std::uint64_t c = k; c < self->chunks_of(j) && !self->finished_; c += self->conns_) {
+      // The slot's connection may have been replaced (a TLS reload) since the last chunk.
+      if (auto now = self->mesh_.connection(peer, k)) conn = std::move(now);
       if (!conn) {
         self->fail(GEOLOCO_ERROR(Err::io, "peer ", peer, ": not connected (slot ", k, ")"));
         break;

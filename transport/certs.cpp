@@ -1,69 +1,24 @@
 #include "transport/certs.h"
 
 #include "common/site_name.h"
+#include "transport/pem_files.h"
 
-#include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
-#include <sys/stat.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <memory>
 
 namespace geoloco::transport {
 
 namespace {
 
-template <class T, void (*F)(T*)>
-struct Deleter {
-  void operator()(T* p) const { F(p); }
-};
-using PKeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
-using X509Ptr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
-
-std::string openssl_error() {
-  char buf[256];
-  const unsigned long e = ERR_get_error();
-  if (e == 0) return "unknown OpenSSL error";
-  ERR_error_string_n(e, buf, sizeof buf);
-  ERR_clear_error();
-  return buf;
-}
-
-std::string join(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
-
-Status write_pem(const std::string& path, bool is_key, EVP_PKEY* key, X509* cert) {
-  // Keys are created 0600 from the start, never readable by others for a moment.
-  const mode_t old_mask = umask(is_key ? 0077 : 0022);
-  FILE* f = std::fopen(path.c_str(), "wb");
-  umask(old_mask);
-  GEOLOCO_RETURN_IF(f == nullptr, Err::io, "cannot write ", path);
-  const int ok = is_key ? PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) : PEM_write_X509(f, cert);
-  const bool closed = std::fclose(f) == 0;
-  GEOLOCO_RETURN_IF(ok != 1 || !closed, Err::io, "cannot write ", path, ": ", openssl_error());
-  return {};
-}
-
-Result<PKeyPtr> read_key(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  GEOLOCO_RETURN_IF(f == nullptr, Err::io, "cannot read ", path, " (is it a CA directory made by 'geoloco certs init'?)");
-  PKeyPtr key(PEM_read_PrivateKey(f, nullptr, nullptr, nullptr));
-  std::fclose(f);
-  GEOLOCO_RETURN_IF(!key, Err::invalid_argument, path, " is not a PEM private key: ", openssl_error());
-  return key;
-}
-
-Result<X509Ptr> read_cert(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  GEOLOCO_RETURN_IF(f == nullptr, Err::io, "cannot read ", path);
-  X509Ptr cert(PEM_read_X509(f, nullptr, nullptr, nullptr));
-  std::fclose(f);
-  GEOLOCO_RETURN_IF(!cert, Err::invalid_argument, path, " is not a PEM certificate: ", openssl_error());
-  return cert;
-}
+using pem::join;
+using pem::openssl_error;
+using pem::PKeyPtr;
+using pem::read_cert;
+using pem::read_key;
+using pem::X509Ptr;
 
 Result<PKeyPtr> new_ec_key() {
   PKeyPtr key(EVP_EC_gen("P-256"));
@@ -137,15 +92,15 @@ Status create_ca(const std::string& dir, const std::string& name, const CertOpti
   if (!key.ok()) return key.status();
   auto cert = make_cert(key->get(), name, nullptr, key->get(), true, options);
   if (!cert.ok()) return cert.status();
-  GEOLOCO_TRY(write_pem(join(dir, "ca.key"), true, key->get(), nullptr));
-  return write_pem(join(dir, "ca.pem"), false, nullptr, cert->get());
+  GEOLOCO_TRY(pem::write_pem(join(dir, "ca.key"), pem::Kind::key, key->get(), nullptr, nullptr));
+  return pem::write_pem(join(dir, "ca.pem"), pem::Kind::cert, nullptr, cert->get(), nullptr);
 }
 
 Status issue_site_cert(const std::string& ca_dir, const std::string& site, const std::string& out_dir,
                        const CertOptions& options) {
   const std::string problem = site_name_problem(site);
   GEOLOCO_RETURN_IF(!problem.empty(), Err::invalid_argument, problem);
-  auto ca_key = read_key(join(ca_dir, "ca.key"));
+  auto ca_key = read_key(join(ca_dir, "ca.key"), " (is it a CA directory made by 'geoloco certs init'?)");
   if (!ca_key.ok()) return ca_key.status();
   auto ca_cert = read_cert(join(ca_dir, "ca.pem"));
   if (!ca_cert.ok()) return ca_cert.status();
@@ -156,9 +111,13 @@ Status issue_site_cert(const std::string& ca_dir, const std::string& site, const
   if (!key.ok()) return key.status();
   auto cert = make_cert(key->get(), site, ca_cert->get(), ca_key->get(), false, options);
   if (!cert.ok()) return cert.status();
-  GEOLOCO_TRY(write_pem(join(out_dir, "site.key"), true, key->get(), nullptr));
-  GEOLOCO_TRY(write_pem(join(out_dir, "site.pem"), false, nullptr, cert->get()));
-  return write_pem(join(out_dir, "ca.pem"), false, nullptr, ca_cert->get());
+  // A renewal keeps the previous pair as .prev. The key is replaced before
+  // the certificate: a reload between the two sees a pair that does not
+  // match, refuses it, and keeps what it had.
+  for (const char* f : {"site.key", "site.pem"}) GEOLOCO_TRY(pem::keep_previous(join(out_dir, f)));
+  GEOLOCO_TRY(pem::write_pem(join(out_dir, "site.key"), pem::Kind::key, key->get(), nullptr, nullptr));
+  GEOLOCO_TRY(pem::write_pem(join(out_dir, "site.pem"), pem::Kind::cert, nullptr, cert->get(), nullptr));
+  return pem::write_pem(join(out_dir, "ca.pem"), pem::Kind::cert, nullptr, ca_cert->get(), nullptr);
 }
 
 }  // namespace geoloco::transport

@@ -82,6 +82,12 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     return on_strand(check_peer_name_here(std::move(site)));
   }
 
+  asio::awaitable<Status> verify_peer_again(std::shared_ptr<asio::ssl::context> context) override {
+    return on_strand(verify_peer_again_here(std::move(context)));
+  }
+
+  std::int64_t peer_certificate_expiry() const override { return peer_expiry_; }
+
   asio::awaitable<Status> write_frame(FrameHeader header, std::span<const std::byte> payload) override {
     return on_strand(write_frame_here(header, payload));
   }
@@ -148,7 +154,17 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer(), " failed: ", why));
       co_return close_reason();
     }
+    if constexpr (std::is_same_v<Stream, tls::TlsStream>)
+      peer_expiry_ = tls::peer_certificate_expiry(stream_.native_handle());
     co_return Status();
+  }
+
+  asio::awaitable<Status> verify_peer_again_here(std::shared_ptr<asio::ssl::context> context) {
+    if constexpr (std::is_same_v<Stream, PlainStream>) {
+      co_return Status();
+    } else {
+      co_return tls::verify_peer_again(stream_.native_handle(), context->native_handle());
+    }
   }
 
   asio::awaitable<Status> check_peer_name_here(std::string site) {
@@ -162,7 +178,15 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   asio::awaitable<Status> write_frame_here(FrameHeader header, std::span<const std::byte> payload) {
     seal(header, payload);
     co_await write_lock_.lock();
-    Status s = co_await write_locked(header, payload);
+    Status s;
+    if (said_goodbye_) {
+      s = GEOLOCO_ERROR(Err::io, "the connection to ", peer(), " was replaced: a ", frame_type_name(header.type),
+                        " frame after its goodbye");
+    } else {
+      // Set before the write: no keepalive may follow a goodbye, even one due while it is written.
+      said_goodbye_ = header.type == FrameType::goodbye;
+      s = co_await write_locked(header, payload);
+    }
     write_lock_.unlock();
     co_return s;
   }
@@ -292,7 +316,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     while (self->open_) {
       self->keepalive_timer_.expires_after(interval / 2);
       co_await self->keepalive_timer_.async_wait(as_tuple(use_awaitable));
-      if (!self->open_) break;
+      if (!self->open_ || self->said_goodbye_) break;
       if (Clock::now() - self->last_write_ < interval) continue;
       FrameHeader h;
       h.type = FrameType::keepalive;
@@ -314,10 +338,12 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   Clock::time_point last_write_ = Clock::now();
   bool watchdog_started_ = false;
   bool keepalive_started_ = false;
+  bool said_goodbye_ = false;  // a goodbye was written (or is being written): nothing may follow it
   // Read from any thread.
   std::atomic<bool> open_ = true;
   std::atomic<std::uint64_t> bytes_sent_ = 0;
   std::atomic<std::uint64_t> bytes_received_ = 0;
+  std::atomic<std::int64_t> peer_expiry_ = 0;
   mutable std::mutex state_mutex_;  // guards close_reason_ and peer_
   Status close_reason_;
   std::string peer_;

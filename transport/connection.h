@@ -42,11 +42,20 @@ class Connection {
   virtual asio::awaitable<Status> handshake(bool as_client) = 0;
   /// Checks the verified peer certificate names `site` (always ok for plain TCP).
   virtual asio::awaitable<Status> check_peer_name(std::string site) = 0;
+  /// Verifies the certificate the peer presented at the handshake again,
+  /// against `context`'s CA and CRL as of now (always ok for plain TCP).
+  /// Errors: invalid_argument with OpenSSL's reason ("certificate revoked").
+  virtual asio::awaitable<Status> verify_peer_again(std::shared_ptr<asio::ssl::context> context) = 0;
+  /// The peer certificate's notAfter in Unix seconds; 0 before the
+  /// handshake, and for plain TCP.
+  virtual std::int64_t peer_certificate_expiry() const = 0;
 
   /// Seals `header` for `payload` (length, hash) and writes the frame. The
   /// payload must stay valid until this returns. Writers take turns; a frame
-  /// is never interleaved with another. Errors: io (closed, timed out, peer
-  /// gone), with the close reason.
+  /// is never interleaved with another. A goodbye frame is the last one:
+  /// keepalives stop, and a write after it fails (the frame belongs on the
+  /// connection that replaced this one). Errors: io (closed, timed out, peer
+  /// gone, after goodbye), with the reason.
   virtual asio::awaitable<Status> write_frame(FrameHeader header, std::span<const std::byte> payload) = 0;
   /// Reads and checks the next header, skipping keepalives. Errors: as
   /// decode_header, or io.

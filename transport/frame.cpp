@@ -13,6 +13,8 @@ std::string_view frame_type_name(FrameType type) {
     case FrameType::keepalive: return "keepalive";
     case FrameType::control: return "control";
     case FrameType::state: return "state";
+    case FrameType::redial: return "redial";
+    case FrameType::goodbye: return "goodbye";
   }
   return "unknown";
 }
@@ -54,13 +56,14 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   GEOLOCO_RETURN_IF(magic != kFrameMagic, Err::malformed, "bad frame magic: not a geoloco peer, or the stream is out of step");
   GEOLOCO_RETURN_IF(version != kFrameVersion, Err::unsupported, "frame version ", int(version),
                     " is not supported (this build speaks version ", int(kFrameVersion), ")");
-  GEOLOCO_RETURN_IF(type < 1 || type > 6, Err::malformed, "unknown frame type ", int(type));
+  GEOLOCO_RETURN_IF(type < 1 || type > 8, Err::malformed, "unknown frame type ", int(type));
   GEOLOCO_RETURN_IF(reserved != 0, Err::malformed, "frame header reserved bits are set");
   h.type = static_cast<FrameType>(type);
   GEOLOCO_RETURN_IF(h.payload_size > limits.max_payload_bytes, Err::too_large, "frame payload of ", h.payload_size,
                     " bytes exceeds the bound of ", limits.max_payload_bytes, " bytes");
-  GEOLOCO_RETURN_IF(h.type == FrameType::keepalive && h.payload_size != 0, Err::malformed,
-                    "keepalive frame with a payload");
+  const bool empty_kind = h.type == FrameType::keepalive || h.type == FrameType::redial || h.type == FrameType::goodbye;
+  GEOLOCO_RETURN_IF(empty_kind && h.payload_size != 0, Err::malformed, frame_type_name(h.type),
+                    " frame with a payload");
   return h;
 }
 

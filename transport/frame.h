@@ -40,6 +40,12 @@ enum class FrameType : std::uint8_t {
   keepalive = 4,  ///< no payload; proves the peer alive on an idle connection
   control = 5,    ///< control plane (coordinator messages); payload defined by the daemon
   state = 6,      ///< STATE_SYNC: a chunk of a job's outer state (binary), sent to a (re)joining site
+  /// No payload, on the control connection, to the dialing side: "open new
+  /// connections to me and retire these" (this site has a new certificate).
+  redial = 7,
+  /// No payload: the last frame its sender sends on this connection; the
+  /// sender's frames of this slot go on over the connection that replaced it.
+  goodbye = 8,
 };
 
 std::string_view frame_type_name(FrameType type);
@@ -57,6 +63,7 @@ struct FrameHeader {
 struct FrameLimits {
   /// Largest payload accepted, in bytes; 64 MiB holds a 4 MiB chunk many times over.
   std::uint64_t max_payload_bytes = 64ull << 20;
+  bool operator==(const FrameLimits&) const = default;
 };
 
 /// Fills payload_size and payload_hash from `payload`.

@@ -27,7 +27,8 @@ Federation::~Federation() {
 }
 
 tls::TlsFiles Federation::files(const std::string& site) const {
-  return {(dir_ / site / "ca.pem").string(), (dir_ / site / "site.pem").string(), (dir_ / site / "site.key").string()};
+  return {(dir_ / site / "ca.pem").string(), (dir_ / site / "site.pem").string(), (dir_ / site / "site.key").string(),
+          ""};
 }
 
 Result<tls::TlsFiles> Federation::issue(const std::string& site, const std::string& name, const CertOptions& options) {

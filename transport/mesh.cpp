@@ -23,11 +23,14 @@ using Clock = std::chrono::steady_clock;
 
 // A hello names the connection's slot (chunk) and the sender's
 // connections_per_peer (fragment): both sides must agree on which slot is
-// the control connection.
-FrameHeader hello_header(std::uint64_t job, int slot, int connections_per_peer) {
+// the control connection. Its round is 1 when the connection replaces a live
+// one of the same slot (both sides then retire the old one with goodbyes), 0
+// when the old one, if any, is gone.
+FrameHeader hello_header(std::uint64_t job, int slot, int connections_per_peer, bool replacement) {
   FrameHeader h;
   h.type = FrameType::hello;
   h.job = job;
+  h.round = replacement ? 1 : 0;
   h.chunk = static_cast<std::uint32_t>(slot);
   h.fragment = static_cast<std::uint32_t>(connections_per_peer);
   return h;
@@ -71,6 +74,7 @@ Status Mesh::listen() {
   if (!options_.transport.insecure_plaintext_for_tests) {
     auto ctx = tls::make_context(options_.tls);
     if (!ctx.ok()) return ctx.status();
+    GEOLOCO_TRY(tls::check_own_certificate((*ctx)->native_handle(), options_.site));
     ssl_ = *ctx;
   }
   const double rate = options_.transport.rate_limit_mbit * 1e6 / 8;
@@ -114,6 +118,9 @@ void Mesh::stop() {
   for (auto& [peer, conns] : slots_)
     for (auto& c : conns)
       if (c) c->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
+  for (auto& [key, list] : retiring_)
+    for (auto& r : list) r.conn->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
+  early_goodbyes_.clear();
   slots_changed_.notify_all();
   op_changed_.notify_all();
   refusal_flush_.cancel();
@@ -208,10 +215,10 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer(), conn.get(), refused);
     co_return;
   }
-  const FrameHeader reply = hello_header(0, slot, options_.transport.connections_per_peer);
+  const FrameHeader reply = hello_header(0, slot, options_.transport.connections_per_peer, false);
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
-  install(claimed, slot, conn);
+  install(claimed, slot, conn, header->round == 1);
   co_await read_loop(claimed, slot, conn);
 }
 
@@ -219,12 +226,14 @@ asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
   int backoff_ms = options_.transport.reconnect_initial_ms;
   asio::steady_timer timer(executor_);
   while (running_) {
-    Status s = co_await dial_once(peer, slot);
+    auto retired = co_await dial_once(peer, slot);
     if (!running_) break;
-    if (s.ok()) {
+    // Replaced: the loop that dialed the replacement serves the slot now.
+    if (retired.ok() && *retired) break;
+    if (retired.ok()) {
       backoff_ms = options_.transport.reconnect_initial_ms;  // it worked; a drop retries promptly
     } else {
-      spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, s.message());
+      spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, retired.status().message());
       backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
     }
     timer.expires_after(std::chrono::milliseconds(backoff_ms));
@@ -233,7 +242,7 @@ asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
 }
 
 // One connection attempt; returns when the connection has closed again, or at once on failure.
-asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
+asio::awaitable<Result<bool>> Mesh::dial_once(const PeerAddress& peer, int slot) {
   asio::ip::tcp::resolver resolver(executor_);
   auto [rec, endpoints] =
       co_await resolver.async_resolve(peer.host, std::to_string(peer.port), as_tuple(use_awaitable));
@@ -256,13 +265,20 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
   auto conn = wrap(std::move(socket));
   conn->set_peer(peer.name);
   Status s = co_await conn->handshake(true);
-  if (!s.ok()) co_return s;
+  if (!s.ok()) {
+    // This site refused the peer's certificate (revoked, expired, another
+    // CA): said and counted, as on the accepting side.
+    if (s.message().find(tls::kPeerCertificateRefused) != std::string::npos) reject(peer.name, nullptr, s);
+    co_return s;
+  }
   if (Status named = co_await conn->check_peer_name(peer.name); !named.ok()) {
     conn->close(named);
     co_return named;
   }
   conn->start();
-  const FrameHeader hello = hello_header(0, slot, options_.transport.connections_per_peer);
+  // A live connection in this slot is replaced gracefully (a reload); none: a fresh start.
+  const bool replacement = connection(peer.name, slot) != nullptr;
+  const FrameHeader hello = hello_header(0, slot, options_.transport.connections_per_peer, replacement);
   s = co_await conn->write_frame(hello, bytes_of(options_.site));
   if (!s.ok()) co_return s;
   auto header = co_await conn->read_header();
@@ -286,28 +302,8 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot) {
     reject(peer.name, conn.get(), same);
     co_return same;
   }
-  install(peer.name, slot, conn);
-  co_await read_loop(peer.name, slot, conn);
-  co_return Status();
-}
-
-void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection> conn) {
-  conn->set_peer(peer);
-  if (!running_) {
-    // Its hello completed after stop(): nobody would close it, and its
-    // watchdog and keepalives would keep the I/O threads running for good.
-    conn->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
-    return;
-  }
-  auto& old = slots_[peer][slot];
-  if (old && old->is_open()) old->close(GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer));
-  if (old) {
-    retired_bytes_[peer].first += old->bytes_sent();
-    retired_bytes_[peer].second += old->bytes_received();
-  }
-  old = std::move(conn);
-  spdlog::debug("[{}] connected to {} (slot {})", options_.site, peer, slot);
-  slots_changed_.notify_all();
+  install(peer.name, slot, conn, replacement);
+  co_return co_await read_loop(peer.name, slot, conn);
 }
 
 std::shared_ptr<Connection> Mesh::connection(const std::string& peer, int k) const {
@@ -406,17 +402,24 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
 
 Status Mesh::check_slot(const std::string& peer, FrameType type, int slot) const {
   if (type == FrameType::hello) return {};  // refused by admit(), with its own reason
+  if (type == FrameType::goodbye) return {};  // the last frame of any connection
   const bool control_connection = slot == control_slot();
   if (type == FrameType::control && !control_connection)
     return GEOLOCO_ERROR(Err::malformed, "control frame from ", peer, " on data connection ", slot,
                          "; control frames travel on the control connection only");
-  if (type != FrameType::control && control_connection)
+  if (type == FrameType::redial && !control_connection)
+    return GEOLOCO_ERROR(Err::malformed, "redial frame from ", peer, " on data connection ", slot,
+                         "; it travels on the control connection only");
+  if (type != FrameType::control && type != FrameType::redial && control_connection)
     return GEOLOCO_ERROR(Err::malformed, frame_type_name(type), " frame from ", peer,
                          " on the control connection, which carries control frames only");
   return {};
 }
 
-asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn) {
+asio::awaitable<bool> Mesh::read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn) {
+  // A replacement is read only after the connection it replaced, up to the peer's goodbye.
+  while (running_ && conn->is_open() && !may_read(peer, slot, conn.get())) co_await slots_changed_.wait();
+  bool retired = false;
   while (running_ && conn->is_open()) {
     auto header = co_await conn->read_header();
     if (!header.ok()) {
@@ -426,6 +429,19 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
     if (Status placed = check_slot(peer, header->type, slot); !placed.ok()) {
       reject(peer, conn.get(), placed);
       break;
+    }
+    if (header->type == FrameType::goodbye) {
+      retired = goodbye_heard(peer, slot, conn);
+      break;
+    }
+    if (header->type == FrameType::redial) {
+      if (!(options_.site < peer)) {
+        reject(peer, conn.get(), GEOLOCO_ERROR(Err::malformed, "redial frame from ", peer, ", which dials this site"));
+        break;
+      }
+      spdlog::info("[{}] {} has a new certificate: replacing the connections to it", options_.site, peer);
+      replace_connections(peer);
+      continue;
     }
     if (header->type == FrameType::control || header->type == FrameType::state) {
       // Control messages are not part of an operation: no gate, in order.
@@ -485,10 +501,13 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
       break;
     }
   }
+  if (retired) co_return true;
+  forget_retiring(peer, slot, conn.get());
   // The operation's frames travel on the data connections: losing the control connection does not end it.
   if (sink_ != nullptr && slot != control_slot()) sink_->peer_lost(peer, conn->close_reason().ok()
                                                    ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
                                                    : conn->close_reason());
+  co_return false;
 }
 
 asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_t round,
@@ -551,19 +570,24 @@ void Mesh::reject(const std::string& peer, Connection* conn, Status reason) {
 std::uint64_t Mesh::bytes_sent(const std::string& peer) const {
   std::uint64_t total = 0;
   if (auto r = retired_bytes_.find(peer); r != retired_bytes_.end()) total += r->second.first;
-  if (auto s = slots_.find(peer); s != slots_.end())
-    for (const auto& c : s->second)
-      if (c) total += c->bytes_sent();
+  for_each_connection(peer, [&](const Connection& c) { total += c.bytes_sent(); });
   return total;
 }
 
 std::uint64_t Mesh::bytes_received(const std::string& peer) const {
   std::uint64_t total = 0;
   if (auto r = retired_bytes_.find(peer); r != retired_bytes_.end()) total += r->second.second;
+  for_each_connection(peer, [&](const Connection& c) { total += c.bytes_received(); });
+  return total;
+}
+
+void Mesh::for_each_connection(const std::string& peer, const std::function<void(const Connection&)>& fn) const {
   if (auto s = slots_.find(peer); s != slots_.end())
     for (const auto& c : s->second)
-      if (c) total += c->bytes_received();
-  return total;
+      if (c) fn(*c);
+  for (int k = 0; k < slot_count(); ++k)
+    if (auto r = retiring_.find({peer, k}); r != retiring_.end())
+      for (const auto& old : r->second) fn(*old.conn);
 }
 
 }  // namespace geoloco::transport

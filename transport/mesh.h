@@ -23,6 +23,16 @@
 // refused: logged, counted, and the connection closed. Nothing of the sink's
 // state changes for a refused frame.
 //
+// Certificates change without a restart (reload_tls()): connections made
+// from then on use the new context, live connections whose peer the new CA
+// or CRL refuses are closed, and every other live connection is replaced by
+// a new one without losing or reordering a frame. The dialing side opens
+// the replacement (asked by a `redial` frame when the acceptor reloaded),
+// its hello says it replaces a live connection, and each side then sends a
+// `goodbye` as its last frame on the old connection and goes on over the
+// new one; a slot's new connection is read only once its old one has been
+// read up to the peer's goodbye, so the frames of a slot keep their order.
+//
 // All members run on one executor (a single-threaded io_context). The
 // connections do their work (TLS, hashing, socket I/O) on strands of a
 // second executor, the site's I/O threads, so one site encrypts and decrypts
@@ -60,6 +70,7 @@ struct PeerAddress {
   std::string name;
   std::string host;
   std::uint16_t port = 0;
+  bool operator==(const PeerAddress&) const = default;
 };
 
 struct MeshOptions {
@@ -116,6 +127,19 @@ class Mesh {
   Status start();
   /// Closes everything; spawned handlers finish on their own.
   void stop();
+  /// Uses `files` from now on: a new TLS context for new connections; live
+  /// connections whose peer's certificate the new CA or CRL refuses are
+  /// closed (and the refusal logged, naming the peer); every other live
+  /// connection is replaced by one made with the new context, without
+  /// losing a frame. Errors (nothing changes): those of tls::make_context,
+  /// and a certificate that is not valid now for this site.
+  Status reload_tls(const tls::TlsFiles& files);
+  /// Connections replaced after a reload (each retired once both sides said
+  /// goodbye on it).
+  std::uint64_t replaced_connections() const { return replaced_connections_; }
+  /// Each connected peer's certificate notAfter (Unix seconds), the earliest
+  /// over its live connections.
+  std::map<std::string, std::int64_t> peer_certificate_expiries() const;
   /// The bound port (useful with listen_port 0).
   std::uint16_t port() const { return port_; }
 
@@ -201,8 +225,11 @@ class Mesh {
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> serve_incoming(asio::ip::tcp::socket socket);
   asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
-  asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot);
-  asio::awaitable<void> read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn);
+  /// One connection, dialed and read until it closes. Ok: it was retired
+  /// (replaced, both sides said goodbye); this loop's work is done.
+  asio::awaitable<Result<bool>> dial_once(const PeerAddress& peer, int slot);
+  /// Reads `conn` until it closes; true when it ended by the peer's goodbye.
+  asio::awaitable<bool> read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn);
   /// Why a frame of this type may not come on `slot`, if it may not.
   Status check_slot(const std::string& peer, FrameType type, int slot) const;
   /// Every slot: the data slots and the control slot.
@@ -211,11 +238,34 @@ class Mesh {
   asio::awaitable<Result<bool>> admit(const std::string& peer, const FrameHeader& header, Connection& conn);
   std::shared_ptr<Connection> wrap(asio::ip::tcp::socket socket);
   asio::any_io_executor connection_strand() const;
-  void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn);
+  /// Makes `conn` slot `slot`'s connection to `peer`. A `replacement` (its
+  /// hello said so) retires the live one gracefully (goodbye, read to the
+  /// peer's goodbye); otherwise a live one is closed.
+  void install(const std::string& peer, int slot, std::shared_ptr<Connection> conn, bool replacement);
+  /// Sends this site's goodbye on a retiring connection.
+  asio::awaitable<void> say_goodbye(std::string peer, int slot, std::shared_ptr<Connection> conn);
+  /// The retiring connection `conn` is done with in one direction; closed
+  /// and forgotten once both are.
+  void goodbye_done(const std::string& peer, int slot, const Connection* conn, bool ours);
+  /// The peer's goodbye arrived on `conn`: nothing more comes on it. True:
+  /// its reader's work is done (a retiring connection, or the slot's own
+  /// one whose replacement this site has yet to install); false: closed.
+  bool goodbye_heard(const std::string& peer, int slot, const std::shared_ptr<Connection>& conn);
+  /// Forgets a retiring connection that ended (closed, or both goodbyes).
+  void forget_retiring(const std::string& peer, int slot, const Connection* conn);
+  /// May `conn`'s reader read now? Not while an older connection of its
+  /// slot is still being read.
+  bool may_read(const std::string& peer, int slot, const Connection* conn) const;
+  /// Opens a replacement for each live connection to `peer` (this site dials it).
+  void replace_connections(const std::string& peer);
+  /// Re-checks a live connection's peer certificate against the current context.
+  asio::awaitable<void> check_again(std::string peer, std::shared_ptr<Connection> conn);
   void reject(const std::string& peer, Connection* conn, Status reason);
   void log_refusals(const std::vector<std::string>& lines);
   asio::awaitable<void> flush_refusal_log();
   bool is_peer(const std::string& name) const;
+  /// Every connection to `peer`: the slots' and the retiring ones.
+  void for_each_connection(const std::string& peer, const std::function<void(const Connection&)>& fn) const;
 
   asio::any_io_executor executor_;
   asio::any_io_executor connection_executor_;
@@ -229,6 +279,20 @@ class Mesh {
   bool listening_ = false;
 
   std::map<std::string, std::vector<std::shared_ptr<Connection>>> slots_;
+  // A slot's connections that a replacement retired, oldest first, still
+  // read until the peer's goodbye. `ours`/`theirs`: goodbye sent/received.
+  struct Retiring {
+    std::shared_ptr<Connection> conn;
+    bool ours = false;
+    bool theirs = false;
+  };
+  std::map<std::pair<std::string, int>, std::deque<Retiring>> retiring_;
+  // A slot's connection on which the peer said goodbye before this site
+  // installed the replacement.
+  std::map<std::pair<std::string, int>, std::shared_ptr<Connection>> early_goodbyes_;
+  // Slots with a replacement being dialed, and whether another was asked for meanwhile.
+  std::map<std::pair<std::string, int>, bool> replacing_;
+  std::uint64_t replaced_connections_ = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> retired_bytes_;  // sent, received
   Signal slots_changed_;
 

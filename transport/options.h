@@ -40,6 +40,7 @@ struct TransportOptions {
 
   /// Errors: invalid_argument naming the rule.
   Status validate() const;
+  bool operator==(const TransportOptions&) const = default;
 };
 
 inline Status TransportOptions::validate() const {

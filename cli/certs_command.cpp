@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -11,8 +12,10 @@ struct CertsArgs {
   std::string out;
   std::string ca;
   std::string site;
+  std::string cert;
   std::string name = "geoloco federation";
   int days = 825;
+  int crl_days = 30;
 };
 
 int report(const Status& s, const std::string& what) {
@@ -43,7 +46,9 @@ void add_certs_command(CLI::App& app, Action& action) {
     };
   });
 
-  auto* issue = certs->add_subcommand("issue", "Issue a site's key and certificate, signed by the CA");
+  auto* issue = certs->add_subcommand(
+      "issue", "Issue a site's key and certificate, signed by the CA; into a directory that has them, a renewal "
+               "(the previous pair stays as .prev; reload the daemon to use the new one)");
   issue->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
   issue->add_option("--site", args->site, "site name, as in the site and job files")->required();
   issue->add_option("--out", args->out, "directory for site.pem, site.key and ca.pem")->required();
@@ -52,8 +57,45 @@ void add_certs_command(CLI::App& app, Action& action) {
     action = [args] {
       transport::CertOptions o;
       o.days_valid = args->days;
+      const bool renewal = std::filesystem::exists(std::filesystem::path(args->out) / "site.pem");
       return report(transport::issue_site_cert(args->ca, args->site, args->out, o),
-                    "issued certificate for site '" + args->site + "' in " + args->out);
+                    renewal ? "renewed the certificate of site '" + args->site + "' in " + args->out +
+                                  " (the previous one is site.pem.prev); reload its daemon: systemctl reload "
+                                  "geolocod, or kill -HUP"
+                            : "issued certificate for site '" + args->site + "' in " + args->out);
+    };
+  });
+
+  auto* revoke = certs->add_subcommand(
+      "revoke", "Add a site certificate to the federation's revocation list (CA_DIR/crl.pem); copy it to every "
+                "site's tls.crl and reload the daemons");
+  revoke->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
+  revoke->add_option("--cert", args->cert, "the certificate to revoke (a site's site.pem)")->required();
+  revoke->add_option("--crl-days", args->crl_days, "the list's validity in days (refresh it before then)")
+      ->capture_default_str();
+  revoke->callback([&action, args] {
+    action = [args] {
+      auto revoked = transport::revoke_cert(args->ca, args->cert, args->crl_days);
+      if (!revoked.ok()) return report(revoked.status(), "");
+      const std::string crl = (std::filesystem::path(args->ca) / "crl.pem").string();
+      return report({}, *revoked ? "revoked " + args->cert + ": " + crl +
+                                       " lists it; copy it to every site (tls.crl) and reload their daemons"
+                                 : args->cert + " was revoked already; " + crl + " is unchanged");
+    };
+  });
+
+  auto* crl = certs->add_subcommand(
+      "crl", "Sign the federation's revocation list (CA_DIR/crl.pem) anew with a later next update, or make an "
+             "empty one");
+  crl->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
+  crl->add_option("--days", args->crl_days, "the list's validity in days")->capture_default_str();
+  crl->callback([&action, args] {
+    action = [args] {
+      auto count = transport::refresh_crl(args->ca, args->crl_days);
+      if (!count.ok()) return report(count.status(), "");
+      return report({}, "wrote " + (std::filesystem::path(args->ca) / "crl.pem").string() + " (" +
+                            std::to_string(*count) + " revoked, valid " + std::to_string(args->crl_days) +
+                            " days); copy it to every site (tls.crl) and reload their daemons");
     };
   });
 }

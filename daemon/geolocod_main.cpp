@@ -1,5 +1,6 @@
 // geolocod: the site daemon (docs/design.md §2). Reads the site file, applies the
 // GEOLOCO_* environment and then the flags, and runs until SIGTERM/SIGINT.
+// SIGHUP reads them again and applies the tls section (SiteDaemon::reload).
 //
 // Exit codes: 0 stopped cleanly (jobs stopped, state saved); 2 bad
 // configuration or flags; 1 could not start (ports, sockets, TLS files).
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <spdlog/spdlog.h>
 
 #include "daemon/log_setup.h"
@@ -61,23 +63,18 @@ int main(int argc, char** argv) {
   app.add_flag("--check", check_only, "validate the site file (and overrides), print the result, and exit");
   CLI11_PARSE(app, argc, argv);
 
-  auto site = load_site_file(config_path);
+  // The site file, then the environment, then the flags: at start and at each SIGHUP.
+  auto load = [&]() -> Result<SiteConfig> {
+    auto site = load_site_file(config_path);
+    if (!site.ok()) return site.status();
+    GEOLOCO_TRY(apply_environment(*site, [](const char* name) { return std::getenv(name); }));
+    for (const auto& [flag, value] : overrides) GEOLOCO_TRY(apply_override(*site, flag, value));
+    if (Status v = site->validate(); !v.ok()) return GEOLOCO_ERROR(v.code(), config_path, ": ", v.message());
+    return site;
+  };
+  auto site = load();
   if (!site.ok()) {
     std::fprintf(stderr, "geolocod: %s\n", site.status().message().c_str());
-    return 2;
-  }
-  if (Status e = apply_environment(*site, [](const char* name) { return std::getenv(name); }); !e.ok()) {
-    std::fprintf(stderr, "geolocod: %s\n", e.message().c_str());
-    return 2;
-  }
-  for (const auto& [flag, value] : overrides) {
-    if (Status o = apply_override(*site, flag, value); !o.ok()) {
-      std::fprintf(stderr, "geolocod: %s\n", o.message().c_str());
-      return 2;
-    }
-  }
-  if (Status v = site->validate(); !v.ok()) {
-    std::fprintf(stderr, "geolocod: %s: %s\n", config_path.c_str(), v.message().c_str());
     return 2;
   }
   if (check_only) {
@@ -110,6 +107,20 @@ int main(int argc, char** argv) {
   (void)notifier.ready(daemon.summary());
 
   int exit_code = 0;
+  asio::signal_set hangup(io, SIGHUP);
+  std::function<void()> on_hangup = [&] {
+    hangup.async_wait([&](const std::error_code& ec, int) {
+      if (ec) return;
+      (void)notifier.reloading();
+      spdlog::info("SIGHUP: reading {} again", config_path);
+      auto loaded = load();
+      Status applied = loaded.ok() ? daemon.reload(*loaded) : loaded.status();
+      if (!applied.ok()) spdlog::error("reload: {}", applied.message());
+      (void)notifier.ready(daemon.summary());
+      on_hangup();
+    });
+  };
+  on_hangup();
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const std::error_code& ec, int signal) {
     if (ec) return;
@@ -118,6 +129,7 @@ int main(int argc, char** argv) {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
+          hangup.cancel();
           co_await daemon.shutdown();
           io.stop();
         },

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <string>
 
 namespace geoloco::daemon {
 
@@ -25,5 +27,11 @@ Status ServiceNotifier::ready(const std::string& status) { return send("READY=1\
 Status ServiceNotifier::status(const std::string& status) { return send("STATUS=" + status); }
 Status ServiceNotifier::watchdog() { return send("WATCHDOG=1"); }
 Status ServiceNotifier::stopping(const std::string& status) { return send("STOPPING=1\nSTATUS=" + status); }
+Status ServiceNotifier::reloading() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const long long usec = static_cast<long long>(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
+  return send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(usec));
+}
 
 }  // namespace geoloco::daemon

@@ -1,7 +1,7 @@
 // Telling systemd how the daemon is doing (Type=notify units, docs/design.md §7):
 // READY=1 once the site listens, STATUS= lines a user sees in
-// `systemctl status`, WATCHDOG=1 pings within WatchdogSec, STOPPING=1 on
-// shutdown. Outside systemd (no NOTIFY_SOCKET) every call does nothing.
+// `systemctl status`, WATCHDOG=1 pings within WatchdogSec, RELOADING=1
+// while a SIGHUP is applied (`systemctl reload`), STOPPING=1 on shutdown. Outside systemd (no NOTIFY_SOCKET) every call does nothing.
 #pragma once
 
 #include <chrono>
@@ -25,6 +25,8 @@ class ServiceNotifier {
   Status status(const std::string& status);
   Status watchdog();
   Status stopping(const std::string& status);
+  /// RELOADING=1 (a SIGHUP is being applied); ready() again when it is done.
+  Status reloading();
 
  private:
   Status send(const std::string& state);

@@ -43,6 +43,26 @@ Status SiteConfig::validate() const {
   return {};
 }
 
+std::vector<std::string> settings_needing_restart(const SiteConfig& running, const SiteConfig& loaded) {
+  std::vector<std::string> out;
+  auto differs = [&out](bool changed, const char* name) {
+    if (changed) out.push_back(name);
+  };
+  differs(running.name != loaded.name, "name");
+  differs(running.listen != loaded.listen, "listen");
+  differs(running.peers != loaded.peers, "peers");
+  differs(running.data_dir != loaded.data_dir, "data_dir");
+  differs(running.metrics != loaded.metrics, "metrics");
+  differs(running.control_socket != loaded.control_socket, "control_socket");
+  differs(running.gpus != loaded.gpus, "gpus");
+  differs(running.log_format != loaded.log_format, "log_format");
+  differs(running.transport != loaded.transport, "transport");
+  differs(running.heartbeat_interval_ms != loaded.heartbeat_interval_ms ||
+              running.heartbeat_timeout_ms != loaded.heartbeat_timeout_ms,
+          "heartbeat");
+  return out;
+}
+
 Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view source) {
   yaml::Problems p(source);
   SiteConfig c;
@@ -104,7 +124,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
       }
     } else if (key == "tls") {
       if (!v.IsMap()) {
-        p.add(v, "tls: expected {ca: ..., cert: ..., key: ...}");
+        p.add(v, "tls: expected {ca: ..., cert: ..., key: ..., crl: ..., expiry_warning: 30d}");
         continue;
       }
       for (const auto& t : v) {
@@ -112,7 +132,14 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         if (k == "ca") yaml::read_string(t.second, "tls.ca", c.tls.ca_file, p);
         else if (k == "cert") yaml::read_string(t.second, "tls.cert", c.tls.cert_file, p);
         else if (k == "key") yaml::read_string(t.second, "tls.key", c.tls.key_file, p);
-        else p.add(t.first, cat("tls: unknown key '", k, "' (allowed: ca, cert, key)"));
+        else if (k == "crl") yaml::read_string(t.second, "tls.crl", c.tls.crl_file, p);
+        else if (k == "expiry_warning") {
+          double seconds = 0;
+          if (yaml::read_duration(t.second, "tls.expiry_warning", seconds, p))
+            c.tls_expiry_warning_s = static_cast<std::int64_t>(seconds);
+        } else {
+          p.add(t.first, cat("tls: unknown key '", k, "' (allowed: ca, cert, key, crl, expiry_warning)"));
+        }
       }
     } else if (key == "heartbeat") {
       if (!v.IsMap()) {

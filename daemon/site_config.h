@@ -8,7 +8,9 @@
 //   listen: 0.0.0.0:7400
 //   peers:
 //     - {name: us-east, address: us-east.example.org:7400}
-//   tls: {ca: /etc/geoloco/tls/ca.pem, cert: /etc/geoloco/tls/site.pem, key: /etc/geoloco/tls/site.key}
+//   tls: {ca: /etc/geoloco/tls/ca.pem, cert: /etc/geoloco/tls/site.pem, key: /etc/geoloco/tls/site.key,
+//         crl: /etc/geoloco/tls/crl.pem,     # optional: the federation's revocation list
+//         expiry_warning: 30d}               # warn this long before a certificate or the CRL runs out
 //   data_dir: /var/lib/geoloco
 //   metrics: 127.0.0.1:9400
 //   control_socket: /run/geoloco/geolocod.sock
@@ -18,6 +20,9 @@
 //   transport: {connections_per_peer: 4, rate_limit: 0, io_threads: 4, read_timeout: 20s,
 //               write_timeout: 20s, keepalive_interval: 5s, connect_timeout: 10s,
 //               reconnect_max: 10s}     # longest wait between dials to a peer that is down
+//
+// SIGHUP (systemctl reload) reads the site file again and applies its tls
+// section without a restart (docs/design.md); other changes wait for one.
 //
 // rate_limit caps the site's egress in bit/s with the suffixes of
 // common/units.h (1G, 400M; 0: no cap).
@@ -47,7 +52,11 @@ struct SiteConfig {
   std::string name;                                 ///< required; the name in this site's certificate
   HostPort listen{"0.0.0.0", 7400};                 ///< where peers connect
   std::vector<transport::PeerAddress> peers;        ///< every other site of the federation
-  transport::tls::TlsFiles tls{"/etc/geoloco/tls/ca.pem", "/etc/geoloco/tls/site.pem", "/etc/geoloco/tls/site.key"};
+  transport::tls::TlsFiles tls{"/etc/geoloco/tls/ca.pem", "/etc/geoloco/tls/site.pem", "/etc/geoloco/tls/site.key",
+                               ""};
+  /// Warn this long before the site's certificate, the CA, a peer's
+  /// certificate or the CRL's next update runs out.
+  std::int64_t tls_expiry_warning_s = 30 * 86400;
   std::string data_dir = "/var/lib/geoloco";        ///< checkpoints, journals
   HostPort metrics{"127.0.0.1", 9400};              ///< Prometheus text on http://metrics/metrics
   std::string control_socket = "/run/geoloco/geolocod.sock";  ///< `geoloco submit/status/...` talk here
@@ -63,6 +72,11 @@ struct SiteConfig {
   /// Errors: invalid_argument naming each broken rule.
   Status validate() const;
 };
+
+/// The settings of `loaded` that differ from `running`'s, other than the
+/// tls section (which a reload applies), by their site-file names
+/// ("listen", "peers", ...): a reload leaves them for a restart.
+std::vector<std::string> settings_needing_restart(const SiteConfig& running, const SiteConfig& loaded);
 
 /// Reads a site file's document; absent keys keep their defaults, `name` is
 /// required. Errors: invalid_argument listing every problem with line and column.

@@ -55,6 +55,7 @@ std::string SiteDaemon::render_metrics() {
   const std::uint64_t rejected = mesh_->rejected_frames();
   (void)metrics_.add("geoloco_rejected_frames_total", {}, double(rejected - rejected_seen_));
   rejected_seen_ = rejected;
+  show_peer_certificates();
   std::map<std::string, int> states;
   if (active_) ++states[std::string(job_state_name(active_->state()))];
   for (const auto& j : past_) ++states[std::string(job_state_name(j->state()))];
@@ -102,6 +103,8 @@ Status SiteDaemon::start() {
   spdlog::info("site {} listening on {}:{} (peers: {}), control socket {}, metrics http://{}:{}/metrics", site_.name,
                site_.listen.host, mesh_->port(), site_.peers.size(), site_.control_socket, site_.metrics.host,
                site_.metrics.port);
+  check_certificates(false);
+  watch_certificates();
   resume_jobs();
   return {};
 }

@@ -51,6 +51,13 @@ class SiteDaemon {
   /// state saved) and closes everything.
   asio::awaitable<void> shutdown();
 
+  /// Applies a site file read again (SIGHUP): its tls section (certificate,
+  /// key, CA, CRL, expiry warning) at once, live connections replaced
+  /// without losing a round; other changed settings are logged as waiting
+  /// for a restart. Errors (nothing changes): the TLS files' problems, a
+  /// site file for another site.
+  Status reload(const SiteConfig& loaded);
+
   /// Status text for systemd (`systemctl status`).
   std::string summary() const;
   const SiteConfig& site() const { return site_; }
@@ -70,6 +77,13 @@ class SiteDaemon {
   void resume_jobs();
   void declare_metrics();
   std::string render_metrics();
+  /// Sets the TLS files' expiry metrics and warns about what is close to
+  /// expiring (with `peers`: the connected peers' certificates too).
+  void check_certificates(bool peers);
+  /// Peers' certificate expiry and replaced connections, as metrics.
+  void show_peer_certificates();
+  /// check_certificates() a minute after start, then every 12 hours.
+  void watch_certificates();
 
   asio::io_context& io_;
   asio::any_io_executor connection_executor_;
@@ -83,6 +97,7 @@ class SiteDaemon {
   std::vector<std::shared_ptr<JobRun>> past_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> peer_bytes_;  // last scrape: sent, received
   std::uint64_t rejected_seen_ = 0;
+  std::uint64_t replaced_seen_ = 0;
   bool stopping_ = false;
 };
 

@@ -30,6 +30,12 @@ void declare_site_metrics(Metrics& metrics) {
       {"geoloco_coordinator_epoch", T::gauge, "The epoch of the coordinator's office this site follows (0: the job's named coordinator)."},
       {"geoloco_failovers_total", T::counter, "Successors that took the coordinator's office, as this site learned of them."},
       {"geoloco_fenced_messages_total", T::counter, "PLAN, COMMITTED and ABORT refused because their epoch is over."},
+      {"geoloco_tls_certificate_expiry_timestamp_seconds", T::gauge,
+       "notAfter of this site's certificate (certificate=site), the CA's (ca) and each connected peer's (peer), Unix seconds."},
+      {"geoloco_tls_crl_next_update_timestamp_seconds", T::gauge,
+       "The CRL's next update, Unix seconds: past it every peer is refused."},
+      {"geoloco_tls_reloads_total", T::counter, "TLS reloads (SIGHUP) applied or refused."},
+      {"geoloco_tls_connections_replaced_total", T::counter, "Peer connections replaced after a TLS reload."},
   };
   for (const auto& [name, type, help] : all) (void)metrics.declare(name, type, help);
 }

@@ -111,3 +111,40 @@ TEST_CASE("host:port parsing") {
   CHECK_FALSE(parse_host_port("a:99999").ok());
   CHECK_FALSE(parse_host_port(":80").ok());
 }
+
+TEST_CASE("the tls section names a CRL and how early to warn about expiry") {
+  auto c = parse(R"(name: eu-west
+tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key, crl: /tls/crl.pem, expiry_warning: 14d}
+)");
+  INFO(c.status().message());
+  REQUIRE(c.ok());
+  CHECK(c->tls.crl_file == "/tls/crl.pem");
+  CHECK(c->tls_expiry_warning_s == 14 * 86400);
+  auto defaults = parse("name: eu-west\n");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->tls.crl_file.empty());
+  CHECK(defaults->tls_expiry_warning_s == 30 * 86400);
+  auto bad = parse("name: eu-west\ntls: {crl: /tls/crl.pem, expiry: soon}\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("unknown key 'expiry' (allowed: ca, cert, key, crl, expiry_warning)"));
+}
+
+TEST_CASE("a reload names the settings it leaves for a restart, not the tls section it applies") {
+  auto running = parse(R"(name: eu-west
+listen: 0.0.0.0:7500
+peers: [{name: us-east, address: us-east.example.org:7400}]
+tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
+)");
+  REQUIRE(running.ok());
+  SiteConfig loaded = *running;
+  loaded.tls.cert_file = "/tls/site-2027.pem";
+  loaded.tls.crl_file = "/tls/crl.pem";
+  loaded.tls_expiry_warning_s = 86400;
+  CHECK(settings_needing_restart(*running, loaded).empty());
+  loaded.listen.port = 7501;
+  loaded.peers[0].port = 7401;
+  loaded.transport.connections_per_peer = 8;
+  loaded.heartbeat_timeout_ms = 90000;
+  CHECK(settings_needing_restart(*running, loaded) == std::vector<std::string>{"listen", "peers", "transport", "heartbeat"});
+}

@@ -39,6 +39,7 @@ quick=(
   "disk_faults.py"
   "full_disk.py"
   "hostile_peers.py"
+  "cert_rotation.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"

@@ -83,8 +83,12 @@ class StateTransfers {
 
   // --- the asker's side
 
-  /// This site asked for the state at `now`: the wait install() reports starts here.
-  void requested(Clock::time_point now) { requested_at_ = now; }
+  /// This site asked for the state at `now`: the wait install() reports
+  /// starts here, or at the first request of a transfer that goes on from
+  /// another donor (so a resumed transfer reports its whole time).
+  void requested(Clock::time_point now) {
+    if (!receiving_) requested_at_ = now;
+  }
   /// Takes `peer`'s offer as the transfer to receive, and returns the
   /// accept to send it. An offer of the same state as the transfer in
   /// progress from another peer (its donor died or stalled) goes on with

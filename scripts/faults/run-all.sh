@@ -40,6 +40,7 @@ quick=(
   "full_disk.py"
   "hostile_peers.py"
   "cert_rotation.py"
+  "donor_death.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"

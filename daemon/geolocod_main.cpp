@@ -99,14 +99,9 @@ int main(int argc, char** argv) {
   transport::IoThreads io_threads(site->transport.io_threads);
   asio::io_context io;
   SiteDaemon daemon(io, io_threads.executor(), *site, DaemonOptions{trainer, group});
-  if (Status s = daemon.start(); !s.ok()) {
-    spdlog::error("cannot start: {}", s.message());
-    return 1;
-  }
+  // SIGHUP's handler is in place before the daemon says it is ready: a
+  // reload right after the start must not end it (SIGHUP's default action).
   ServiceNotifier notifier;
-  (void)notifier.ready(daemon.summary());
-
-  int exit_code = 0;
   asio::signal_set hangup(io, SIGHUP);
   std::function<void()> on_hangup = [&] {
     hangup.async_wait([&](const std::error_code& ec, int) {
@@ -121,6 +116,13 @@ int main(int argc, char** argv) {
     });
   };
   on_hangup();
+  if (Status s = daemon.start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s.message());
+    return 1;
+  }
+  (void)notifier.ready(daemon.summary());
+
+  int exit_code = 0;
   asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const std::error_code& ec, int signal) {
     if (ec) return;

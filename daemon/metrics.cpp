@@ -66,6 +66,13 @@ Status Metrics::set(const std::string& name, const Labels& labels, double value)
   return {};
 }
 
+void Metrics::remove(const std::string& name, const Labels& labels) {
+  auto it = families_.find(name);
+  if (it == families_.end() || it->second.type != Type::gauge) return;
+  const auto l = labels_of(labels);
+  if (it->second.gauges->Has(l)) it->second.gauges->Remove(&it->second.gauges->Add(l));
+}
+
 double Metrics::value(const std::string& name, const Labels& labels) const {
   auto it = families_.find(name);
   if (it == families_.end()) return 0;

@@ -45,6 +45,9 @@ class Metrics {
   Status add(const std::string& name, const Labels& labels, double delta);
   /// Sets a gauge. Errors: invalid_argument (undeclared or not a gauge).
   Status set(const std::string& name, const Labels& labels, double value);
+  /// Removes a gauge's sample (a peer gone, a file no longer configured),
+  /// so it is not shown with a stale value. Nothing when it has none.
+  void remove(const std::string& name, const Labels& labels);
   /// The current value, 0 when never set.
   double value(const std::string& name, const Labels& labels) const;
 

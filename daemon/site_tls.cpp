@@ -54,6 +54,7 @@ void SiteDaemon::check_certificates(bool peers) {
     spdlog::warn("cannot read the TLS files' dates: {}", items.status().message());
     return;
   }
+  if (site_.tls.crl_file.empty()) metrics_.remove("geoloco_tls_crl_next_update_timestamp_seconds", {});
   for (const auto& item : *items) {
     if (item.what == "CRL") (void)metrics_.set("geoloco_tls_crl_next_update_timestamp_seconds", {}, double(item.at));
     else
@@ -68,9 +69,15 @@ void SiteDaemon::check_certificates(bool peers) {
 }
 
 void SiteDaemon::show_peer_certificates() {
-  for (const auto& [peer, at] : mesh_->peer_certificate_expiries())
-    (void)metrics_.set("geoloco_tls_certificate_expiry_timestamp_seconds", {{"certificate", "peer"}, {"peer", peer}},
-                       double(at));
+  // The certificates of the peers connected now: a peer gone (or revoked) has none shown.
+  const auto expiries = mesh_->peer_certificate_expiries();
+  for (const auto& p : site_.peers) {
+    const Labels labels{{"certificate", "peer"}, {"peer", p.name}};
+    if (auto it = expiries.find(p.name); it != expiries.end())
+      (void)metrics_.set("geoloco_tls_certificate_expiry_timestamp_seconds", labels, double(it->second));
+    else
+      metrics_.remove("geoloco_tls_certificate_expiry_timestamp_seconds", labels);
+  }
   const std::uint64_t replaced = mesh_->replaced_connections();
   (void)metrics_.add("geoloco_tls_connections_replaced_total", {}, double(replaced - replaced_seen_));
   replaced_seen_ = replaced;

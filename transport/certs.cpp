@@ -3,10 +3,13 @@
 #include "common/site_name.h"
 #include "transport/pem_files.h"
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 
+#include <cstdio>
 #include <filesystem>
 
 namespace geoloco::transport {
@@ -74,6 +77,21 @@ Result<X509Ptr> make_cert(EVP_PKEY* subject_key, const std::string& cn, X509* is
   return cert;
 }
 
+// Whether the PEM bundle at `path` (if any) holds `cert`.
+bool bundle_holds(const std::string& path, X509* cert) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  bool found = false;
+  while (!found) {
+    X509Ptr next(PEM_read_X509(f, nullptr, nullptr, nullptr));
+    if (!next) break;
+    found = X509_cmp(next.get(), cert) == 0;
+  }
+  std::fclose(f);
+  ERR_clear_error();
+  return found;
+}
+
 Status make_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -117,6 +135,9 @@ Status issue_site_cert(const std::string& ca_dir, const std::string& site, const
   for (const char* f : {"site.key", "site.pem"}) GEOLOCO_TRY(pem::keep_previous(join(out_dir, f)));
   GEOLOCO_TRY(pem::write_pem(join(out_dir, "site.key"), pem::Kind::key, key->get(), nullptr, nullptr));
   GEOLOCO_TRY(pem::write_pem(join(out_dir, "site.pem"), pem::Kind::cert, nullptr, cert->get(), nullptr));
+  // A ca.pem that holds this CA already stays as it is: it may be a bundle
+  // of several CAs (during a CA's rotation) that the site trusts.
+  if (bundle_holds(join(out_dir, "ca.pem"), ca_cert->get())) return {};
   return pem::write_pem(join(out_dir, "ca.pem"), pem::Kind::cert, nullptr, ca_cert->get(), nullptr);
 }
 

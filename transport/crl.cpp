@@ -90,6 +90,8 @@ Status write(const std::string& ca_dir, Revoked& r, int days) {
 }  // namespace
 
 Result<bool> revoke_cert(const std::string& ca_dir, const std::string& cert_file, int crl_days) {
+  auto lock = pem::DirLock::take(ca_dir);
+  if (!lock.ok()) return lock.status();
   auto r = load(ca_dir);
   if (!r.ok()) return r.status();
   auto cert = pem::read_cert(cert_file);
@@ -109,6 +111,8 @@ Result<bool> revoke_cert(const std::string& ca_dir, const std::string& cert_file
 }
 
 Result<int> refresh_crl(const std::string& ca_dir, int crl_days) {
+  auto lock = pem::DirLock::take(ca_dir);
+  if (!lock.ok()) return lock.status();
   auto r = load(ca_dir);
   if (!r.ok()) return r.status();
   const int count = static_cast<int>((*r)->entries.size());

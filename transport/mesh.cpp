@@ -150,6 +150,7 @@ asio::awaitable<void> Mesh::accept_loop() {
 }
 
 asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
+  const auto made_with = ssl_;
   auto conn = wrap(std::move(socket));
   Status s = co_await conn->handshake(false);
   if (!s.ok()) {
@@ -215,6 +216,13 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer(), conn.get(), refused);
     co_return;
   }
+  // A TLS reload during the handshake: the peer is held to the new CA and CRL too.
+  if (made_with != ssl_) {
+    if (Status again = co_await conn->verify_peer_again(ssl_); !again.ok()) {
+      reject(claimed, conn.get(), again);
+      co_return;
+    }
+  }
   const FrameHeader reply = hello_header(0, slot, options_.transport.connections_per_peer, false);
   Status replied = co_await conn->write_frame(reply, bytes_of(options_.site));
   if (!replied.ok()) co_return;
@@ -222,27 +230,34 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   co_await read_loop(claimed, slot, conn);
 }
 
+// The one dialer of a slot: it dials when the slot has no live connection,
+// and dials a replacement when a reload asked for one. One dial at a time
+// per slot, installed before the next begins, so both sides install a
+// slot's connections in the same order (the order their readers follow).
 asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
   int backoff_ms = options_.transport.reconnect_initial_ms;
   asio::steady_timer timer(executor_);
   while (running_) {
-    auto retired = co_await dial_once(peer, slot);
-    if (!running_) break;
-    // Replaced: the loop that dialed the replacement serves the slot now.
-    if (retired.ok() && *retired) break;
-    if (retired.ok()) {
-      backoff_ms = options_.transport.reconnect_initial_ms;  // it worked; a drop retries promptly
-    } else {
-      spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, retired.status().message());
-      backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
+    const bool live = connection(peer.name, slot) != nullptr;
+    if (live && !replacement_wanted(peer.name, slot)) {
+      co_await slots_changed_.wait();
+      continue;
     }
+    Status s = co_await dial_once(peer, slot, live);
+    if (!running_) break;
+    if (s.ok()) {
+      backoff_ms = options_.transport.reconnect_initial_ms;  // it worked; a drop retries promptly
+      continue;
+    }
+    spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, s.message());
+    backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
     timer.expires_after(std::chrono::milliseconds(backoff_ms));
     co_await timer.async_wait(as_tuple(use_awaitable));
   }
 }
 
-// One connection attempt; returns when the connection has closed again, or at once on failure.
-asio::awaitable<Result<bool>> Mesh::dial_once(const PeerAddress& peer, int slot) {
+// One connection attempt: installed (its reader started) or failed.
+asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool replacement) {
   asio::ip::tcp::resolver resolver(executor_);
   auto [rec, endpoints] =
       co_await resolver.async_resolve(peer.host, std::to_string(peer.port), as_tuple(use_awaitable));
@@ -262,6 +277,7 @@ asio::awaitable<Result<bool>> Mesh::dial_once(const PeerAddress& peer, int slot)
   const std::error_code cec = co_await asio::co_spawn(socket.get_executor(), connect(), use_awaitable);
   if (cec) co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
                                    cec.message());
+  const auto made_with = ssl_;
   auto conn = wrap(std::move(socket));
   conn->set_peer(peer.name);
   Status s = co_await conn->handshake(true);
@@ -276,8 +292,7 @@ asio::awaitable<Result<bool>> Mesh::dial_once(const PeerAddress& peer, int slot)
     co_return named;
   }
   conn->start();
-  // A live connection in this slot is replaced gracefully (a reload); none: a fresh start.
-  const bool replacement = connection(peer.name, slot) != nullptr;
+  // replacement: the slot's live connection is retired gracefully (a reload); else a fresh start.
   const FrameHeader hello = hello_header(0, slot, options_.transport.connections_per_peer, replacement);
   s = co_await conn->write_frame(hello, bytes_of(options_.site));
   if (!s.ok()) co_return s;
@@ -302,8 +317,15 @@ asio::awaitable<Result<bool>> Mesh::dial_once(const PeerAddress& peer, int slot)
     reject(peer.name, conn.get(), same);
     co_return same;
   }
+  if (made_with != ssl_) {
+    if (Status again = co_await conn->verify_peer_again(ssl_); !again.ok()) {
+      reject(peer.name, conn.get(), again);
+      co_return again;
+    }
+  }
   install(peer.name, slot, conn, replacement);
-  co_return co_await read_loop(peer.name, slot, conn);
+  asio::co_spawn(executor_, read_loop(peer.name, slot, conn), asio::detached);
+  co_return Status();
 }
 
 std::shared_ptr<Connection> Mesh::connection(const std::string& peer, int k) const {
@@ -416,7 +438,7 @@ Status Mesh::check_slot(const std::string& peer, FrameType type, int slot) const
   return {};
 }
 
-asio::awaitable<bool> Mesh::read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn) {
+asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn) {
   // A replacement is read only after the connection it replaced, up to the peer's goodbye.
   while (running_ && conn->is_open() && !may_read(peer, slot, conn.get())) co_await slots_changed_.wait();
   bool retired = false;
@@ -501,13 +523,14 @@ asio::awaitable<bool> Mesh::read_loop(std::string peer, int slot, std::shared_pt
       break;
     }
   }
-  if (retired) co_return true;
-  forget_retiring(peer, slot, conn.get());
-  // The operation's frames travel on the data connections: losing the control connection does not end it.
-  if (sink_ != nullptr && slot != control_slot()) sink_->peer_lost(peer, conn->close_reason().ok()
-                                                   ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
-                                                   : conn->close_reason());
-  co_return false;
+  if (!retired) {
+    forget_retiring(peer, slot, conn.get());
+    // The operation's frames travel on the data connections: losing the control connection does not end it.
+    if (sink_ != nullptr && slot != control_slot())
+      sink_->peer_lost(peer, conn->close_reason().ok() ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
+                                                       : conn->close_reason());
+  }
+  slots_changed_.notify_all();  // the slot's dialer looks again
 }
 
 asio::awaitable<Status> Mesh::send_control(const std::string& peer, std::uint64_t round,
@@ -582,12 +605,17 @@ std::uint64_t Mesh::bytes_received(const std::string& peer) const {
 }
 
 void Mesh::for_each_connection(const std::string& peer, const std::function<void(const Connection&)>& fn) const {
+  for_each_connection_ptr(peer, [&fn](const std::shared_ptr<Connection>& c) { fn(*c); });
+}
+
+void Mesh::for_each_connection_ptr(const std::string& peer,
+                                   const std::function<void(const std::shared_ptr<Connection>&)>& fn) const {
   if (auto s = slots_.find(peer); s != slots_.end())
     for (const auto& c : s->second)
-      if (c) fn(*c);
+      if (c) fn(c);
   for (int k = 0; k < slot_count(); ++k)
     if (auto r = retiring_.find({peer, k}); r != retiring_.end())
-      for (const auto& old : r->second) fn(*old.conn);
+      for (const auto& old : r->second) fn(old.conn);
 }
 
 }  // namespace geoloco::transport

@@ -137,6 +137,12 @@ class Mesh {
   /// Connections replaced after a reload (each retired once both sides said
   /// goodbye on it).
   std::uint64_t replaced_connections() const { return replaced_connections_; }
+  /// Replaced connections still being read to the peer's goodbye.
+  std::size_t retiring_connections() const {
+    std::size_t n = 0;
+    for (const auto& [key, list] : retiring_) n += list.size();
+    return n;
+  }
   /// Each connected peer's certificate notAfter (Unix seconds), the earliest
   /// over its live connections.
   std::map<std::string, std::int64_t> peer_certificate_expiries() const;
@@ -225,11 +231,13 @@ class Mesh {
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> serve_incoming(asio::ip::tcp::socket socket);
   asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
-  /// One connection, dialed and read until it closes. Ok: it was retired
-  /// (replaced, both sides said goodbye); this loop's work is done.
-  asio::awaitable<Result<bool>> dial_once(const PeerAddress& peer, int slot);
-  /// Reads `conn` until it closes; true when it ended by the peer's goodbye.
-  asio::awaitable<bool> read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn);
+  /// One connection dialed, installed and its reader started; `replacement`:
+  /// it retires the slot's live connection gracefully.
+  asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot, bool replacement);
+  /// Reads `conn` until it closes, or until the peer's goodbye.
+  asio::awaitable<void> read_loop(std::string peer, int slot, std::shared_ptr<Connection> conn);
+  /// Was the slot's live connection made before a replacement was asked for?
+  bool replacement_wanted(const std::string& peer, int slot) const;
   /// Why a frame of this type may not come on `slot`, if it may not.
   Status check_slot(const std::string& peer, FrameType type, int slot) const;
   /// Every slot: the data slots and the control slot.
@@ -256,8 +264,11 @@ class Mesh {
   /// May `conn`'s reader read now? Not while an older connection of its
   /// slot is still being read.
   bool may_read(const std::string& peer, int slot, const Connection* conn) const;
-  /// Opens a replacement for each live connection to `peer` (this site dials it).
+  /// Asks the slots' dialers to replace each live connection to `peer` (this site dials it).
   void replace_connections(const std::string& peer);
+  /// Asks `peer`, which dials this site, to replace its connections; kept
+  /// owed until the redial frame is written.
+  void send_redial(const std::string& peer);
   /// Re-checks a live connection's peer certificate against the current context.
   asio::awaitable<void> check_again(std::string peer, std::shared_ptr<Connection> conn);
   void reject(const std::string& peer, Connection* conn, Status reason);
@@ -266,6 +277,8 @@ class Mesh {
   bool is_peer(const std::string& name) const;
   /// Every connection to `peer`: the slots' and the retiring ones.
   void for_each_connection(const std::string& peer, const std::function<void(const Connection&)>& fn) const;
+  void for_each_connection_ptr(const std::string& peer,
+                               const std::function<void(const std::shared_ptr<Connection>&)>& fn) const;
 
   asio::any_io_executor executor_;
   asio::any_io_executor connection_executor_;
@@ -290,8 +303,12 @@ class Mesh {
   // A slot's connection on which the peer said goodbye before this site
   // installed the replacement.
   std::map<std::pair<std::string, int>, std::shared_ptr<Connection>> early_goodbyes_;
-  // Slots with a replacement being dialed, and whether another was asked for meanwhile.
-  std::map<std::pair<std::string, int>, bool> replacing_;
+  // Per slot: connections installed so far (the current one's number), and
+  // the number up to which a reload wants them replaced.
+  std::map<std::pair<std::string, int>, std::uint64_t> installs_;
+  std::map<std::pair<std::string, int>, std::uint64_t> replace_upto_;
+  // Peers that dial this site and still have to be asked to redial.
+  std::set<std::string> redial_owed_;
   std::uint64_t replaced_connections_ = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> retired_bytes_;  // sent, received
   Signal slots_changed_;

@@ -18,43 +18,37 @@ void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection
     conn->close(GEOLOCO_ERROR(Err::io, "mesh of ", options_.site, " stopped"));
     return;
   }
+  const std::pair<std::string, int> key{peer, slot};
   auto& current = slots_[peer][slot];
-  auto& retiring = retiring_[{peer, slot}];
-  auto early = early_goodbyes_.find({peer, slot});
+  auto early = early_goodbyes_.find(key);
   const bool heard = early != early_goodbyes_.end() && early->second == current;
   if (early != early_goodbyes_.end()) early_goodbyes_.erase(early);
   if (replacement && current && current->is_open()) {
     // Read on to the peer's goodbye (unless it came already); this site's
     // frames go on the new one from now on, after this site's goodbye on the old.
-    retiring.push_back({current, false, heard});
+    retiring_[key].push_back({current, false, heard});
     asio::co_spawn(executor_, say_goodbye(peer, slot, current), asio::detached);
-  } else {
-    // A fresh connection: the peer has given up whatever this site still holds for the slot.
-    const Status replaced = GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer);
-    if (current && current->is_open()) current->close(replaced);
-    for (auto& old : retiring) old.conn->close(replaced);
-    while (!retiring.empty()) forget_retiring(peer, slot, retiring.front().conn.get());
-    if (current) {
-      retired_bytes_[peer].first += current->bytes_sent();
-      retired_bytes_[peer].second += current->bytes_received();
-    }
+  } else if (current) {
+    // A fresh connection: the peer gave the slot's connection up. Older
+    // ones still draining stay, and are read to their end first.
+    if (current->is_open()) current->close(GEOLOCO_ERROR(Err::io, "replaced by a new connection from ", peer));
+    retired_bytes_[peer].first += current->bytes_sent();
+    retired_bytes_[peer].second += current->bytes_received();
   }
   current = std::move(conn);
+  ++installs_[key];
   spdlog::debug("[{}] connected to {} (slot {}{})", options_.site, peer, slot, replacement ? ", a replacement" : "");
-  if (options_.site < peer) {
-    // A replacement dialed for this slot has its connection; one asked for
-    // meanwhile (another reload) replaces it again.
-    if (auto it = replacing_.find({peer, slot}); it != replacing_.end()) {
-      const bool again = it->second;
-      replacing_.erase(it);
-      if (again) {
-        replacing_[{peer, slot}] = false;
-        for (const auto& p : options_.peers)
-          if (p.name == peer) asio::co_spawn(executor_, dial_loop(p, slot), asio::detached);
-      }
-    }
-  }
+  // The peer dials this site and was not told of its reload yet: now it can be.
+  if (slot == control_slot() && redial_owed_.count(peer)) send_redial(peer);
   slots_changed_.notify_all();
+}
+
+bool Mesh::replacement_wanted(const std::string& peer, int slot) const {
+  const std::pair<std::string, int> key{peer, slot};
+  auto want = replace_upto_.find(key);
+  if (want == replace_upto_.end()) return false;
+  auto made = installs_.find(key);
+  return made == installs_.end() || made->second <= want->second;
 }
 
 asio::awaitable<void> Mesh::say_goodbye(std::string peer, int slot, std::shared_ptr<Connection> conn) {
@@ -94,10 +88,21 @@ bool Mesh::goodbye_heard(const std::string& peer, int slot, const std::shared_pt
       }
   if (connection(peer, slot) == conn) {
     // The slot's own connection: the peer installed the replacement before
-    // this site did (the two hellos cross on another connection). This
-    // site still writes here until it installs the replacement too, which
-    // then retires this one with the peer's goodbye already counted.
+    // this site did (the hello and its reply cross on another connection).
+    // This site still writes here until it installs the replacement too,
+    // which then retires this one with the peer's goodbye counted. If none
+    // comes within the connect timeout, nothing more will: it is closed.
     early_goodbyes_[{peer, slot}] = conn;
+    const int ms = options_.transport.connect_timeout_ms;
+    auto timer = std::make_shared<asio::steady_timer>(executor_, std::chrono::milliseconds(ms));
+    timer->async_wait([this, timer, conn, peer, slot, ms](const std::error_code& ec) {
+      auto it = early_goodbyes_.find({peer, slot});
+      if (ec || !running_ || it == early_goodbyes_.end() || it->second != conn) return;
+      early_goodbyes_.erase(it);
+      conn->close(GEOLOCO_ERROR(Err::io, peer, " said goodbye on slot ", slot, ", and no replacement came within ",
+                                ms, " ms"));
+      slots_changed_.notify_all();
+    });
     return true;
   }
   conn->close(GEOLOCO_ERROR(Err::io, peer, " said goodbye on slot ", slot, " on a connection already replaced"));
@@ -131,19 +136,25 @@ bool Mesh::may_read(const std::string& peer, int slot, const Connection* conn) c
 }
 
 void Mesh::replace_connections(const std::string& peer) {
-  const PeerAddress* address = nullptr;
-  for (const auto& p : options_.peers)
-    if (p.name == peer) address = &p;
-  if (address == nullptr || !(options_.site < peer)) return;
-  for (int k = 0; k < slot_count(); ++k) {
-    if (!connection(peer, k)) continue;  // not connected: its next dial uses the current context anyway
-    auto [it, first] = replacing_.try_emplace({peer, k}, false);
-    if (!first) {
-      it->second = true;  // a replacement is on its way: replace that one too once it is in
-      continue;
-    }
-    asio::co_spawn(executor_, dial_loop(*address, k), asio::detached);
-  }
+  if (!is_peer(peer) || !(options_.site < peer)) return;
+  // The slot's dialer replaces every connection installed up to now.
+  for (int k = 0; k < slot_count(); ++k) replace_upto_[{peer, k}] = installs_[{peer, k}];
+  slots_changed_.notify_all();
+}
+
+void Mesh::send_redial(const std::string& peer) {
+  redial_owed_.insert(peer);
+  auto control = connection(peer, control_slot());
+  if (!control) return;  // asked once its control connection is back (install())
+  asio::co_spawn(
+      executor_,
+      [this, control, peer]() -> asio::awaitable<void> {
+        FrameHeader h;
+        h.type = FrameType::redial;
+        if (Status s = co_await control->write_frame(h, {}); s.ok()) redial_owed_.erase(peer);
+        else spdlog::info("[{}] could not ask {} to replace its connections yet: {}", options_.site, peer, s.message());
+      },
+      asio::detached);
 }
 
 Status Mesh::reload_tls(const tls::TlsFiles& files) {
@@ -155,24 +166,15 @@ Status Mesh::reload_tls(const tls::TlsFiles& files) {
   ssl_ = *ctx;
   options_.tls = files;
   if (!running_) return {};
+  // Every live connection's peer is held to the new CA and CRL at once,
+  // those still draining too; the rest are replaced.
   for (const auto& [peer, conns] : slots_)
-    for (const auto& c : conns)
-      if (c && c->is_open()) asio::co_spawn(executor_, check_again(peer, c), asio::detached);
+    for_each_connection_ptr(peer, [&](const std::shared_ptr<Connection>& c) {
+      if (c->is_open()) asio::co_spawn(executor_, check_again(peer, c), asio::detached);
+    });
   for (const auto& [peer, conns] : slots_) {
-    if (options_.site < peer) {
-      replace_connections(peer);
-    } else if (auto control = connection(peer, control_slot())) {
-      // The peer dials: ask it to open new connections, which this site accepts with its new certificate.
-      asio::co_spawn(
-          executor_,
-          [control, peer = peer]() -> asio::awaitable<void> {
-            FrameHeader h;
-            h.type = FrameType::redial;
-            if (Status s = co_await control->write_frame(h, {}); !s.ok())
-              spdlog::debug("cannot ask {} to redial: {}", peer, s.message());
-          },
-          asio::detached);
-    }
+    if (options_.site < peer) replace_connections(peer);
+    else send_redial(peer);
   }
   return {};
 }

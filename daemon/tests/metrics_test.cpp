@@ -31,6 +31,20 @@ TEST_CASE("metrics render in Prometheus text format, sorted and escaped") {
         "geoloco_rounds_total{job=\"demo\"} 3\n");
 }
 
+TEST_CASE("a removed gauge sample is not rendered; its siblings stay") {
+  Metrics m;
+  REQUIRE(m.declare("geoloco_tls_certificate_expiry_timestamp_seconds", Metrics::Type::gauge, "notAfter.").ok());
+  const Labels b{{"certificate", "peer"}, {"peer", "b"}}, c{{"certificate", "peer"}, {"peer", "c"}};
+  REQUIRE(m.set("geoloco_tls_certificate_expiry_timestamp_seconds", b, 1800000000).ok());
+  REQUIRE(m.set("geoloco_tls_certificate_expiry_timestamp_seconds", c, 1900000000).ok());
+  m.remove("geoloco_tls_certificate_expiry_timestamp_seconds", c);
+  m.remove("geoloco_tls_certificate_expiry_timestamp_seconds", {{"peer", "nobody"}});  // none: nothing happens
+  CHECK(m.render() ==
+        "# HELP geoloco_tls_certificate_expiry_timestamp_seconds notAfter.\n"
+        "# TYPE geoloco_tls_certificate_expiry_timestamp_seconds gauge\n"
+        "geoloco_tls_certificate_expiry_timestamp_seconds{certificate=\"peer\",peer=\"b\"} 1800000000\n");
+}
+
 TEST_CASE("metric names and uses that break the conventions are refused") {
   Metrics m;
   CHECK(m.declare("rounds_total", Metrics::Type::counter, "").message().find("start with geoloco_") !=

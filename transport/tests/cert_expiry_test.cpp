@@ -29,6 +29,11 @@ TEST_CASE("expiry warnings name what runs out, when, and what to do; nothing out
         "the certificate of us-east expires in 5 hours (2027-01-15 13:00:00 UTC): that site must renew its "
         "certificate and reload its daemon");
   CHECK(expiry_warnings(now, items, 0).size() == 1);  // only the CRL, already past
+
+  // A short-lived item warns in the last quarter of its life, not all of it.
+  const std::vector<TlsExpiry> weekly{{"CRL", "/tls/crl.pem", now + 2 * day, now - 5 * day}};
+  CHECK(expiry_warnings(now, weekly, 30 * day).empty());
+  CHECK(expiry_warnings(now + day, weekly, 30 * day).size() == 1);
 }
 
 TEST_CASE("the TLS files' dates are read from the files") {

@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "transport/certs.h"
 
@@ -147,13 +149,46 @@ TEST_CASE("issuing again renews a site: a new key and certificate, the old pair 
   CHECK(after.st_gid == before.st_gid);
   CHECK(after.st_ino != before.st_ino);  // replaced by rename, never rewritten in place
   CHECK(std::filesystem::exists(dir / "site.key.prev"));
-  CHECK_FALSE(std::filesystem::exists(dir / "site.pem.tmp"));
+  std::set<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.insert(entry.path().filename().string());
+  CHECK(files == std::set<std::string>{"ca.pem", "site.key", "site.key.prev", "site.pem", "site.pem.prev"});
   X509* ca_cert = load(t.path / "ca" / "ca.pem");
   CHECK(verify(ca_cert, renewed) == X509_V_OK);
   X509_free(first);
   X509_free(renewed);
   X509_free(previous);
   X509_free(ca_cert);
+}
+
+TEST_CASE("a renewal through a symbolic link keeps the link, and a CA bundle that holds the CA stays as it is") {
+  TempDir t;
+  const auto ca = (t.path / "ca").string();
+  const auto dir = t.path / "b";
+  REQUIRE(create_ca(ca, "fed").ok());
+  REQUIRE(create_ca((t.path / "next-ca").string(), "next").ok());
+  REQUIRE(issue_site_cert(ca, "b", dir.string()).ok());
+  // The operator keeps the certificate elsewhere and trusts two CAs.
+  std::filesystem::create_directories(dir / "store");
+  std::filesystem::rename(dir / "site.pem", dir / "store" / "site.pem");
+  std::filesystem::create_symlink("store/site.pem", dir / "site.pem");
+  {
+    std::ofstream bundle(dir / "ca.pem", std::ios::app);
+    std::ifstream next(t.path / "next-ca" / "ca.pem");
+    bundle << next.rdbuf();
+  }
+  const auto bundle_size = std::filesystem::file_size(dir / "ca.pem");
+  X509* before = load(dir / "store" / "site.pem");
+
+  REQUIRE(issue_site_cert(ca, "b", dir.string()).ok());
+  CHECK(std::filesystem::is_symlink(dir / "site.pem"));
+  X509* after = load(dir / "store" / "site.pem");
+  CHECK(serial_of(after) != serial_of(before));
+  CHECK(std::filesystem::file_size(dir / "ca.pem") == bundle_size);
+  X509* previous = load(dir / "store" / "site.pem.prev");
+  CHECK(serial_of(previous) == serial_of(before));
+  X509_free(previous);
+  X509_free(before);
+  X509_free(after);
 }
 
 TEST_CASE("a revoked certificate is listed in the CA's CRL; the others still verify") {

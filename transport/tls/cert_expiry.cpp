@@ -22,17 +22,17 @@ struct CrlFree {
   void operator()(X509_CRL* c) const { X509_CRL_free(c); }
 };
 
-Result<std::int64_t> certificate_not_after(const std::string& path) {
+Result<std::pair<std::int64_t, std::int64_t>> certificate_dates(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   GEOLOCO_RETURN_IF(f == nullptr, Err::invalid_argument, "cannot read ", path);
   std::unique_ptr<X509, X509Free> cert(PEM_read_X509(f, nullptr, nullptr, nullptr));
   std::fclose(f);
   ERR_clear_error();
   GEOLOCO_RETURN_IF(!cert, Err::invalid_argument, path, " is not a PEM certificate");
-  return asn1_time_to_unix(X509_get0_notAfter(cert.get()));
+  return std::pair{asn1_time_to_unix(X509_get0_notBefore(cert.get())), asn1_time_to_unix(X509_get0_notAfter(cert.get()))};
 }
 
-Result<std::int64_t> crl_next_update(const std::string& path) {
+Result<std::pair<std::int64_t, std::int64_t>> crl_dates(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   GEOLOCO_RETURN_IF(f == nullptr, Err::invalid_argument, "cannot read ", path);
   std::unique_ptr<X509_CRL, CrlFree> crl(PEM_read_X509_CRL(f, nullptr, nullptr, nullptr));
@@ -41,7 +41,7 @@ Result<std::int64_t> crl_next_update(const std::string& path) {
   GEOLOCO_RETURN_IF(!crl, Err::invalid_argument, path, " is not a PEM certificate revocation list");
   const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get());
   GEOLOCO_RETURN_IF(next == nullptr, Err::invalid_argument, path, " has no next update");
-  return asn1_time_to_unix(next);
+  return std::pair{asn1_time_to_unix(X509_CRL_get0_lastUpdate(crl.get())), asn1_time_to_unix(next)};
 }
 
 std::string in_words(std::int64_t seconds) {
@@ -69,16 +69,16 @@ std::string format_utc(std::int64_t unix_seconds) {
 
 Result<std::vector<TlsExpiry>> read_expiries(const TlsFiles& files) {
   std::vector<TlsExpiry> out;
-  auto site = certificate_not_after(files.cert_file);
+  auto site = certificate_dates(files.cert_file);
   if (!site.ok()) return site.status();
-  out.push_back({"site certificate", files.cert_file, *site});
-  auto ca = certificate_not_after(files.ca_file);
+  out.push_back({"site certificate", files.cert_file, site->second, site->first});
+  auto ca = certificate_dates(files.ca_file);
   if (!ca.ok()) return ca.status();
-  out.push_back({"CA certificate", files.ca_file, *ca});
+  out.push_back({"CA certificate", files.ca_file, ca->second, ca->first});
   if (!files.crl_file.empty()) {
-    auto crl = crl_next_update(files.crl_file);
+    auto crl = crl_dates(files.crl_file);
     if (!crl.ok()) return crl.status();
-    out.push_back({"CRL", files.crl_file, *crl});
+    out.push_back({"CRL", files.crl_file, crl->second, crl->first});
   }
   return out;
 }
@@ -87,7 +87,9 @@ std::vector<std::string> expiry_warnings(std::int64_t now, const std::vector<Tls
   std::vector<std::string> out;
   for (const auto& item : items) {
     const std::int64_t left = item.at - now;
-    if (left > window_s) continue;
+    const std::int64_t window = item.from > 0 && item.at > item.from ? std::min(window_s, (item.at - item.from) / 4)
+                                                                     : window_s;
+    if (left > window) continue;
     const std::string where = item.path.empty() ? "" : cat(" (", item.path, ")");
     const bool crl = item.what == "CRL";
     const std::string fix = crl ? "refresh it with 'geoloco certs crl --ca CA_DIR' and reload the daemon"

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "transport/tls/cert_expiry.h"
 
@@ -30,38 +31,54 @@ struct StoreCtxFree {
   void operator()(X509_STORE_CTX* c) const { X509_STORE_CTX_free(c); }
 };
 
-// Adds the CRL to the context's store and turns revocation checking on, for
-// peers' certificates (the chain is a site certificate under the CA, so the
-// leaf's CRL is the federation's). A CRL that the CA did not sign, or that
-// is past its next update, would make every peer fail verification: it is
-// refused here instead, with the reason.
-Status add_crl(SSL_CTX* native, const std::string& path) {
+// Adds the CRLs in `path` to the context's store and turns revocation
+// checking on for peers' certificates (a site certificate's CRL is its
+// CA's). With checking on, a CA without a CRL would make every peer under
+// it fail, and a CRL that no CA signed, or that is past its next update,
+// every peer at all: each is refused here instead, with the reason.
+Status add_crls(SSL_CTX* native, const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   GEOLOCO_RETURN_IF(f == nullptr, Err::invalid_argument, "cannot read CRL file ", path);
-  std::unique_ptr<X509_CRL, CrlFree> crl(PEM_read_X509_CRL(f, nullptr, nullptr, nullptr));
+  std::vector<std::unique_ptr<X509_CRL, CrlFree>> crls;
+  while (X509_CRL* next = PEM_read_X509_CRL(f, nullptr, nullptr, nullptr)) crls.emplace_back(next);
   std::fclose(f);
-  GEOLOCO_RETURN_IF(!crl, Err::invalid_argument, path, " is not a PEM certificate revocation list: ", openssl_error());
+  ERR_clear_error();
+  GEOLOCO_RETURN_IF(crls.empty(), Err::invalid_argument, path, " holds no PEM certificate revocation list");
   X509_STORE* store = SSL_CTX_get_cert_store(native);
   STACK_OF(X509_OBJECT)* trusted = X509_STORE_get0_objects(store);
-  bool signed_by_ca = false;
-  for (int i = 0; i < sk_X509_OBJECT_num(trusted) && !signed_by_ca; ++i) {
-    X509* ca = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(trusted, i));
-    if (ca == nullptr) continue;
-    EVP_PKEY* key = X509_get0_pubkey(ca);
-    signed_by_ca = key != nullptr && X509_NAME_cmp(X509_CRL_get_issuer(crl.get()), X509_get_subject_name(ca)) == 0 &&
-                   X509_CRL_verify(crl.get(), key) == 1;
+  std::vector<X509*> cas;
+  for (int i = 0; i < sk_X509_OBJECT_num(trusted); ++i)
+    if (X509* ca = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(trusted, i)); ca != nullptr) cas.push_back(ca);
+  std::vector<bool> listed(cas.size(), false);
+  for (const auto& crl : crls) {
+    bool signed_by_ca = false;
+    for (std::size_t i = 0; i < cas.size(); ++i) {
+      EVP_PKEY* key = X509_get0_pubkey(cas[i]);
+      if (key != nullptr && X509_NAME_cmp(X509_CRL_get_issuer(crl.get()), X509_get_subject_name(cas[i])) == 0 &&
+          X509_CRL_verify(crl.get(), key) == 1) {
+        signed_by_ca = listed[i] = true;
+      }
+    }
+    ERR_clear_error();
+    GEOLOCO_RETURN_IF(!signed_by_ca, Err::invalid_argument, "a CRL in ", path,
+                      " is not signed by the federation CA; make it with 'geoloco certs crl --ca CA_DIR'");
+    if (const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get()); next != nullptr) {
+      GEOLOCO_RETURN_IF(X509_cmp_current_time(next) <= 0, Err::invalid_argument, "the CRL ", path, " expired on ",
+                        format_utc(asn1_time_to_unix(next)),
+                        " (its next update); every peer would be refused: refresh it with 'geoloco certs crl --ca "
+                        "CA_DIR' and reload");
+    }
+    GEOLOCO_RETURN_IF(X509_STORE_add_crl(store, crl.get()) != 1, Err::invalid_argument, "cannot use CRL ", path, ": ",
+                      openssl_error());
   }
-  ERR_clear_error();
-  GEOLOCO_RETURN_IF(!signed_by_ca, Err::invalid_argument, "the CRL ", path,
-                    " is not signed by the federation CA; make it with 'geoloco certs crl --ca CA_DIR'");
-  if (const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get()); next != nullptr) {
-    GEOLOCO_RETURN_IF(X509_cmp_current_time(next) <= 0, Err::invalid_argument, "the CRL ", path, " expired on ",
-                      format_utc(asn1_time_to_unix(next)),
-                      " (its next update); every peer would be refused: refresh it with 'geoloco certs crl --ca "
-                      "CA_DIR' and reload");
+  for (std::size_t i = 0; i < cas.size(); ++i) {
+    if (listed[i]) continue;
+    char cn[256] = "?";
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cas[i]), NID_commonName, cn, sizeof cn);
+    return GEOLOCO_ERROR(Err::invalid_argument, path, " has no revocation list from the CA '", cn,
+                         "', which the CA file trusts: every peer it vouches for would be refused; add that CA's "
+                         "CRL to the file (several CRLs may follow each other)");
   }
-  GEOLOCO_RETURN_IF(X509_STORE_add_crl(store, crl.get()) != 1, Err::invalid_argument, "cannot use CRL ", path, ": ",
-                    openssl_error());
   X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
   return {};
 }
@@ -121,7 +138,7 @@ Result<std::shared_ptr<asio::ssl::context>> make_context(const TlsFiles& files) 
   GEOLOCO_RETURN_IF(ec, Err::invalid_argument, "cannot use key ", files.key_file, ": ", ec.message());
   GEOLOCO_RETURN_IF(SSL_CTX_check_private_key(native) != 1, Err::invalid_argument, files.key_file,
                     " does not belong to ", files.cert_file);
-  if (!files.crl_file.empty()) GEOLOCO_TRY(add_crl(native, files.crl_file));
+  if (!files.crl_file.empty()) GEOLOCO_TRY(add_crls(native, files.crl_file));
   SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, remember_refused);
   // Handshakes run on several I/O threads and share these certificates.
   // OpenSSL fills each certificate's cache of decoded extensions on first use;
@@ -137,7 +154,10 @@ Result<std::shared_ptr<asio::ssl::context>> make_context(const TlsFiles& files) 
 Status check_own_certificate(SSL_CTX* context, const std::string& site) {
   X509* own = SSL_CTX_get0_certificate(context);
   GEOLOCO_RETURN_IF(own == nullptr, Err::invalid_argument, "the TLS context has no certificate");
-  const int verified = verify_against(context, own, nullptr, "ssl_client");
+  // With the intermediates the certificate file carries after the site's own.
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(context, &chain);
+  const int verified = verify_against(context, own, chain, "ssl_client");
   GEOLOCO_RETURN_IF(verified != X509_V_OK, Err::invalid_argument, "this site's certificate does not verify against ",
                     "the federation CA: ", X509_verify_cert_error_string(verified));
   if (X509_check_host(own, site.data(), site.size(), X509_CHECK_FLAG_NO_WILDCARDS, nullptr) == 1) return {};

@@ -33,6 +33,13 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason) {
 }
 
 void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
+  // Frames of this round already going to `from`: another holder joined or
+  // stopped, and this is its share from now on.
+  if (transfers_->update(from, accept)) {
+    spdlog::debug("[{}] the share of the state of round {} that {} wants from this site changed", spec_.name,
+                  accept.round, from);
+    return;
+  }
   if (std::string why = transfers_->accept(from, accept, state_); !why.empty()) {
     spdlog::info("[{}] {}", spec_.name, why);
     return;
@@ -51,13 +58,25 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
 }
 
 void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
-  auto accept = transfers_->receive(peer, offer);
+  const bool joining = transfers_->receiving();
+  auto accepts = transfers_->receive(peer, offer);
   receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
   if (offer.attempt) receiving_attempt_ = offer.attempt;
-  if (accept.ok() && !accept->missing.empty())
+  if (!accepts.ok()) {
+    machine_->on_state_failed(accepts.status().message());
+    return;
+  }
+  if (joining && accepts->size() == 1 && !accepts->front().accept.missing.empty())
     note(cat("the state of round ", offer.round, " goes on from ", peer, ": the frames already here are kept"));
-  if (!accept.ok()) machine_->on_state_failed(accept.status().message());
-  else send_now(peer, *accept);  // now the frames may come, on every connection
+  else if (accepts->size() > 1)
+    note(cat("the state of round ", offer.round, " comes from ", accepts->size(), " sites at once, a share each"));
+  send_accepts(*accepts);
+}
+
+void JobRun::release_donor(const std::string& peer) { send_accepts(transfers_->release(peer)); }
+
+void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
+  for (const auto& a : accepts) send_now(a.peer, a.accept);  // now the frames may come, on every connection
 }
 
 void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
@@ -70,7 +89,10 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
       return;
     case StateFrameOutcome::failed: machine_->on_state_failed(out.error); break;
     case StateFrameOutcome::arrived: machine_->on_state_arrived(HeldState{out.round, out.digest}); break;
-    case StateFrameOutcome::progress: machine_->on_state_progress(Clock::now()); break;
+    case StateFrameOutcome::progress:
+      machine_->on_state_progress(peer, Clock::now());
+      if (!out.share_done.empty()) machine_->on_state_share_done(out.share_done);
+      break;
   }
   drive();
 }

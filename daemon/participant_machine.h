@@ -177,11 +177,18 @@ struct PublishInitial {};
 /// Take the state that arrived (on_state_arrived()'s) as the held state.
 struct InstallState {};
 /// Receive the state `peer` offered for `round`, and accept the offer
-/// (past the outbox: now the frames may come). A receiver that cannot be
-/// made is reported with on_state_failed().
+/// (past the outbox: now the frames may come). An offer of the state
+/// already arriving from other holders joins them: what is missing is
+/// split among them (StateTransfers). A receiver that cannot be made is
+/// reported with on_state_failed().
 struct ReceiveState {
   std::string peer;
   StateOfferMessage offer;
+};
+/// `peer` stopped sending its share of the state: its frames go to the
+/// holders still sending, or to the next one that offers.
+struct ReleaseDonor {
+  std::string peer;
 };
 /// Forget the transfer in progress: its frames are dropped from now on.
 struct DropTransfer {};
@@ -209,7 +216,8 @@ using ParticipantAction =
                  participant::ReleaseTrainer, participant::Record,
                  participant::WelcomeTrainer,
                  participant::PublishInitial, participant::InstallState, participant::ReceiveState,
-                 participant::DropTransfer, participant::OfferState, participant::SaveCheckpoint, participant::EndJob>;
+                 participant::DropTransfer, participant::ReleaseDonor, participant::OfferState,
+                 participant::SaveCheckpoint, participant::EndJob>;
 
 class ParticipantMachine {
  public:
@@ -242,8 +250,10 @@ class ParticipantMachine {
   void on_applied(const Status& applied);
   void on_state_request(const std::string& from);
   void on_state_offer(const std::string& from, const StateOfferMessage& offer, Clock::time_point now);
-  /// A state frame of the transfer in progress arrived.
-  void on_state_progress(Clock::time_point now);
+  /// A state frame of the transfer in progress arrived from `from`.
+  void on_state_progress(const std::string& from, Clock::time_point now);
+  /// Every frame of `peer`'s share is in: it has nothing more to send (not stalled).
+  void on_state_share_done(const std::string& peer);
   /// The transfer in progress is complete and its digest checked.
   void on_state_arrived(const HeldState& state);
   /// After MoveTrainer: the trainer now starts from the anchor of `round`.
@@ -377,9 +387,18 @@ class ParticipantMachine {
   std::string source_;
   std::uint32_t asks_of_source_ = 0;  ///< requests in a row to source_ without a transfer from it
   std::optional<Clock::time_point> asked_at_;
-  std::optional<std::string> transfer_peer_;  ///< the transfer in progress, if any
+  /// The transfer in progress: the holders sending it, each with its last
+  /// frame's time (empty: none, or all of them stopped and the next holder
+  /// to offer goes on with what arrived).
+  struct Donor {
+    Clock::time_point at;  ///< its last frame (or when it joined)
+    bool done = false;     ///< its share is all in
+  };
+  std::map<std::string, Donor> donors_;
+  bool transferring_ = false;
   std::uint64_t transfer_round_ = 0;
-  Clock::time_point progress_at_{};
+  Clock::time_point progress_at_{};  ///< the transfer's last frame, from any holder
+  bool helpers_asked_ = false;       ///< the other sites were asked to help with this transfer
   /// Peers told "no state yet": offered the state as soon as this site holds it.
   std::set<std::string> waiting_for_state_;
   /// Peers that answered this site's request without state, since it began catching up.

@@ -31,6 +31,15 @@ void ParticipantMachine::offer_to_waiting() {
   waiting_for_state_.clear();
 }
 
+namespace {
+// Frames of an offered state, anchor and momentum.
+std::uint64_t state_frames(const StateOfferMessage& offer) {
+  return offer.chunk_values == 0 ? 0 : 2 * ((offer.values + offer.chunk_values - 1) / offer.chunk_values);
+}
+// From this many frames on, the other holders are asked to send shares too.
+constexpr std::uint64_t kFramesWorthHelp = 4;
+}  // namespace
+
 void ParticipantMachine::on_state_offer(const std::string& from, const StateOfferMessage& offer,
                                         Clock::time_point now) {
   if (where_ != Where::catching_up) return;
@@ -43,30 +52,64 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     note(cat(from, " offers round ", offer.round, ", but round ", known_committed_, " is committed; asking again"));
     return;
   }
-  const bool arriving = transfer_peer_ && now - progress_at_ < options_.state_stall_ms;
-  if (arriving && *transfer_peer_ == from && transfer_round_ == offer.round) return;  // the same state again
+  const bool arriving = transferring_ && !donors_.empty() && now - progress_at_ < options_.state_stall_ms;
+  if (arriving && transfer_round_ == offer.round) {
+    if (donors_.count(from)) return;  // the same state again
+    // Another holder of the state that is arriving: it sends a share of
+    // what is missing, and the others' shares shrink (StateTransfers).
+    // The shares are cut again: one that was all in may get frames again,
+    // and has the stall time from now for them.
+    for (auto& [peer, d] : donors_)
+      if (d.done) d = {now, false};
+    donors_[from] = {now, false};
+    note(cat(from, " helps with the state of round ", offer.round));
+    act(ReceiveState{from, offer});
+    return;
+  }
   if (arriving) {
-    note(cat(from, " offers round ", offer.round, "; a transfer from ", *transfer_peer_, " is arriving"));
+    note(cat(from, " offers round ", offer.round, "; the state of round ", transfer_round_, " is arriving"));
     return;
   }
   // A stalled transfer of the same round goes on from the new offer with
   // the frames it has (StateTransfers keeps them when the state is the
   // same); one of another round is of no use any more.
-  if (transfer_peer_ && transfer_round_ != offer.round) act(DropTransfer{});
+  if (transferring_ && transfer_round_ != offer.round) {
+    act(DropTransfer{});
+    helpers_asked_ = false;
+  } else if (transferring_) {
+    for (const auto& [peer, at] : donors_) act(ReleaseDonor{peer});
+  }
+  donors_.clear();
   asks_of_source_ = 0;
-  transfer_peer_ = from;
+  transferring_ = true;
+  donors_[from] = {now, false};
   transfer_round_ = offer.round;
   progress_at_ = now;
   act(ReceiveState{from, offer});
+  // A large state comes sooner from every holder at once: the other sites
+  // are asked too, and each that holds it sends a share.
+  if (!helpers_asked_ && state_frames(offer) >= kFramesWorthHelp) {
+    helpers_asked_ = true;
+    for (const auto& s : options_.sites)
+      if (s != options_.self && s != from && !unable_.count(s)) act(Send{s, StateRequestMessage{options_.job}});
+  }
 }
 
-void ParticipantMachine::on_state_progress(Clock::time_point now) {
-  if (transfer_peer_) progress_at_ = now;
+void ParticipantMachine::on_state_progress(const std::string& from, Clock::time_point now) {
+  if (!transferring_) return;
+  progress_at_ = now;
+  if (auto it = donors_.find(from); it != donors_.end()) it->second.at = now;
+}
+
+void ParticipantMachine::on_state_share_done(const std::string& peer) {
+  if (auto it = donors_.find(peer); transferring_ && it != donors_.end()) it->second.done = true;
 }
 
 void ParticipantMachine::on_state_arrived(const HeldState& state) {
-  if (where_ != Where::catching_up || !transfer_peer_) return;
-  transfer_peer_.reset();
+  if (where_ != Where::catching_up || !transferring_) return;
+  transferring_ = false;
+  donors_.clear();
+  helpers_asked_ = false;
   // The trainer trains from the anchor held now: keep it as its base.
   if (held_ && trainer_round_ == held_->round + 1) act(KeepTrainerAnchor{true});
   act(InstallState{});
@@ -87,9 +130,13 @@ void ParticipantMachine::on_trainer_moved(std::uint64_t round) {
 }
 
 void ParticipantMachine::on_state_failed(const std::string& why) {
-  if (!transfer_peer_) return;
-  note(cat("state transfer from ", *transfer_peer_, " abandoned: ", why));
-  transfer_peer_.reset();
+  if (!transferring_) return;
+  std::string from;
+  for (const auto& [peer, at] : donors_) from += cat(from.empty() ? "" : " and ", peer);
+  note(cat("state transfer", from.empty() ? "" : cat(" from ", from), " abandoned: ", why));
+  transferring_ = false;
+  donors_.clear();
+  helpers_asked_ = false;
 }
 
 }  // namespace geoloco::daemon

@@ -48,10 +48,31 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
 }
 
 void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  // A holder that sent nothing for the stall time, its share not all in,
+  // while others are there, has stopped: its share goes to them (one whose
+  // share was all in gets the stall time anew for the frames it is given);
+  // the last one is waited for below.
+  for (auto it = donors_.begin(); transferring_ && donors_.size() > 1 && it != donors_.end();) {
+    if (it->second.done || now - it->second.at < options_.state_stall_ms) {
+      ++it;
+      continue;
+    }
+    note(cat(it->first, " sent no state frame for ", options_.state_stall_ms.count(),
+             " ms; its share goes to the others"));
+    act(ReleaseDonor{it->first});
+    it = donors_.erase(it);
+    for (auto& [peer, d] : donors_) {
+      if (d.done) d = {now, false};
+      progress_at_ = std::max(progress_at_, d.at);  // the transfer waits for those still in it
+    }
+  }
   // One transfer at a time: while one is arriving, asking again (or another
   // site) would only start a second one over the same links.
-  if (transfer_peer_ && now - progress_at_ < options_.state_stall_ms) {
+  if (transferring_ && !donors_.empty() && now - progress_at_ < options_.state_stall_ms) {
     wake = progress_at_ + options_.state_stall_ms;
+    if (donors_.size() > 1)
+      for (const auto& [peer, d] : donors_)
+        if (!d.done) wake = std::min(*wake, d.at + options_.state_stall_ms);
     return;
   }
   const auto last = asked_at_ ? std::max(*asked_at_, progress_at_) : Clock::time_point{};
@@ -64,7 +85,7 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // stalled mid-transfer, said it has none, or did not answer three times,
   // ask the other sites in turn: any holder of the committed round will do,
   // and a transfer broken off goes on from the next with what arrived.
-  const bool stalled = transfer_peer_ && now - progress_at_ >= options_.state_stall_ms;
+  const bool stalled = transferring_ && now - progress_at_ >= options_.state_stall_ms;
   if (stalled || (!source_.empty() && unable_.count(source_))) asks_of_source_ = 3;
   std::string source = source_.empty() ? options_.coordinator : source_;
   if (is_coordinator() || source.empty() || source == options_.self || asks_of_source_ >= 3) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 
 #include "common/digest.h"
 #include "transport/async_util.h"
@@ -29,22 +30,16 @@ struct FramesInFlight {
   transport::Signal done;
 };
 
-// Frames slot, slot + K, slot + 2K, ... on connection `slot`, in order.
-// Whether frame i is among the [begin, end) pairs of `wanted` (empty: all are).
-bool wanted_frame(const std::vector<std::uint64_t>& wanted, std::uint64_t i) {
-  if (wanted.empty()) return true;
-  for (std::size_t k = 0; k + 1 < wanted.size(); k += 2)
-    if (i >= wanted[k] && i < wanted[k + 1]) return true;
-  return false;
-}
-
+// The share's frames, the next one whenever connection `slot` is free.
 asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::uint64_t job_id, std::uint64_t round,
                                 std::span<const float> anchor, std::span<const float> momentum,
-                                std::function<bool()> unchanged, std::uint64_t chunk_values, int slot, int slots,
-                                std::shared_ptr<FramesInFlight> flight, std::shared_ptr<const std::vector<std::uint64_t>> wanted) {
+                                std::function<bool()> unchanged, std::uint64_t chunk_values, int slot,
+                                std::shared_ptr<FramesInFlight> flight, std::shared_ptr<FrameWants> wants) {
   const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
-  for (std::uint64_t i = static_cast<std::uint64_t>(slot); i < 2 * chunks && flight->failure.ok(); i += slots) {
-    if (!wanted_frame(*wanted, i)) continue;
+  while (flight->failure.ok()) {
+    const auto next = wants->next();
+    if (!next) break;
+    const std::uint64_t i = *next;
     const auto& tensor = i < chunks ? anchor : momentum;
     const std::uint64_t begin = (i % chunks) * chunk_values;
     const std::uint64_t size = std::min<std::uint64_t>(chunk_values, tensor.size() - begin);
@@ -65,23 +60,56 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
     }
     flight->bytes += transport::kFrameHeaderSize + size * sizeof(float);
   }
-  if (--flight->senders == 0) flight->done.notify_all();
+  if (--flight->senders == 0) {
+    wants->close();  // the last connection found nothing left: a later change of share needs a new send
+    flight->done.notify_all();
+  }
 }
 
 }  // namespace
+
+FrameWants::FrameWants(std::uint64_t frames, const std::vector<std::uint64_t>& ranges)
+    : wanted_(frames, false), sent_(frames, false) {
+  (void)set(ranges);
+}
+
+bool FrameWants::set(const std::vector<std::uint64_t>& ranges) {
+  if (closed_) return false;
+  if (ranges.empty()) {
+    wanted_.assign(wanted_.size(), true);
+  } else {
+    wanted_.assign(wanted_.size(), false);
+    for (std::size_t k = 0; k + 1 < ranges.size(); k += 2)
+      for (std::uint64_t i = ranges[k]; i < std::min<std::uint64_t>(ranges[k + 1], wanted_.size()); ++i)
+        wanted_[i] = true;
+  }
+  cursor_ = 0;  // a frame added behind the search is found again
+  return true;
+}
+
+std::optional<std::uint64_t> FrameWants::next() {
+  for (; cursor_ < wanted_.size(); ++cursor_) {
+    if (wanted_[cursor_] && !sent_[cursor_]) {
+      sent_[cursor_] = true;
+      return cursor_++;
+    }
+  }
+  return std::nullopt;
+}
 
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
                                                          std::span<const float> anchor, std::span<const float> momentum,
                                                          std::function<bool()> unchanged,
-                                                         std::uint64_t chunk_values, std::vector<std::uint64_t> wanted) {
+                                                         std::uint64_t chunk_values, std::shared_ptr<FrameWants> wants) {
   const int slots = mesh.options().transport.connections_per_peer;
   auto flight = std::make_shared<FramesInFlight>(mesh.executor());
-  auto frames = std::make_shared<const std::vector<std::uint64_t>>(std::move(wanted));
+  const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
+  if (!wants) wants = std::make_shared<FrameWants>(2 * chunks, std::vector<std::uint64_t>{});
   flight->senders = slots;
   for (int k = 0; k < slots; ++k)
     asio::co_spawn(mesh.executor(),
-                   send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, chunk_values, k, slots, flight, frames),
+                   send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, chunk_values, k, flight, wants),
                    asio::detached);
   while (flight->senders > 0) co_await flight->done.wait();
   if (!flight->failure.ok()) co_return flight->failure;
@@ -96,7 +124,8 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   GEOLOCO_RETURN_IF(2 * chunks > 0xffffffffull, Err::invalid_argument, peer, " offers a state of ", offer.values,
                     " values in too many chunks");
   StateReceiver r;
-  r.peer_ = peer;
+  r.first_ = peer;
+  r.donors_ = {peer};
   r.offer_ = offer;
   r.chunks_ = chunks;
   // Reserved, not sized: each frame sizes its tensor up to its own end, so
@@ -106,6 +135,7 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
     r.anchor_.reserve(offer.values);
     r.momentum_.reserve(offer.values);
     r.have_.assign(2 * chunks, false);
+    r.owner_.assign(2 * chunks, std::string());
   } catch (const std::bad_alloc&) {
     return GEOLOCO_ERROR(Err::invalid_argument, peer, " offers a state of ", offer.values,
                          " values, more than this site can hold");
@@ -114,7 +144,7 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
 }
 
 Status StateReceiver::add(const std::string& peer, const transport::FrameHeader& h, std::span<const std::byte> payload) {
-  GEOLOCO_RETURN_IF(peer != peer_, Err::mismatch, "state frame from ", peer, " while receiving from ", peer_);
+  GEOLOCO_RETURN_IF(!has_donor(peer), Err::mismatch, "state frame from ", peer, ", which is not sending this state");
   GEOLOCO_RETURN_IF(complete(), Err::mismatch, "state frame from ", peer, " after the transfer was complete");
   GEOLOCO_RETURN_IF(h.round != offer_.round, Err::mismatch, "state frame of round ", h.round, " from ", peer,
                     ", the offer was for round ", offer_.round);
@@ -124,12 +154,16 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
   const std::uint64_t size = std::min<std::uint64_t>(offer_.chunk_values, offer_.values - begin);
   GEOLOCO_RETURN_IF(payload.size() != size * sizeof(float), Err::mismatch, "state frame ", h.chunk, " from ", peer,
                     " holds ", payload.size(), " bytes, expected ", size * sizeof(float));
-  if (have_[h.chunk] && resumed_) return {};  // asked for again in a coarse range: the first copy stays
+  if (have_[h.chunk] && shared_) return {};  // sent by two donors while shares changed: the first copy stays
   GEOLOCO_RETURN_IF(have_[h.chunk], Err::mismatch, "state frame ", h.chunk, " from ", peer, " came twice");
   auto& tensor = h.chunk < chunks_ ? anchor_ : momentum_;
   if (tensor.size() < begin + size) tensor.resize(begin + size);  // within the reserved capacity: no reallocation
   std::memcpy(tensor.data() + begin, payload.data(), payload.size());
   have_[h.chunk] = true;
+  if (std::find(senders_.begin(), senders_.end(), peer) == senders_.end()) senders_.push_back(peer);
+  if (const std::string& owner = owner_[h.chunk]; !owner.empty())
+    if (auto it = outstanding_.find(owner); it != outstanding_.end() && it->second > 0 && --it->second == 0)
+      share_done_ = owner;
   ++received_;
   bytes_ += transport::kFrameHeaderSize + payload.size();
   return {};
@@ -140,9 +174,87 @@ bool StateReceiver::continues(const StateOfferMessage& offer) const {
          offer.values == offer_.values && offer.chunk_values == offer_.chunk_values;
 }
 
-void StateReceiver::resume_from(const std::string& peer) {
-  peer_ = peer;
-  resumed_ = true;
+void StateReceiver::add_donor(const std::string& peer) {
+  if (!has_donor(peer)) donors_.push_back(peer);
+  shared_ = true;
+}
+
+void StateReceiver::remove_donor(const std::string& peer) {
+  donors_.erase(std::remove(donors_.begin(), donors_.end(), peer), donors_.end());
+}
+
+namespace {
+// The frames of `frames` (sorted) as [begin, end) pairs, at most `max_ranges`
+// (past that, the last pair reaches to the last frame: coarser, frames in
+// between asked again and ignored when they come twice).
+std::vector<std::uint64_t> as_ranges(const std::vector<std::uint64_t>& frames, std::size_t max_ranges) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t i : frames) {
+    if (!out.empty() && out.back() == i) out.back() = i + 1;
+    else if (out.size() / 2 + 1 > std::max<std::size_t>(max_ranges, 1)) out.back() = i + 1;
+    else out.insert(out.end(), {i, i + 1});
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::uint64_t> StateReceiver::share_of(const std::string& peer) const {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i] && owner_[i] == peer) out.push_back(i);
+  return out;
+}
+
+void StateReceiver::count_shares() {
+  outstanding_.clear();
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i] && !owner_[i].empty()) ++outstanding_[owner_[i]];
+}
+
+StateReceiver::Shares StateReceiver::share_all(const std::string& peer, std::size_t max_ranges) {
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i]) owner_[i] = peer;
+  count_shares();
+  return {{peer, as_ranges(share_of(peer), max_ranges)}};
+}
+
+StateReceiver::Shares StateReceiver::share_with(const std::string& joining, std::size_t max_ranges) {
+  // Frames nobody is asked for (their donor stopped) go to the newcomer.
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i] && (owner_[i].empty() || !has_donor(owner_[i]))) owner_[i] = joining;
+  // Then every share above an equal part gives its upper frames (the ones
+  // its owner reaches last) until it is down to that part.
+  std::uint64_t left = 0;
+  for (std::uint64_t i = 0; i < have_.size(); ++i) left += have_[i] ? 0 : 1;
+  const std::uint64_t part = (left + donors_.size() - 1) / donors_.size();
+  Shares out;
+  for (const auto& d : donors_) {
+    if (d == joining) continue;
+    const auto frames = share_of(d);
+    if (frames.size() <= part) continue;
+    for (std::size_t k = part; k < frames.size(); ++k) owner_[frames[k]] = joining;
+    out.emplace_back(d, as_ranges(share_of(d), max_ranges));
+  }
+  count_shares();
+  if (auto mine = share_of(joining); !mine.empty()) out.emplace_back(joining, as_ranges(mine, max_ranges));
+  return out;
+}
+
+StateReceiver::Shares StateReceiver::share_out(const std::string& stopped, std::size_t max_ranges) {
+  const auto orphans = share_of(stopped);
+  Shares out;
+  if (donors_.empty()) return out;
+  for (std::size_t k = 0; k < orphans.size(); ++k) owner_[orphans[k]] = donors_[k * donors_.size() / orphans.size()];
+  count_shares();
+  for (const auto& d : donors_)
+    if (auto mine = share_of(d); !mine.empty() && !orphans.empty()) out.emplace_back(d, as_ranges(mine, max_ranges));
+  return out;
+}
+
+std::string StateReceiver::take_share_done() { return std::exchange(share_done_, std::string()); }
+
+bool StateReceiver::has_donor(const std::string& peer) const {
+  return std::find(donors_.begin(), donors_.end(), peer) != donors_.end();
 }
 
 std::vector<std::uint64_t> StateReceiver::missing(std::size_t max_ranges) const {
@@ -164,9 +276,9 @@ std::vector<std::uint64_t> StateReceiver::missing(std::size_t max_ranges) const 
 }
 
 Status StateReceiver::verify() const {
-  GEOLOCO_RETURN_IF(!complete(), Err::truncated, "the state from ", peer_, " is incomplete");
+  GEOLOCO_RETURN_IF(!complete(), Err::truncated, "the state from ", first_, " is incomplete");
   const std::string got = digest_hex(digest_f32(anchor_));
-  GEOLOCO_RETURN_IF(got != offer_.anchor_digest, Err::mismatch, "the anchor from ", peer_, " has digest ", got,
+  GEOLOCO_RETURN_IF(got != offer_.anchor_digest, Err::mismatch, "the anchor from ", first_, " has digest ", got,
                     ", the offer said ", offer_.anchor_digest, ": refused");
   return {};
 }

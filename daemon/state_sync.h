@@ -5,9 +5,10 @@
 //   holder  -> state_offer {round, anchor_digest, values, chunk_values}
 //   asker   -> state_accept {job, round}                 (ready for frames)
 //   holder  -> ceil(values / chunk_values) `state` frames of anchor values
-//              and as many of momentum values, frame i on connection slot
-//              i mod connections_per_peer: several TCP streams, as a long
-//              fat link needs, in any order across slots
+//              and as many of momentum values, over every data connection
+//              of the pair at once (each takes the next frame when it is
+//              free): several TCP streams, as a long fat link needs, in any
+//              order across connections
 //   asker   checks every frame's place (once each) and size, then the
 //           anchor's digest against the offer's, and only then replaces
 //           its state.
@@ -16,12 +17,17 @@
 // A refused or incomplete transfer leaves the asker's state unchanged. When
 // the donor stops mid-transfer, another holder's offer of the same state
 // takes over: the accept names the frames still missing (`missing`), and
-// only those are sent.
+// only those are sent. Several holders can send one transfer at once: each
+// is accepted for its share of the missing frames, and a later accept to a
+// holder that is sending changes its share (narrowed when another holder
+// joins, widened when one stops); the asker takes each frame once.
 #pragma once
 
 #include <asio/awaitable.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,21 +48,52 @@ inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
 StateOfferMessage sized_offer(StateOfferMessage offer, std::uint64_t values,
                               std::uint64_t chunk_values = kStateChunkValues);
 
+/// The frames a holder sends one peer: the accept's share, changeable while
+/// the frames go out (a later accept), each sent at most once, lowest
+/// first, by whichever connection is free. Used on the mesh's executor only.
+class FrameWants {
+ public:
+  /// `ranges`: [begin, end) pairs of frame indices; empty: every frame.
+  FrameWants(std::uint64_t frames, const std::vector<std::uint64_t>& ranges);
+  /// The share is `ranges` from now on (frames sent already are not sent
+  /// again). False once the send has ended (close()): nothing would send them.
+  bool set(const std::vector<std::uint64_t>& ranges);
+  /// The next frame to send, marked sent; none when the share is all sent.
+  std::optional<std::uint64_t> next();
+  /// The send ended: set() refuses from now on.
+  void close() { closed_ = true; }
+  /// A new send of the same state to the same peer: its share is `ranges`,
+  /// still without the frames sent before.
+  void reopen(const std::vector<std::uint64_t>& ranges) {
+    closed_ = false;
+    (void)set(ranges);
+  }
+  bool closed() const { return closed_; }
+  std::uint64_t frames() const { return wanted_.size(); }
+
+ private:
+  std::vector<bool> wanted_;
+  std::vector<bool> sent_;
+  std::uint64_t cursor_ = 0;  // no wanted, unsent frame below it
+  bool closed_ = false;
+};
+
 /// After the peer's state_accept: sends the state frames of `round`'s
 /// `anchor` and `momentum`, `chunk_values` to a frame, to `peer` over all of the pair's connections
 /// (all of it, or an error naming what failed). The state is sent from where
 /// it lies, not from a copy (docs/design.md §10: no second copy of the model per
 /// peer): `unchanged` is asked before each frame, and when it says the state
 /// moved on (a round committed), the transfer stops with an error and the
-/// peer, whose transfer stays incomplete, asks again. `wanted`: the frames
-/// to send, as [begin, end) pairs of frame indices (a resumed transfer);
-/// empty, all of them. Returns the frame bytes sent (headers included).
+/// peer, whose transfer stays incomplete, asks again. `wants`: the frames
+/// to send (a share, or what a resumed transfer misses), which may change
+/// while they go out; null: all of them. Returns the frame bytes sent
+/// (headers included).
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
                                                          std::span<const float> anchor, std::span<const float> momentum,
                                                          std::function<bool()> unchanged,
                                                          std::uint64_t chunk_values = kStateChunkValues,
-                                                         std::vector<std::uint64_t> wanted = {});
+                                                         std::shared_ptr<FrameWants> wants = nullptr);
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {
@@ -64,9 +101,12 @@ class StateReceiver {
   /// Errors: invalid_argument (an offer without state, or one too large).
   static Result<StateReceiver> start(const std::string& peer, const StateOfferMessage& offer);
 
-  /// Takes a state frame, in any order. Errors: mismatch (from another
-  /// peer, a place outside the state or already filled, wrong size, another
-  /// round), after which the transfer is void.
+  /// Takes a state frame from one of the transfer's donors, in any order.
+  /// A frame taken already is ignored once the transfer has had more than
+  /// one donor (shares change while frames are on the wire). Errors:
+  /// mismatch (from a peer that is no donor, a place outside the state or,
+  /// with one donor only, already filled, wrong size, another round), after
+  /// which the transfer is void.
   Status add(const std::string& peer, const transport::FrameHeader& header, std::span<const std::byte> payload);
   bool complete() const { return received_ == 2 * chunks_; }
   /// After complete(): checks the anchor's digest. Errors: mismatch.
@@ -74,30 +114,63 @@ class StateReceiver {
   /// Whether `offer` is of the same state (round, digest, size, framing):
   /// then a transfer broken off by its donor can go on from that peer.
   bool continues(const StateOfferMessage& offer) const;
-  /// Goes on receiving from `peer`, keeping every frame taken so far.
-  void resume_from(const std::string& peer);
+  /// Takes frames from `peer` too (a holder that helps, or one that goes
+  /// on after the others stopped), keeping every frame taken so far.
+  void add_donor(const std::string& peer);
+  /// Takes no more frames from `peer` (it stopped sending).
+  void remove_donor(const std::string& peer);
+  bool has_donor(const std::string& peer) const;
+  /// The donors sending now, in the order they joined.
+  const std::vector<std::string>& donors() const { return donors_; }
+  /// Every donor that sent a frame of this transfer, in order.
+  const std::vector<std::string>& senders() const { return senders_; }
   /// The frames not taken yet, as [begin, end) pairs: at most `max_ranges`,
   /// the last one then reaching to the end (a frame taken already that
   /// comes again in a resumed transfer is ignored, not refused).
   std::vector<std::uint64_t> missing(std::size_t max_ranges = 2048) const;
+  /// Who sends which frame. A donor's share is the frames it was asked for
+  /// that are not in yet; when they are all in, take_share_done() names it.
+  /// Each returns the shares that changed, as (donor, [begin, end) pairs of
+  /// at most `max_ranges`) to put in accepts.
+  using Shares = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
+  /// The first donor: every frame not in yet.
+  Shares share_all(const std::string& peer, std::size_t max_ranges = 2048);
+  /// A donor joins (add_donor() first): it takes every frame nobody is
+  /// asked for, and from each share above an equal part of what is missing
+  /// the frames above that part (their owner sends its lowest frames first,
+  /// so those are the least likely on the wire already).
+  Shares share_with(const std::string& joining, std::size_t max_ranges = 2048);
+  /// A donor stopped (remove_donor() first): its frames not in yet are
+  /// split, in contiguous parts, among the donors left, added to their shares.
+  Shares share_out(const std::string& stopped, std::size_t max_ranges = 2048);
+  /// The donor whose share the last add() completed ("" if none), once.
+  std::string take_share_done();
   std::uint64_t frames_taken() const { return received_; }
   std::uint64_t frames() const { return 2 * chunks_; }
 
   const StateOfferMessage& offer() const { return offer_; }
-  const std::string& peer() const { return peer_; }
+  /// The first donor.
+  const std::string& peer() const { return first_; }
   /// Frame bytes taken so far (headers included).
   std::uint64_t bytes() const { return bytes_; }
   std::vector<float>& anchor() { return anchor_; }
   std::vector<float>& momentum() { return momentum_; }
 
  private:
-  std::string peer_;
+  std::string first_;
+  std::vector<std::string> donors_;
+  std::vector<std::string> senders_;
   StateOfferMessage offer_;
   std::uint64_t chunks_ = 0;      ///< frames per tensor
   std::vector<bool> have_;        ///< per frame: 0..chunks_-1 anchor, then momentum
   std::uint64_t received_ = 0;
   std::uint64_t bytes_ = 0;
-  bool resumed_ = false;          ///< from a second donor: a frame taken already may come again
+  bool shared_ = false;           ///< had a second donor: a frame taken already may come again
+  std::vector<std::uint64_t> share_of(const std::string& peer) const;
+  void count_shares();
+  std::vector<std::string> owner_;                 ///< per frame: whose share it is ("" none)
+  std::map<std::string, std::uint64_t> outstanding_;  ///< per donor: frames of its share not in yet
+  std::string share_done_;
   std::vector<float> anchor_;
   std::vector<float> momentum_;
 };

@@ -30,6 +30,8 @@ StateOfferMessage StateTransfers::offer(const std::string& peer, const outer::Ou
   offer.anchor_digest = digest_hex(state.anchor_digest());
   offer.layout = state.layout;
   offered_[peer] = state.round;  // the frames follow the peer's accept
+  // A new offer starts afresh: frames sent to the peer before may be sent again.
+  if (auto it = sending_.find(peer); it != sending_.end() && it->second.wants->closed()) sending_.erase(it);
   return sized_offer(std::move(offer), state.anchor.size(), chunk_values_);
 }
 
@@ -38,10 +40,11 @@ std::string StateTransfers::accept(const std::string& from, const StateAcceptMes
   auto offered = offered_.find(from);
   if (offered == offered_.end() || offered->second != accept.round)
     return cat(from, " accepts a state of round ", accept.round, " that this site did not offer it");
-  offered_.erase(offered);
-  if (state.anchor.empty() || state.round != accept.round)
+  if (state.anchor.empty() || state.round != accept.round) {
+    offered_.erase(offered);
     return cat(from, " accepts the state of round ", accept.round, ", but this site moved on to round ", state.round,
                "; it asks again");
+  }
   return {};
 }
 
@@ -55,33 +58,78 @@ asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, cons
   };
   const auto started = Clock::now();
   const bool part = !missing.empty();
-  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_,
-                                         std::move(missing));
-  if (!sent.ok()) co_return sent.status();
+  const std::uint64_t chunks = (anchor.size() + chunk_values_ - 1) / chunk_values_;
+  // Another send of the round to the same peer (its share grew after the
+  // first ended) never sends a frame twice: the frames may still be on the
+  // wire. A later accept of this round, while this send runs, changes its share.
+  std::shared_ptr<FrameWants> wants;
+  if (auto it = sending_.find(peer); it != sending_.end() && it->second.round == round && it->second.wants->closed()) {
+    wants = it->second.wants;
+    wants->reopen(missing);
+  } else {
+    wants = std::make_shared<FrameWants>(2 * chunks, missing);
+    sending_[peer] = {round, wants};
+  }
+  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_, wants);
+  wants->close();
+  if (!sent.ok()) {
+    if (auto it = sending_.find(peer); it != sending_.end() && it->second.wants == wants) sending_.erase(it);
+    co_return sent.status();
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   co_return cat(part ? "the rest of the state of round " : "state of round ", round, " sent to ", peer, ": ",
                 transfer_summary(*sent, seconds));
 }
 
-Result<StateAcceptMessage> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
-  if (receiving_ && receiving_->peer() != peer && receiving_->continues(offer) && receiving_->frames_taken() > 0) {
-    if (kept_frames_ == 0) first_donor_ = receiving_->peer();
-    kept_frames_ = receiving_->frames_taken();
-    receiving_->resume_from(peer);
-    return StateAcceptMessage{job_, offer.round, receiving_->missing()};
+bool StateTransfers::update(const std::string& from, const StateAcceptMessage& accept) {
+  auto it = sending_.find(from);
+  if (it == sending_.end() || it->second.round != accept.round) return false;
+  return it->second.wants->set(accept.missing);  // false: that send just ended, a new one starts
+}
+
+std::vector<AcceptTo> StateTransfers::accepts(const StateReceiver::Shares& shares) const {
+  std::vector<AcceptTo> out;
+  for (const auto& [peer, ranges] : shares)
+    out.push_back({peer, StateAcceptMessage{job_, receiving_->offer().round, ranges}});
+  return out;
+}
+
+Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
+  if (receiving_ && receiving_->continues(offer)) {
+    if (receiving_->has_donor(peer)) return std::vector<AcceptTo>{};  // the same offer again
+    if (receiving_->donors().empty()) {
+      // Every donor stopped: this one goes on with what arrived.
+      if (kept_frames_ == 0) first_donor_ = receiving_->peer();
+      kept_frames_ = receiving_->frames_taken();
+    }
+    receiving_->add_donor(peer);
+    return accepts(receiving_->share_with(peer));
   }
   receiving_.reset();
   kept_frames_ = 0;
   auto receiver = StateReceiver::start(peer, offer);
   if (!receiver.ok()) return receiver.status();
   receiving_ = std::move(*receiver);
-  return StateAcceptMessage{job_, offer.round};
+  (void)receiving_->share_all(peer);
+  return std::vector<AcceptTo>{{peer, StateAcceptMessage{job_, offer.round}}};  // every frame
+}
+
+std::vector<AcceptTo> StateTransfers::release(const std::string& peer) {
+  if (!receiving_ || !receiving_->has_donor(peer)) return {};
+  receiving_->remove_donor(peer);
+  return accepts(receiving_->share_out(peer));
 }
 
 StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transport::FrameHeader& header,
                                            std::span<const std::byte> payload) {
   StateFrameOutcome out;
-  if (!receiving_ || peer != receiving_->peer()) {
+  // Complete, and waiting to be installed: a frame that two holders both
+  // sent (shares change while frames are on the wire) comes too late to matter.
+  if (receiving_ && receiving_->complete()) {
+    out.kind = StateFrameOutcome::dropped;
+    return out;
+  }
+  if (!receiving_ || !receiving_->has_donor(peer)) {
     // The rest of a transfer this site no longer wants (an answer to an
     // earlier request, or from another peer): dropped, nothing changes.
     // Not refused: the frame is authentic, and closing the connection would
@@ -102,6 +150,7 @@ StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transp
     out.digest = receiving_->offer().anchor_digest;
   } else {
     out.kind = StateFrameOutcome::progress;
+    out.share_done = receiving_->take_share_done();
   }
   return out;
 }
@@ -121,10 +170,19 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   done.round = offer.round;
   done.digest = offer.anchor_digest;
   done.peer = received.peer();
+  done.senders = received.senders();
   done.bytes = received.bytes();
   done.seconds = std::chrono::duration<double>(now - requested_at_).count();
   done.resumed_frames = kept_frames_;
-  done.note = cat("state of round ", offer.round, " received from ", received.peer(),
+  // Who sent it: the holders that sent frames, the one that stopped said apart.
+  std::vector<std::string> named;
+  for (const auto& s : done.senders)
+    if (!(kept_frames_ && s == first_donor_)) named.push_back(s);
+  if (named.empty()) named.push_back(received.peer());
+  std::string from;
+  for (std::size_t i = 0; i < named.size(); ++i)
+    from += cat(i == 0 ? "" : i + 1 == named.size() ? " and " : ", ", named[i]);
+  done.note = cat("state of round ", offer.round, " received from ", from,
                   kept_frames_ ? cat(" (", kept_frames_, " of its ", received.frames(), " frames kept from ",
                                      first_donor_, ", which stopped sending)")
                                : std::string(),

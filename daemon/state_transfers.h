@@ -1,16 +1,21 @@
 // The STATE_SYNC transfers of one job on this site (the frames and their
 // checks are state_sync.h's): the offers it made that wait for an accept,
-// and the one transfer it receives. JobRun says when (the participant
-// machine decides); this class keeps what an offer promised, answers an
-// accept with the frames only if it was offered and the state is still that
-// round's, takes frames only from the peer it receives from, and installs a
-// checked state in one step. Everything runs on the job's executor.
+// the frames it is sending, and the one transfer it receives, from one
+// holder or several at once. JobRun says when (the participant machine
+// decides); this class keeps what an offer promised, answers an accept with
+// the frames only if it was offered and the state is still that round's,
+// changes a sending share when a later accept says so, splits what is
+// missing among the holders that send, takes frames only from them, and
+// installs a checked state in one step. Everything runs on the job's
+// executor.
 #pragma once
 
 #include <asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <vector>
 #include <optional>
 #include <span>
 #include <string>
@@ -40,13 +45,21 @@ struct StateFrameOutcome {
   std::string error;
   std::uint64_t round = 0;   ///< arrived: the state's round
   std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
+  std::string share_done;    ///< progress: a holder whose share is all in now ("" none)
+};
+
+/// An accept to send: to `peer`, for its share of a transfer.
+struct AcceptTo {
+  std::string peer;
+  StateAcceptMessage accept;
 };
 
 /// A received state put in place.
 struct InstalledState {
   std::uint64_t round = 0;
   std::string digest;       ///< its anchor's (checked against the offer's)
-  std::string peer;         ///< who sent it
+  std::string peer;         ///< who sent it (the first donor)
+  std::vector<std::string> senders;  ///< every holder that sent frames of it
   std::uint64_t bytes = 0;  ///< frame bytes received (headers included)
   double seconds = 0;       ///< from this site's request to the state in place
   std::string note;         ///< the line for the job's log
@@ -67,9 +80,16 @@ class StateTransfers {
   StateOfferMessage offer(const std::string& peer, const outer::OuterState& state, const std::string& reason = {});
   /// The peer's accept. Returns an empty string when the frames of `state`
   /// are to be sent (send()), else why not: not offered to it, or offered
-  /// for another round (the offer stays: its accept may still come), or the
-  /// state moved on since (the offer is used up; the peer asks again).
+  /// for another round, or the state moved on since (the peer asks again).
+  /// An offer stays good while the state is its round: a later accept of it
+  /// (the peer's share changed after this site's frames were all sent)
+  /// sends the frames it names.
   std::string accept(const std::string& from, const StateAcceptMessage& accept, const outer::OuterState& state);
+  /// A later accept from a peer this site is sending `accept.round`'s
+  /// frames to: its share is `accept.missing` from now on (all, when
+  /// empty). False when no such send is in progress (the accept needs an
+  /// offer then).
+  bool update(const std::string& from, const StateAcceptMessage& accept);
   /// Sends the frames of `state`, accepted as round `round`, to `peer` from
   /// where they lie (only `missing` ones, the accept's, when it names some);
   /// `state` must outlive the transfer. A round committed
@@ -78,7 +98,7 @@ class StateTransfers {
   /// moved on), and the mesh's.
   asio::awaitable<Result<std::string>> send(std::string peer, const outer::OuterState& state, std::uint64_t round,
                                             std::vector<std::uint64_t> missing = {});
-  /// Peers with an offer not yet accepted.
+  /// Peers with an offer that an accept may still take up.
   std::size_t offers_pending() const { return offered_.size(); }
 
   // --- the asker's side
@@ -89,13 +109,18 @@ class StateTransfers {
   void requested(Clock::time_point now) {
     if (!receiving_) requested_at_ = now;
   }
-  /// Takes `peer`'s offer as the transfer to receive, and returns the
-  /// accept to send it. An offer of the same state as the transfer in
-  /// progress from another peer (its donor died or stalled) goes on with
-  /// what arrived: the accept names the frames still missing. Any other
-  /// offer ends the transfer before. Errors: invalid_argument (an offer
-  /// without state, or one this site cannot hold).
-  Result<StateAcceptMessage> receive(const std::string& peer, const StateOfferMessage& offer);
+  /// Takes `peer`'s offer into the transfer to receive, and returns the
+  /// accepts to send. An offer of the same state as the transfer in
+  /// progress joins it: `peer` takes what nobody is asked for and the upper
+  /// frames of every share above an equal part (StateReceiver::share_with),
+  /// an accept to it and one to each holder whose share shrank; when no holder sends any more (their
+  /// frames stopped, release()), that is all that is missing.
+  /// Any other offer ends the transfer before and is accepted whole. Errors:
+  /// invalid_argument (an offer without state, or one this site cannot hold).
+  Result<std::vector<AcceptTo>> receive(const std::string& peer, const StateOfferMessage& offer);
+  /// `peer` stopped sending: its frames are split among the holders still
+  /// sending (the accepts widening their shares), or wait for the next one.
+  std::vector<AcceptTo> release(const std::string& peer);
   StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
                              std::span<const std::byte> payload);
   /// Moves the complete, checked transfer into `state` (job, round, anchor,
@@ -111,11 +136,18 @@ class StateTransfers {
   std::uint64_t job_id_;
   transport::Mesh& mesh_;
   std::uint64_t chunk_values_;
-  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it, not yet accepted
+  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it
+  struct Sending {
+    std::uint64_t round = 0;
+    std::shared_ptr<FrameWants> wants;
+  };
+  std::map<std::string, Sending> sending_;        ///< peer -> the frames sent and being sent to it, for its offer's round
   std::optional<StateReceiver> receiving_;
   Clock::time_point requested_at_;
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
   std::string first_donor_;
+  /// The accepts that carry changed shares.
+  std::vector<AcceptTo> accepts(const StateReceiver::Shares& shares) const;
 };
 
 }  // namespace geoloco::daemon

@@ -45,7 +45,7 @@ TEST_CASE("a joining site asks the coordinator, retries on silence, and welcomes
   m.on_state_offer("a", offer(4, kDigest1), t0 + 1200ms);
   CHECK(kinds(m.step(t0 + 1200ms)) == std::vector<std::string>{"receive from a"});
   // While frames arrive nobody is asked again, however long it takes.
-  m.on_state_progress(t0 + 3s);
+  m.on_state_progress("a", t0 + 3s);
   CHECK(kinds(m.step(t0 + 4s)).empty());
   CHECK(m.heartbeat_phase() == "idle");
   m.on_state_arrived({4, kDigest1});
@@ -153,26 +153,73 @@ TEST_CASE("STATE_SYNC: a site catching up itself offers the state it installs to
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b", "install", "welcome 4", "offer to c"});
 }
 
-TEST_CASE("STATE_SYNC: one transfer at a time; a stalled or broken one gives way") {
+TEST_CASE("STATE_SYNC: another holder of the arriving state helps; a stalled or broken one gives way") {
   ParticipantMachine m(options("a"), std::nullopt, HeldState{4, kDigest1}, 0, t0);
   (void)m.step(t0);
   m.on_state_offer("b", offer(4, kDigest1), t0);
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
   m.on_state_offer("b", offer(4, kDigest1), t0 + 500ms);  // the answer to an earlier request: the same transfer
+  CHECK(kinds(m.step(t0 + 500ms)).empty());
+  // c holds the same state: it sends a share of what is missing.
   m.on_state_offer("c", offer(4, kDigest1), t0 + 500ms);
-  auto busy = m.step(t0 + 500ms);
+  auto helps = m.step(t0 + 500ms);
+  CHECK(kinds(helps) == std::vector<std::string>{"receive from c"});
+  CHECK(noted(helps, "c helps with the state of round 4"));
+  // An offer of another round while this one arrives changes nothing.
+  m.on_state_offer("c", offer(5, kDigest2), t0 + 600ms);
+  auto busy = m.step(t0 + 600ms);
   CHECK(kinds(busy).empty());
-  CHECK(noted(busy, "c offers round 4; a transfer from b is arriving"));
-  // No frame for the stall time: another offer of the same round takes
-  // over (the frames from b are kept: StateTransfers' resume).
-  m.on_state_offer("c", offer(4, kDigest1), t0 + 2500ms);
-  CHECK(kinds(m.step(t0 + 2500ms)) == std::vector<std::string>{"receive from c"});
+  CHECK(noted(busy, "c offers round 5; the state of round 4 is arriving"));
+  // b goes on, c sends nothing for the stall time: its share goes to b.
+  m.on_state_progress("b", t0 + 2000ms);
+  m.on_state_progress("b", t0 + 2400ms);
+  CHECK(kinds(m.step(t0 + 2400ms)).empty());
+  auto released = m.step(t0 + 2500ms);
+  CHECK(kinds(released) == std::vector<std::string>{"release c"});
+  CHECK(noted(released, "c sent no state frame for 2000 ms; its share goes to the others"));
+  // Then b stops too (still busy with its share, it keeps its own clock):
+  // nobody sends; the next offer of the round goes on with the frames in
+  // (StateTransfers' resume), b released first.
+  CHECK(kinds(m.step(t0 + 4300ms)).empty());
+  const auto stalled = kinds(m.step(t0 + 4400ms));
+  CHECK(stalled == std::vector<std::string>{"send state_request to c"});
+  m.on_state_offer("c", offer(4, kDigest1), t0 + 4500ms);
+  CHECK(kinds(m.step(t0 + 4500ms)) == std::vector<std::string>{"release b", "receive from c"});
   m.on_state_failed("mismatch: frame 3 arrived twice");
-  auto broken = m.step(t0 + 2600ms);
+  auto broken = m.step(t0 + 4600ms);
   CHECK(noted(broken, "state transfer from c abandoned: mismatch: frame 3 arrived twice"));
   m.on_state_arrived({4, kDigest1});  // a transfer no longer in progress: nothing is installed
-  CHECK(kinds(m.step(t0 + 2700ms)).empty());
-  CHECK(kinds(m.step(t0 + 3600ms)) == std::vector<std::string>{"send state_request to c"});  // the next site in turn
+  CHECK(kinds(m.step(t0 + 4700ms)).empty());
+  CHECK(kinds(m.step(t0 + 5600ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
+}
+
+TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder sending a share") {
+  ParticipantOptions o = options("d");
+  o.sites = {"a", "b", "c", "d"};
+  ParticipantMachine m(o, std::nullopt, std::nullopt, 0, t0);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"send join to a", "send state_request to a"});
+  StateOfferMessage none;
+  none.reason = "this site is catching up itself";
+  m.on_state_offer("c", none, t0 + 10ms);
+  // Six frames (3 Mi values a tensor): b is asked too, c said it has none.
+  StateOfferMessage large{"j", 4, kDigest1, 3u << 20, 1u << 20, "", {}};
+  m.on_state_offer("a", large, t0 + 20ms);
+  CHECK(kinds(m.step(t0 + 20ms)) == std::vector<std::string>{"receive from a", "send state_request to b"});
+  m.on_state_offer("b", large, t0 + 40ms);
+  CHECK(kinds(m.step(t0 + 40ms)) == std::vector<std::string>{"receive from b"});
+  // b's share is all in at once; a goes on until 1 s, then falls silent.
+  m.on_state_progress("b", t0 + 100ms);
+  m.on_state_share_done("b");
+  m.on_state_progress("a", t0 + 1s);
+  // b, silent but done, is not released; a, silent with frames to send, is.
+  CHECK(kinds(m.step(t0 + 2900ms)).empty());
+  CHECK(kinds(m.step(t0 + 3000ms)) == std::vector<std::string>{"release a"});
+  // b now has a's share, and the stall time from its release for it.
+  CHECK(kinds(m.step(t0 + 4900ms)).empty());
+  m.on_state_progress("b", t0 + 4900ms);
+  m.on_state_arrived({4, kDigest1});
+  CHECK(kinds(m.step(t0 + 4900ms)) == std::vector<std::string>{"install", "welcome 5"});
+  // A small state is not worth the others' trouble: asked of one holder only (the test above).
 }
 
 TEST_CASE("a stop in every state ends the job, saving only committed, current state") {

@@ -197,6 +197,7 @@ std::string encode_control(const ControlMessage& message) {
           [](const StateAcceptMessage& m) {
             json j{{"job", m.job}, {"round", m.round}};
             if (!m.missing.empty()) j["missing"] = m.missing;
+            if (m.stop) j["stop"] = true;
             return j;
           },
           [](const StateOfferMessage& m) {
@@ -206,6 +207,7 @@ std::string encode_control(const ControlMessage& message) {
                    {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
                    {"layout", layout}, {"tokens", m.tokens}};
             if (m.attempt) j["attempt"] = *m.attempt;
+            if (!m.momentum_digest.empty()) j["momentum_digest"] = m.momentum_digest;
             return j;
           },
           [](const ElectMessage& m) {
@@ -359,12 +361,16 @@ Result<ControlMessage> decode_control(std::string_view text) {
     for (std::size_t i = 0; i + 1 < m.missing.size(); i += 2)
       f.check(m.missing[i] < m.missing[i + 1] && (i == 0 || m.missing[i - 1] <= m.missing[i]),
               "missing must be ordered, non-empty [begin, end) ranges");
+    f.opt_bool("stop", m.stop);
+    f.check(!m.stop || m.missing.empty(), "a stop names no frames");
     out = m;
   } else if (type == "state_offer") {
     StateOfferMessage m;
     f.str("job", m.job);
     f.u64("round", m.round);
     f.str("anchor_digest", m.anchor_digest);
+    f.opt_str("momentum_digest", m.momentum_digest);
+    f.check(m.momentum_digest.empty() || is_digest(m.momentum_digest), "momentum_digest must be 16 hex digits");
     f.u64("values", m.values);
     f.u64("chunk_values", m.chunk_values);
     f.str("reason", m.reason, 4096);

@@ -135,6 +135,10 @@ struct StateOfferMessage {
   Layout layout;
   std::uint64_t tokens = 0;  ///< tokens of every round committed through `round`
   std::optional<std::uint64_t> attempt = std::nullopt;  ///< the attempt that committed `round`, when the offerer knows
+  /// xxh3 of the momentum's bytes (optional: "" from a site that does not
+  /// send it); with several holders each sending part, the momentum is
+  /// checked as a whole like the anchor.
+  std::string momentum_digest = {};
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once
@@ -147,6 +151,9 @@ struct StateAcceptMessage {
   /// frames first, then momentum): a transfer resumed from another holder
   /// after its donor died keeps what it received. Empty: every frame.
   std::vector<std::uint64_t> missing = {};
+  /// Send nothing more (a holder let go: the asker takes its frames from
+  /// others); `missing` is then empty.
+  bool stop = false;
 };
 
 /// A COMMIT a site sent for a round whose outcome it has not learned: the

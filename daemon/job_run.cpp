@@ -373,7 +373,7 @@ void JobRun::execute(ParticipantAction& action) {
           [&](InstallState&) { install_state(); },
           [&](ReceiveState& r) { receive_state(r.peer, r.offer); },
           [&](DropTransfer&) { transfers_->drop(); },
-          [&](ReleaseDonor& r) { release_donor(r.peer); },
+          [&](ReleaseDonor& r) { release_donor(r.peer, r.hand_out); },
           [&](OfferState& o) { offer_state(o.peer, o.reason); },
           [&](SaveCheckpoint&) {
             if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());

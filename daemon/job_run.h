@@ -196,7 +196,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void on_state_accept(const std::string& from, const StateAcceptMessage& accept);
   void receive_state(const std::string& peer, const StateOfferMessage& offer);
   /// `peer` stopped sending its share: its frames go to the holders still sending.
-  void release_donor(const std::string& peer);
+  void release_donor(const std::string& peer, bool hand_out);
   void send_accepts(const std::vector<AcceptTo>& accepts);
   void install_state();
   Status save_checkpoint();

@@ -2,6 +2,7 @@
 // for, offering and installing the committed state), checkpoints, and the
 // status and round records that `geoloco status` and `watch` print. The
 // round engine itself is job_run.cpp and job_round.cpp.
+#include <algorithm>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <filesystem>
@@ -34,7 +35,7 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason) {
 
 void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& accept) {
   // Frames of this round already going to `from`: another holder joined or
-  // stopped, and this is its share from now on.
+  // stopped, and this is its share from now on (or nothing: a stop).
   if (transfers_->update(from, accept)) {
     spdlog::debug("[{}] the share of the state of round {} that {} wants from this site changed", spec_.name,
                   accept.round, from);
@@ -63,9 +64,14 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
   receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
   if (offer.attempt) receiving_attempt_ = offer.attempt;
   if (!accepts.ok()) {
-    machine_->on_state_failed(accepts.status().message());
+    // A holder of another state cannot help with this one; the transfer goes on.
+    if (joining && accepts.status().code() == Err::mismatch) machine_->on_state_helper_refused(peer, accepts.status().message());
+    else machine_->on_state_failed(accepts.status().message());
     return;
   }
+  // Given no share (fewer frames missing than holders): nothing to wait for from it.
+  if (std::none_of(accepts->begin(), accepts->end(), [&](const AcceptTo& a) { return a.peer == peer; }))
+    machine_->on_state_share_done(peer);
   if (joining && accepts->size() == 1 && !accepts->front().accept.missing.empty())
     note(cat("the state of round ", offer.round, " goes on from ", peer, ": the frames already here are kept"));
   else if (accepts->size() > 1)
@@ -73,7 +79,9 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
   send_accepts(*accepts);
 }
 
-void JobRun::release_donor(const std::string& peer) { send_accepts(transfers_->release(peer)); }
+void JobRun::release_donor(const std::string& peer, bool hand_out) {
+  send_accepts(transfers_->release(peer, hand_out));
+}
 
 void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
   for (const auto& a : accepts) send_now(a.peer, a.accept);  // now the frames may come, on every connection

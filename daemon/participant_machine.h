@@ -185,10 +185,12 @@ struct ReceiveState {
   std::string peer;
   StateOfferMessage offer;
 };
-/// `peer` stopped sending its share of the state: its frames go to the
-/// holders still sending, or to the next one that offers.
+/// `peer` stopped sending its share of the state: it is told to stop, and
+/// its frames go to the holders still sending (`hand_out`), or to the next
+/// one that offers.
 struct ReleaseDonor {
   std::string peer;
+  bool hand_out = true;
 };
 /// Forget the transfer in progress: its frames are dropped from now on.
 struct DropTransfer {};
@@ -252,8 +254,12 @@ class ParticipantMachine {
   void on_state_offer(const std::string& from, const StateOfferMessage& offer, Clock::time_point now);
   /// A state frame of the transfer in progress arrived from `from`.
   void on_state_progress(const std::string& from, Clock::time_point now);
-  /// Every frame of `peer`'s share is in: it has nothing more to send (not stalled).
+  /// Every frame of `peer`'s share is in (or it was given none): it has
+  /// nothing more to send (not stalled).
   void on_state_share_done(const std::string& peer);
+  /// `peer`'s offer could not join the transfer arriving (another state of
+  /// the same round): it is no holder of this transfer.
+  void on_state_helper_refused(const std::string& peer, const std::string& why);
   /// The transfer in progress is complete and its digest checked.
   void on_state_arrived(const HeldState& state);
   /// After MoveTrainer: the trainer now starts from the anchor of `round`.

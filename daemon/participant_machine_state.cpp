@@ -36,8 +36,10 @@ namespace {
 std::uint64_t state_frames(const StateOfferMessage& offer) {
   return offer.chunk_values == 0 ? 0 : 2 * ((offer.values + offer.chunk_values - 1) / offer.chunk_values);
 }
-// From this many frames on, the other holders are asked to send shares too.
-constexpr std::uint64_t kFramesWorthHelp = 4;
+// From this many frames on, the other holders are asked to send shares too
+// (a holder has a frame in flight on each of its connections, 4 by default:
+// a share of fewer frames than that is on the wire already).
+constexpr std::uint64_t kFramesWorthHelp = 8;
 }  // namespace
 
 void ParticipantMachine::on_state_offer(const std::string& from, const StateOfferMessage& offer,
@@ -77,7 +79,7 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     act(DropTransfer{});
     helpers_asked_ = false;
   } else if (transferring_) {
-    for (const auto& [peer, at] : donors_) act(ReleaseDonor{peer});
+    for (const auto& [peer, at] : donors_) act(ReleaseDonor{peer, false});  // all go: the new one takes what is missing
   }
   donors_.clear();
   asks_of_source_ = 0;
@@ -103,6 +105,11 @@ void ParticipantMachine::on_state_progress(const std::string& from, Clock::time_
 
 void ParticipantMachine::on_state_share_done(const std::string& peer) {
   if (auto it = donors_.find(peer); transferring_ && it != donors_.end()) it->second.done = true;
+}
+
+void ParticipantMachine::on_state_helper_refused(const std::string& peer, const std::string& why) {
+  if (!transferring_ || !donors_.erase(peer)) return;
+  note(why);
 }
 
 void ParticipantMachine::on_state_arrived(const HeldState& state) {

@@ -52,13 +52,15 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // while others are there, has stopped: its share goes to them (one whose
   // share was all in gets the stall time anew for the frames it is given);
   // the last one is waited for below.
+  // The holders share this site's downlink: with k of them each one's
+  // frames come k times as far apart, so each gets k times the stall time.
+  const auto silent_after = options_.state_stall_ms * static_cast<long>(std::max<std::size_t>(donors_.size(), 1));
   for (auto it = donors_.begin(); transferring_ && donors_.size() > 1 && it != donors_.end();) {
-    if (it->second.done || now - it->second.at < options_.state_stall_ms) {
+    if (it->second.done || now - it->second.at < silent_after) {
       ++it;
       continue;
     }
-    note(cat(it->first, " sent no state frame for ", options_.state_stall_ms.count(),
-             " ms; its share goes to the others"));
+    note(cat(it->first, " sent no state frame for ", silent_after.count(), " ms; its share goes to the others"));
     act(ReleaseDonor{it->first});
     it = donors_.erase(it);
     for (auto& [peer, d] : donors_) {
@@ -70,9 +72,11 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // site) would only start a second one over the same links.
   if (transferring_ && !donors_.empty() && now - progress_at_ < options_.state_stall_ms) {
     wake = progress_at_ + options_.state_stall_ms;
-    if (donors_.size() > 1)
+    if (donors_.size() > 1) {
+      const auto silent = options_.state_stall_ms * static_cast<long>(donors_.size());
       for (const auto& [peer, d] : donors_)
-        if (!d.done) wake = std::min(*wake, d.at + options_.state_stall_ms);
+        if (!d.done) wake = std::min(*wake, d.at + silent);
+    }
     return;
   }
   const auto last = asked_at_ ? std::max(*asked_at_, progress_at_) : Clock::time_point{};

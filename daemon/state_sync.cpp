@@ -23,11 +23,14 @@ namespace {
 
 // What the slots' senders share (all on the mesh's executor).
 struct FramesInFlight {
-  explicit FramesInFlight(const asio::any_io_executor& ex) : done(ex) {}
-  int senders = 0;
+  explicit FramesInFlight(const asio::any_io_executor& ex) : done(ex), changed(ex) {}
+  int senders = 0;  // connections still in the send
+  int idle = 0;     // of those, how many found nothing to send and wait for a change of share
+  bool over = false;
   Status failure;
   std::uint64_t bytes = 0;
   transport::Signal done;
+  transport::Signal changed;
 };
 
 // The share's frames, the next one whenever connection `slot` is free.
@@ -36,9 +39,22 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
                                 std::function<bool()> unchanged, std::uint64_t chunk_values, int slot,
                                 std::shared_ptr<FramesInFlight> flight, std::shared_ptr<FrameWants> wants) {
   const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
-  while (flight->failure.ok()) {
+  while (flight->failure.ok() && !flight->over) {
     const auto next = wants->next();
-    if (!next) break;
+    if (!next) {
+      // Nothing for this connection now. The send ends when every
+      // connection is in this state; until then a change of share (another
+      // holder stopped, its frames come here) wakes them all again.
+      if (++flight->idle == flight->senders) {
+        flight->over = true;
+        wants->close();
+        flight->changed.notify_all();
+        break;
+      }
+      co_await flight->changed.wait();
+      --flight->idle;
+      continue;
+    }
     const std::uint64_t i = *next;
     const auto& tensor = i < chunks ? anchor : momentum;
     const std::uint64_t begin = (i % chunks) * chunk_values;
@@ -60,10 +76,12 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
     }
     flight->bytes += transport::kFrameHeaderSize + size * sizeof(float);
   }
-  if (--flight->senders == 0) {
-    wants->close();  // the last connection found nothing left: a later change of share needs a new send
-    flight->done.notify_all();
+  if (!flight->failure.ok() && !flight->over) {
+    flight->over = true;  // a failure ends the send on every connection
+    wants->close();
+    flight->changed.notify_all();
   }
+  if (--flight->senders == 0) flight->done.notify_all();
 }
 
 }  // namespace
@@ -84,7 +102,13 @@ bool FrameWants::set(const std::vector<std::uint64_t>& ranges) {
         wanted_[i] = true;
   }
   cursor_ = 0;  // a frame added behind the search is found again
+  if (on_change) on_change();
   return true;
+}
+
+void FrameWants::stop() {
+  wanted_.assign(wanted_.size(), false);
+  if (on_change) on_change();
 }
 
 std::optional<std::uint64_t> FrameWants::next() {
@@ -106,6 +130,7 @@ asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, 
   auto flight = std::make_shared<FramesInFlight>(mesh.executor());
   const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
   if (!wants) wants = std::make_shared<FrameWants>(2 * chunks, std::vector<std::uint64_t>{});
+  wants->on_change = [flight] { flight->changed.notify_all(); };
   flight->senders = slots;
   for (int k = 0; k < slots; ++k)
     asio::co_spawn(mesh.executor(),
@@ -126,6 +151,7 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   StateReceiver r;
   r.first_ = peer;
   r.donors_ = {peer};
+  r.ever_ = {peer};
   r.offer_ = offer;
   r.chunks_ = chunks;
   // Reserved, not sized: each frame sizes its tensor up to its own end, so
@@ -144,7 +170,7 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
 }
 
 Status StateReceiver::add(const std::string& peer, const transport::FrameHeader& h, std::span<const std::byte> payload) {
-  GEOLOCO_RETURN_IF(!has_donor(peer), Err::mismatch, "state frame from ", peer, ", which is not sending this state");
+  GEOLOCO_RETURN_IF(!was_donor(peer), Err::mismatch, "state frame from ", peer, ", which is not sending this state");
   GEOLOCO_RETURN_IF(complete(), Err::mismatch, "state frame from ", peer, " after the transfer was complete");
   GEOLOCO_RETURN_IF(h.round != offer_.round, Err::mismatch, "state frame of round ", h.round, " from ", peer,
                     ", the offer was for round ", offer_.round);
@@ -171,11 +197,13 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
 
 bool StateReceiver::continues(const StateOfferMessage& offer) const {
   return offer.reason.empty() && offer.round == offer_.round && offer.anchor_digest == offer_.anchor_digest &&
-         offer.values == offer_.values && offer.chunk_values == offer_.chunk_values;
+         offer.momentum_digest == offer_.momentum_digest && offer.values == offer_.values &&
+         offer.chunk_values == offer_.chunk_values;
 }
 
 void StateReceiver::add_donor(const std::string& peer) {
   if (!has_donor(peer)) donors_.push_back(peer);
+  ever_.insert(peer);
   shared_ = true;
 }
 
@@ -280,6 +308,11 @@ Status StateReceiver::verify() const {
   const std::string got = digest_hex(digest_f32(anchor_));
   GEOLOCO_RETURN_IF(got != offer_.anchor_digest, Err::mismatch, "the anchor from ", first_, " has digest ", got,
                     ", the offer said ", offer_.anchor_digest, ": refused");
+  if (!offer_.momentum_digest.empty()) {
+    const std::string m = digest_hex(digest_f32(momentum_));
+    GEOLOCO_RETURN_IF(m != offer_.momentum_digest, Err::mismatch, "the momentum from ", first_, " has digest ", m,
+                      ", the offer said ", offer_.momentum_digest, ": refused");
+  }
   return {};
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <span>
@@ -58,6 +59,10 @@ class FrameWants {
   /// The share is `ranges` from now on (frames sent already are not sent
   /// again). False once the send has ended (close()): nothing would send them.
   bool set(const std::vector<std::uint64_t>& ranges);
+  /// Nothing more is wanted (the asker let this holder go).
+  void stop();
+  /// Called whenever the share changes (the sending connections wake up).
+  std::function<void()> on_change;
   /// The next frame to send, marked sent; none when the share is all sent.
   std::optional<std::uint64_t> next();
   /// The send ended: set() refuses from now on.
@@ -120,6 +125,9 @@ class StateReceiver {
   /// Takes no more frames from `peer` (it stopped sending).
   void remove_donor(const std::string& peer);
   bool has_donor(const std::string& peer) const;
+  /// Whether `peer` was ever a donor of this transfer: its frames are still
+  /// taken after it was let go (they were on the wire; they count).
+  bool was_donor(const std::string& peer) const { return ever_.count(peer) != 0; }
   /// The donors sending now, in the order they joined.
   const std::vector<std::string>& donors() const { return donors_; }
   /// Every donor that sent a frame of this transfer, in order.
@@ -159,6 +167,7 @@ class StateReceiver {
  private:
   std::string first_;
   std::vector<std::string> donors_;
+  std::set<std::string> ever_;
   std::vector<std::string> senders_;
   StateOfferMessage offer_;
   std::uint64_t chunks_ = 0;      ///< frames per tensor

@@ -28,10 +28,16 @@ StateOfferMessage StateTransfers::offer(const std::string& peer, const outer::Ou
   }
   offer.round = state.round;
   offer.anchor_digest = digest_hex(state.anchor_digest());
+  offer.momentum_digest = digest_hex(digest_f32(state.momentum));
   offer.layout = state.layout;
   offered_[peer] = state.round;  // the frames follow the peer's accept
-  // A new offer starts afresh: frames sent to the peer before may be sent again.
-  if (auto it = sending_.find(peer); it != sending_.end() && it->second.wants->closed()) sending_.erase(it);
+  // A new offer starts afresh (the peer asked again: it may have dropped
+  // what came before): a send still going stops, and the frames sent before
+  // may be sent again.
+  if (auto it = sending_.find(peer); it != sending_.end()) {
+    it->second.wants->stop();
+    sending_.erase(it);
+  }
   return sized_offer(std::move(offer), state.anchor.size(), chunk_values_);
 }
 
@@ -83,6 +89,12 @@ asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, cons
 
 bool StateTransfers::update(const std::string& from, const StateAcceptMessage& accept) {
   auto it = sending_.find(from);
+  if (accept.stop) {
+    // Let go: whatever it still had to send goes from others. Handled even
+    // when nothing is being sent any more.
+    if (it != sending_.end() && it->second.round == accept.round) it->second.wants->stop();
+    return true;
+  }
   if (it == sending_.end() || it->second.round != accept.round) return false;
   return it->second.wants->set(accept.missing);  // false: that send just ended, a new one starts
 }
@@ -95,11 +107,17 @@ std::vector<AcceptTo> StateTransfers::accepts(const StateReceiver::Shares& share
 }
 
 Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
+  // Another state of the same round while holders send this one: refused,
+  // the transfer goes on (a holder with other bits must not end it).
+  GEOLOCO_RETURN_IF(receiving_ && !receiving_->donors().empty() && offer.round == receiving_->offer().round &&
+                        !receiving_->continues(offer),
+                    Err::mismatch, peer, " offers another state of round ", offer.round, " (anchor ",
+                    offer.anchor_digest, ") than the one arriving (anchor ", receiving_->offer().anchor_digest,
+                    "); it does not send a share");
   if (receiving_ && receiving_->continues(offer)) {
     if (receiving_->has_donor(peer)) return std::vector<AcceptTo>{};  // the same offer again
     if (receiving_->donors().empty()) {
       // Every donor stopped: this one goes on with what arrived.
-      if (kept_frames_ == 0) first_donor_ = receiving_->peer();
       kept_frames_ = receiving_->frames_taken();
     }
     receiving_->add_donor(peer);
@@ -114,10 +132,14 @@ Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, c
   return std::vector<AcceptTo>{{peer, StateAcceptMessage{job_, offer.round}}};  // every frame
 }
 
-std::vector<AcceptTo> StateTransfers::release(const std::string& peer) {
+std::vector<AcceptTo> StateTransfers::release(const std::string& peer, bool hand_out) {
   if (!receiving_ || !receiving_->has_donor(peer)) return {};
   receiving_->remove_donor(peer);
-  return accepts(receiving_->share_out(peer));
+  // It stops (it may only be slow: what it would still send is others' now).
+  std::vector<AcceptTo> out{{peer, StateAcceptMessage{job_, receiving_->offer().round, {}, true}}};
+  if (hand_out)
+    for (auto& a : accepts(receiving_->share_out(peer))) out.push_back(std::move(a));
+  return out;
 }
 
 StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transport::FrameHeader& header,
@@ -129,7 +151,7 @@ StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transp
     out.kind = StateFrameOutcome::dropped;
     return out;
   }
-  if (!receiving_ || !receiving_->has_donor(peer)) {
+  if (!receiving_ || !receiving_->was_donor(peer)) {
     // The rest of a transfer this site no longer wants (an answer to an
     // earlier request, or from another peer): dropped, nothing changes.
     // Not refused: the frame is authentic, and closing the connection would
@@ -174,17 +196,15 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   done.bytes = received.bytes();
   done.seconds = std::chrono::duration<double>(now - requested_at_).count();
   done.resumed_frames = kept_frames_;
-  // Who sent it: the holders that sent frames, the one that stopped said apart.
-  std::vector<std::string> named;
-  for (const auto& s : done.senders)
-    if (!(kept_frames_ && s == first_donor_)) named.push_back(s);
+  // Who sent it: every holder that sent frames of it.
+  std::vector<std::string> named = done.senders;
   if (named.empty()) named.push_back(received.peer());
   std::string from;
   for (std::size_t i = 0; i < named.size(); ++i)
     from += cat(i == 0 ? "" : i + 1 == named.size() ? " and " : ", ", named[i]);
   done.note = cat("state of round ", offer.round, " received from ", from,
-                  kept_frames_ ? cat(" (", kept_frames_, " of its ", received.frames(), " frames kept from ",
-                                     first_donor_, ", which stopped sending)")
+                  kept_frames_ ? cat(" (", kept_frames_, " of its ", received.frames(),
+                                     " frames kept from before the transfer stalled)")
                                : std::string(),
                   ": ", offer.values, " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ",
                   offer.anchor_digest);

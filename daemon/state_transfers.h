@@ -87,8 +87,8 @@ class StateTransfers {
   std::string accept(const std::string& from, const StateAcceptMessage& accept, const outer::OuterState& state);
   /// A later accept from a peer this site is sending `accept.round`'s
   /// frames to: its share is `accept.missing` from now on (all, when
-  /// empty). False when no such send is in progress (the accept needs an
-  /// offer then).
+  /// empty), or nothing (`stop`, handled with or without a send). False
+  /// when no such send is in progress (the accept needs an offer then).
   bool update(const std::string& from, const StateAcceptMessage& accept);
   /// Sends the frames of `state`, accepted as round `round`, to `peer` from
   /// where they lie (only `missing` ones, the accept's, when it names some);
@@ -118,9 +118,10 @@ class StateTransfers {
   /// Any other offer ends the transfer before and is accepted whole. Errors:
   /// invalid_argument (an offer without state, or one this site cannot hold).
   Result<std::vector<AcceptTo>> receive(const std::string& peer, const StateOfferMessage& offer);
-  /// `peer` stopped sending: its frames are split among the holders still
-  /// sending (the accepts widening their shares), or wait for the next one.
-  std::vector<AcceptTo> release(const std::string& peer);
+  /// `peer` stopped sending: a stop to it (it may only be slow), and with
+  /// `hand_out` its frames split among the holders still sending (the
+  /// accepts widening their shares); else they wait for the next one.
+  std::vector<AcceptTo> release(const std::string& peer, bool hand_out = true);
   StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
                              std::span<const std::byte> payload);
   /// Moves the complete, checked transfer into `state` (job, round, anchor,
@@ -145,7 +146,6 @@ class StateTransfers {
   std::optional<StateReceiver> receiving_;
   Clock::time_point requested_at_;
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
-  std::string first_donor_;
   /// The accepts that carry changed shares.
   std::vector<AcceptTo> accepts(const StateReceiver::Shares& shares) const;
 };

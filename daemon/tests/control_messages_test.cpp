@@ -28,6 +28,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       HeartbeatMessage{5, "inner", 3, "b", 4},
       PlanMessage{5, {"a"}, {1}, {}, 196608, 0.5, 10, {10}, {5}, 3},
       StateAcceptMessage{"demo", 7, {3, 5, 6, 10}},
+      StateAcceptMessage{"demo", 7, {}, true},
+      StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "fedcba9876543210"},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -57,6 +59,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(offer.round == 7);
   CHECK(offer.layout == Layout{{"w", {100, 1017}, 0}, {"b", {70}, 101700}});
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
+  CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[20]))).stop);
+  CHECK(std::get<StateOfferMessage>(*decode_control(encode_control(messages[21]))).momentum_digest == "fedcba9876543210");
   auto elect = std::get<ElectMessage>(*decode_control(encode_control(messages[14])));
   CHECK((elect.epoch == 3 && elect.pre && elect.committed_round == 41));
   auto vote = std::get<VoteMessage>(*decode_control(encode_control(messages[15])));
@@ -120,6 +124,8 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "state_accept message: missing must be ordered, non-empty [begin, end) ranges");
   CHECK(msg(R"({"type":"state_accept","job":"x","round":3,"missing":[4]})") ==
         "state_accept message: missing must be [begin, end) pairs");
+  CHECK(msg(R"({"type":"state_accept","job":"x","round":3,"missing":[2,4],"stop":true})") ==
+        "state_accept message: a stop names no frames");
   CHECK(msg(R"({"type":"elect","epoch":70000,"committed_round":1})") == "elect message: epoch must be 1..65535");
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":""})") == "vote message: field 'standing' must be an object");
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":3,"anchor_digest":"x"}})") ==

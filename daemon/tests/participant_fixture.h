@@ -52,7 +52,7 @@ inline std::string kind(const ParticipantAction& a) {
                [](const InstallState&) { return std::string("install"); },
                [](const ReceiveState& r) { return cat("receive from ", r.peer); },
                [](const DropTransfer&) { return std::string("drop transfer"); },
-               [](const ReleaseDonor& r) { return "release " + r.peer; },
+               [](const ReleaseDonor& r) { return (r.hand_out ? "release " : "drop ") + r.peer; },
                [](const OfferState& o) { return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason); },
                [](const SaveCheckpoint&) { return std::string("checkpoint"); },
                [](const EndJob& e) {

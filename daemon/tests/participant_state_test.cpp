@@ -170,27 +170,27 @@ TEST_CASE("STATE_SYNC: another holder of the arriving state helps; a stalled or 
   auto busy = m.step(t0 + 600ms);
   CHECK(kinds(busy).empty());
   CHECK(noted(busy, "c offers round 5; the state of round 4 is arriving"));
-  // b goes on, c sends nothing for the stall time: its share goes to b.
-  m.on_state_progress("b", t0 + 2000ms);
-  m.on_state_progress("b", t0 + 2400ms);
-  CHECK(kinds(m.step(t0 + 2400ms)).empty());
-  auto released = m.step(t0 + 2500ms);
+  // b goes on, c sends nothing: with two holders sharing this site's
+  // downlink, each has twice the stall time; then c's share goes to b.
+  for (auto at : {1000ms, 2000ms, 3000ms, 4000ms}) m.on_state_progress("b", t0 + at);
+  CHECK(kinds(m.step(t0 + 4400ms)).empty());
+  auto released = m.step(t0 + 4500ms);
   CHECK(kinds(released) == std::vector<std::string>{"release c"});
-  CHECK(noted(released, "c sent no state frame for 2000 ms; its share goes to the others"));
-  // Then b stops too (still busy with its share, it keeps its own clock):
-  // nobody sends; the next offer of the round goes on with the frames in
-  // (StateTransfers' resume), b released first.
-  CHECK(kinds(m.step(t0 + 4300ms)).empty());
-  const auto stalled = kinds(m.step(t0 + 4400ms));
+  CHECK(noted(released, "c sent no state frame for 4000 ms; its share goes to the others"));
+  // Then b stops too: nothing from anyone for the stall time; the next
+  // offer of the round goes on with the frames in (StateTransfers' resume),
+  // every holder before it told to stop.
+  CHECK(kinds(m.step(t0 + 5900ms)).empty());
+  const auto stalled = kinds(m.step(t0 + 6000ms));
   CHECK(stalled == std::vector<std::string>{"send state_request to c"});
-  m.on_state_offer("c", offer(4, kDigest1), t0 + 4500ms);
-  CHECK(kinds(m.step(t0 + 4500ms)) == std::vector<std::string>{"release b", "receive from c"});
+  m.on_state_offer("c", offer(4, kDigest1), t0 + 6100ms);
+  CHECK(kinds(m.step(t0 + 6100ms)) == std::vector<std::string>{"drop b", "receive from c"});
   m.on_state_failed("mismatch: frame 3 arrived twice");
-  auto broken = m.step(t0 + 4600ms);
+  auto broken = m.step(t0 + 6200ms);
   CHECK(noted(broken, "state transfer from c abandoned: mismatch: frame 3 arrived twice"));
   m.on_state_arrived({4, kDigest1});  // a transfer no longer in progress: nothing is installed
-  CHECK(kinds(m.step(t0 + 4700ms)).empty());
-  CHECK(kinds(m.step(t0 + 5600ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
+  CHECK(kinds(m.step(t0 + 6300ms)).empty());
+  CHECK(kinds(m.step(t0 + 7100ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
 }
 
 TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder sending a share") {
@@ -201,24 +201,27 @@ TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder s
   StateOfferMessage none;
   none.reason = "this site is catching up itself";
   m.on_state_offer("c", none, t0 + 10ms);
-  // Six frames (3 Mi values a tensor): b is asked too, c said it has none.
-  StateOfferMessage large{"j", 4, kDigest1, 3u << 20, 1u << 20, "", {}};
+  // Eight frames (4 Mi values a tensor): b is asked too, c said it has none.
+  StateOfferMessage large{"j", 4, kDigest1, 4u << 20, 1u << 20, "", {}};
   m.on_state_offer("a", large, t0 + 20ms);
   CHECK(kinds(m.step(t0 + 20ms)) == std::vector<std::string>{"receive from a", "send state_request to b"});
   m.on_state_offer("b", large, t0 + 40ms);
   CHECK(kinds(m.step(t0 + 40ms)) == std::vector<std::string>{"receive from b"});
-  // b's share is all in at once; a goes on until 1 s, then falls silent.
+  // b's share is all in; a's frames go on arriving, then a falls silent
+  // while an earlier frame of a helper (let go long ago) still arrives.
   m.on_state_progress("b", t0 + 100ms);
   m.on_state_share_done("b");
-  m.on_state_progress("a", t0 + 1s);
-  // b, silent but done, is not released; a, silent with frames to send, is.
-  CHECK(kinds(m.step(t0 + 2900ms)).empty());
-  CHECK(kinds(m.step(t0 + 3000ms)) == std::vector<std::string>{"release a"});
-  // b now has a's share, and the stall time from its release for it.
-  CHECK(kinds(m.step(t0 + 4900ms)).empty());
-  m.on_state_progress("b", t0 + 4900ms);
+  for (auto at : {1000ms, 2000ms}) m.on_state_progress("a", t0 + at);
+  m.on_state_progress("x", t0 + 4500ms);  // not a holder of it now: counts as the transfer's progress only
+  // b, silent but done, is not released; a, silent with frames to send for
+  // twice the stall time (two holders), is.
+  CHECK(kinds(m.step(t0 + 5900ms)).empty());
+  CHECK(kinds(m.step(t0 + 6000ms)) == std::vector<std::string>{"release a"});
+  // b now has a's share, and the stall time anew for it.
+  CHECK(kinds(m.step(t0 + 7900ms)).empty());
+  m.on_state_progress("b", t0 + 7900ms);
   m.on_state_arrived({4, kDigest1});
-  CHECK(kinds(m.step(t0 + 4900ms)) == std::vector<std::string>{"install", "welcome 5"});
+  CHECK(kinds(m.step(t0 + 7900ms)) == std::vector<std::string>{"install", "welcome 5"});
   // A small state is not worth the others' trouble: asked of one holder only (the test above).
 }
 

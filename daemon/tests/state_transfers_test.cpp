@@ -4,7 +4,10 @@
 // moved on, frames from a peer it does not receive from and a state whose
 // anchor does not match its offer all leave the asker's state unchanged.
 #include <algorithm>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
 #include <catch2/catch.hpp>
+#include <future>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -260,16 +263,20 @@ TEST_CASE("a transfer whose donor stops goes on from another holder of the same 
     auto [h, payload] = state_frame(held, i);
     CHECK(on_b([&] { return p.b->on_frame("a", h, payload).kind; }) == StateFrameOutcome::progress);
   }
-  // a stops (the machine releases it); c holds the same state and offers it.
-  CHECK(on_b([&] { return p.b->release("a"); }).empty());  // nobody else sends: c's offer will take it all
+  // a stops (the machine lets it go: it is told to stop); c holds the same state and offers it.
+  auto let_go = on_b([&] { return p.b->release("a"); });
+  REQUIRE(let_go.size() == 1);  // nobody else sends: c's offer will take it all
+  CHECK(let_go[0].peer == "a");
+  CHECK(let_go[0].accept.stop);
   auto resumed = on_b([&] { return p.b->receive("c", offer); });
   REQUIRE(resumed.ok());
   REQUIRE(resumed->size() == 1);
   CHECK(resumed->front().peer == "c");
   CHECK(resumed->front().accept.missing == std::vector<std::uint64_t>{3, 5, 6, 10});
   {
+    // a's, late (it was on the wire): taken, it counts.
     auto [h, payload] = state_frame(held, 3);
-    CHECK(on_b([&] { return p.b->on_frame("a", h, payload).kind; }) == StateFrameOutcome::dropped);  // a's, late
+    CHECK(on_b([&] { return p.b->on_frame("a", h, payload).kind; }) == StateFrameOutcome::progress);
   }
   StateFrameOutcome::Kind last = StateFrameOutcome::dropped;
   for (std::uint32_t i : {3u, 4u, 6u, 7u, 8u, 9u}) {
@@ -281,8 +288,8 @@ TEST_CASE("a transfer whose donor stops goes on from another holder of the same 
   auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
   REQUIRE(installed.ok());
   CHECK(installed->resumed_frames == 4);
-  CHECK(installed->note.find("state of round 7 received from c (4 of its 10 frames kept from a, which stopped "
-                             "sending): 5000 parameters, ") == 0);
+  CHECK(installed->note.find("state of round 7 received from a and c (4 of its 10 frames kept from before the "
+                             "transfer stalled): 5000 parameters, ") == 0);
   CHECK(same_bits(mine.anchor, held.anchor));
   CHECK(same_bits(mine.momentum, held.momentum));
 
@@ -310,7 +317,7 @@ TEST_CASE("a holder asked for the frames still missing sends only those") {
     auto [h, payload] = state_frame(held, i);
     REQUIRE(on_b([&] { return p.b->on_frame("x", h, payload).kind; }) == StateFrameOutcome::progress);
   }
-  CHECK(on_b([&] { return p.b->release("x"); }).empty());
+  CHECK(on_b([&] { return p.b->release("x"); }).size() == 1);  // x is told to stop
   auto accepts = on_b([&] { return p.b->receive("a", offer); });
   REQUIRE(accepts.ok());
   REQUIRE(accepts->size() == 1);
@@ -446,4 +453,61 @@ TEST_CASE("two holders send one state at once: the second takes the upper half o
   const std::uint64_t frame = kFrameHeaderSize + kFrame * sizeof(float);
   CHECK(bytes_of(*sent_a) < 16 * frame);
   CHECK(bytes_of(*sent_a) + bytes_of(*sent_b) <= 16 * frame + 4 * frame);  // at most a few frames in flight twice
+}
+
+TEST_CASE("the momentum is checked against the offer's digest too; another state of the round cannot join") {
+  Pair p;
+  const outer::OuterState held = holder_state(7);
+  StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", held); });
+  CHECK(offer.momentum_digest == digest_hex(digest_f32(held.momentum)));
+  auto on_b = [&](auto fn) { return p.sites[1]->call(fn); };
+  REQUIRE(on_b([&] { return p.b->receive("a", offer); }).ok());
+  // A holder of other bits of round 7 offers meanwhile: refused, the transfer goes on.
+  StateOfferMessage other = offer;
+  other.anchor_digest = "00000000deadbeef";
+  auto refused = on_b([&] { return p.b->receive("c", other); });
+  CHECK(refused.status().code() == Err::mismatch);
+  CHECK_THAT(refused.status().message(), Catch::StartsWith("c offers another state of round 7 (anchor 00000000deadbeef)"));
+  CHECK(on_b([&] { return p.b->receiving(); }));
+  // A momentum that is not the one offered (one value changed): refused at the end.
+  outer::OuterState bent = held;
+  bent.momentum[4321] += 1.0f;
+  StateFrameOutcome last;
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    auto [h, payload] = state_frame(bent, i);
+    last = on_b([&] { return p.b->on_frame("a", h, payload); });
+  }
+  CHECK(last.kind == StateFrameOutcome::failed);
+  CHECK_THAT(last.error, Catch::StartsWith("the momentum from a has digest "));
+  CHECK_FALSE(on_b([&] { return p.b->receiving(); }));
+}
+
+TEST_CASE("a holder's share changes while it sends: narrowed, widened, stopped; no frame is sent twice") {
+  FrameWants wants(10, {});  // every frame
+  CHECK(wants.next() == std::optional<std::uint64_t>(0));
+  CHECK(wants.next() == std::optional<std::uint64_t>(1));
+  int changes = 0;
+  wants.on_change = [&changes] { ++changes; };
+  REQUIRE(wants.set({0, 4}));  // narrowed to frames 0-3 (another holder took the rest)
+  CHECK(wants.next() == std::optional<std::uint64_t>(2));
+  CHECK(wants.next() == std::optional<std::uint64_t>(3));
+  CHECK_FALSE(wants.next());
+  REQUIRE(wants.set({0, 2, 8, 10}));  // widened: 0 and 1 were sent already, 8 and 9 are new
+  CHECK(wants.next() == std::optional<std::uint64_t>(8));
+  wants.stop();  // let go
+  CHECK_FALSE(wants.next());
+  CHECK(changes == 3);
+  wants.close();  // the send ended
+  CHECK_FALSE(wants.set({0, 10}));
+  wants.reopen({0, 10});  // a later send of the round to the same peer: only what it never sent
+  std::vector<std::uint64_t> rest;
+  while (auto f = wants.next()) rest.push_back(*f);
+  CHECK(rest == std::vector<std::uint64_t>{4, 5, 6, 7, 9});
+}
+
+TEST_CASE("a stop with no send going is handled, and starts none") {
+  Pair p;
+  const outer::OuterState held = holder_state(7);
+  (void)p.sites[0]->call([&] { return p.a->offer("b", held); });
+  CHECK(p.sites[0]->call([&] { return p.a->update("b", StateAcceptMessage{"sync", 7, {}, true}); }));
 }

@@ -40,6 +40,11 @@ bool read_duration(const YAML::Node& v, const std::string& what, double& seconds
     std::istringstream in(text);
     double x = 0;
     if (!text.empty() && (in >> x) && in.eof() && std::isfinite(x) && x >= 0) {
+      // Ten years at most: no setting needs more, and every caller can hold it.
+      if (x * scale > 3650.0 * 86400) {
+        p.add(v, cat(what, ": ", v.as<std::string>(), " is too long (at most 3650d)"));
+        return false;
+      }
       seconds = x * scale;
       return true;
     }

@@ -79,7 +79,9 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
   };
   auto millis = [&](const YAML::Node& v, const std::string& what, int& out) {
     double seconds = 0;
-    if (yaml::read_duration(v, what, seconds, p)) out = static_cast<int>(seconds * 1000 + 0.5);
+    if (!yaml::read_duration(v, what, seconds, p)) return;
+    if (seconds > 86400) p.add(v, cat(what, ": at most a day (24h), got ", v.as<std::string>()));
+    else out = static_cast<int>(seconds * 1000 + 0.5);
   };
   auto mbit = [&](const YAML::Node& v, const std::string& what, double& out) {  // bit/s with suffixes, 0: none
     std::string text;

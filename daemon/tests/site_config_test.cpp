@@ -148,3 +148,14 @@ tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
   loaded.heartbeat_timeout_ms = 90000;
   CHECK(settings_needing_restart(*running, loaded) == std::vector<std::string>{"listen", "peers", "transport", "heartbeat"});
 }
+
+TEST_CASE("a duration too long for its setting is refused, not wrapped around") {
+  auto c = parse("name: eu-west\ntransport: {read_timeout: 99999999d}\nheartbeat: {interval: 2s, timeout: 30d}\n"
+                 "tls: {expiry_warning: 1e300s}\n");
+  REQUIRE_FALSE(c.ok());
+  const std::string m = c.status().message();
+  INFO(m);
+  CHECK(m.find("transport.read_timeout: 99999999d is too long (at most 3650d)") != std::string::npos);
+  CHECK(m.find("heartbeat.timeout: at most a day (24h), got 30d") != std::string::npos);
+  CHECK(m.find("tls.expiry_warning: 1e300s is too long (at most 3650d)") != std::string::npos);
+}

@@ -69,9 +69,9 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
     else machine_->on_state_failed(accepts.status().message());
     return;
   }
-  // Given no share (fewer frames missing than holders): nothing to wait for from it.
-  if (std::none_of(accepts->begin(), accepts->end(), [&](const AcceptTo& a) { return a.peer == peer; }))
-    machine_->on_state_share_done(peer);
+  // A holder given no share (fewer frames missing than holders), or whose
+  // share is all in after the cut: nothing to wait for from it.
+  for (const auto& done : transfers_->shares_done()) machine_->on_state_share_done(done);
   if (joining && accepts->size() == 1 && !accepts->front().accept.missing.empty())
     note(cat("the state of round ", offer.round, " goes on from ", peer, ": the frames already here are kept"));
   else if (accepts->size() > 1)
@@ -81,6 +81,7 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
 
 void JobRun::release_donor(const std::string& peer, bool hand_out) {
   send_accepts(transfers_->release(peer, hand_out));
+  for (const auto& done : transfers_->shares_done()) machine_->on_state_share_done(done);
 }
 
 void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
@@ -99,7 +100,7 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
     case StateFrameOutcome::arrived: machine_->on_state_arrived(HeldState{out.round, out.digest}); break;
     case StateFrameOutcome::progress:
       machine_->on_state_progress(peer, Clock::now());
-      if (!out.share_done.empty()) machine_->on_state_share_done(out.share_done);
+      for (const auto& done : out.share_done) machine_->on_state_share_done(done);
       break;
   }
   drive();

@@ -59,10 +59,7 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     if (donors_.count(from)) return;  // the same state again
     // Another holder of the state that is arriving: it sends a share of
     // what is missing, and the others' shares shrink (StateTransfers).
-    // The shares are cut again: one that was all in may get frames again,
-    // and has the stall time from now for them.
-    for (auto& [peer, d] : donors_)
-      if (d.done) d = {now, false};
+    // A newcomer takes frames from the others' shares, never gives them any.
     donors_[from] = {now, false};
     note(cat(from, " helps with the state of round ", offer.round));
     act(ReceiveState{from, offer});

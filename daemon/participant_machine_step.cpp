@@ -53,14 +53,19 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // share was all in gets the stall time anew for the frames it is given);
   // the last one is waited for below.
   // The holders share this site's downlink: with k of them each one's
-  // frames come k times as far apart, so each gets k times the stall time.
+  // frames come k times as far apart, so each gets k times the stall time;
+  // and when nothing came from anyone for the stall time, every holder that
+  // still owes frames is silent, and those whose shares are in take them.
   const auto silent_after = options_.state_stall_ms * static_cast<long>(std::max<std::size_t>(donors_.size(), 1));
   for (auto it = donors_.begin(); transferring_ && donors_.size() > 1 && it != donors_.end();) {
-    if (it->second.done || now - it->second.at < silent_after) {
+    // (A release re-arms the holders that take its frames: not quiet any more.)
+    const bool all_quiet = now - progress_at_ >= options_.state_stall_ms;
+    if (it->second.done || (now - it->second.at < silent_after && !all_quiet)) {
       ++it;
       continue;
     }
-    note(cat(it->first, " sent no state frame for ", silent_after.count(), " ms; its share goes to the others"));
+    note(cat(it->first, " sent no state frame for ",
+             std::chrono::duration_cast<Millis>(now - it->second.at).count(), " ms; its share goes to the others"));
     act(ReleaseDonor{it->first});
     it = donors_.erase(it);
     for (auto& [peer, d] : donors_) {

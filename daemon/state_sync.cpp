@@ -189,7 +189,7 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
   if (std::find(senders_.begin(), senders_.end(), peer) == senders_.end()) senders_.push_back(peer);
   if (const std::string& owner = owner_[h.chunk]; !owner.empty())
     if (auto it = outstanding_.find(owner); it != outstanding_.end() && it->second > 0 && --it->second == 0)
-      share_done_ = owner;
+      share_done_.push_back(owner);
   ++received_;
   bytes_ += transport::kFrameHeaderSize + payload.size();
   return {};
@@ -237,6 +237,10 @@ void StateReceiver::count_shares() {
   outstanding_.clear();
   for (std::uint64_t i = 0; i < have_.size(); ++i)
     if (!have_[i] && !owner_[i].empty()) ++outstanding_[owner_[i]];
+  // A donor left with nothing to send is done (its frames are in, or the
+  // change of shares gave it none).
+  for (const auto& d : donors_)
+    if (!outstanding_.count(d)) share_done_.push_back(d);
 }
 
 StateReceiver::Shares StateReceiver::share_all(const std::string& peer, std::size_t max_ranges) {
@@ -279,7 +283,7 @@ StateReceiver::Shares StateReceiver::share_out(const std::string& stopped, std::
   return out;
 }
 
-std::string StateReceiver::take_share_done() { return std::exchange(share_done_, std::string()); }
+std::vector<std::string> StateReceiver::take_share_done() { return std::exchange(share_done_, {}); }
 
 bool StateReceiver::has_donor(const std::string& peer) const {
   return std::find(donors_.begin(), donors_.end(), peer) != donors_.end();

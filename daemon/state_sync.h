@@ -137,7 +137,8 @@ class StateReceiver {
   /// comes again in a resumed transfer is ignored, not refused).
   std::vector<std::uint64_t> missing(std::size_t max_ranges = 2048) const;
   /// Who sends which frame. A donor's share is the frames it was asked for
-  /// that are not in yet; when they are all in, take_share_done() names it.
+  /// that are not in yet; when they are all in (by a frame, or by a change of
+  /// shares that left it none), take_share_done() names it.
   /// Each returns the shares that changed, as (donor, [begin, end) pairs of
   /// at most `max_ranges`) to put in accepts.
   using Shares = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
@@ -151,8 +152,8 @@ class StateReceiver {
   /// A donor stopped (remove_donor() first): its frames not in yet are
   /// split, in contiguous parts, among the donors left, added to their shares.
   Shares share_out(const std::string& stopped, std::size_t max_ranges = 2048);
-  /// The donor whose share the last add() completed ("" if none), once.
-  std::string take_share_done();
+  /// The donors whose shares were completed since the last call, once each.
+  std::vector<std::string> take_share_done();
   std::uint64_t frames_taken() const { return received_; }
   std::uint64_t frames() const { return 2 * chunks_; }
 
@@ -179,7 +180,7 @@ class StateReceiver {
   void count_shares();
   std::vector<std::string> owner_;                 ///< per frame: whose share it is ("" none)
   std::map<std::string, std::uint64_t> outstanding_;  ///< per donor: frames of its share not in yet
-  std::string share_done_;
+  std::vector<std::string> share_done_;
   std::vector<float> anchor_;
   std::vector<float> momentum_;
 };

@@ -45,7 +45,7 @@ struct StateFrameOutcome {
   std::string error;
   std::uint64_t round = 0;   ///< arrived: the state's round
   std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
-  std::string share_done;    ///< progress: a holder whose share is all in now ("" none)
+  std::vector<std::string> share_done;  ///< progress: holders whose shares are all in now
 };
 
 /// An accept to send: to `peer`, for its share of a transfer.
@@ -128,6 +128,9 @@ class StateTransfers {
   /// momentum, layout: the sender's, else `known` if it fits, else one flat
   /// tensor). Errors: internal (nothing complete to install).
   Result<InstalledState> install(outer::OuterState& state, const Layout& known, Clock::time_point now);
+  /// The holders of the transfer whose shares were completed since the
+  /// last call (by frames, or by a change of shares that left them none).
+  std::vector<std::string> shares_done() { return receiving_ ? receiving_->take_share_done() : std::vector<std::string>{}; }
   /// Forgets the transfer being received, if any.
   void drop() { receiving_.reset(); }
   bool receiving() const { return receiving_.has_value(); }

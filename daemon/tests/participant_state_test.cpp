@@ -216,12 +216,46 @@ TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder s
   // b, silent but done, is not released; a, silent with frames to send for
   // twice the stall time (two holders), is.
   CHECK(kinds(m.step(t0 + 5900ms)).empty());
-  CHECK(kinds(m.step(t0 + 6000ms)) == std::vector<std::string>{"release a"});
+  auto released = m.step(t0 + 6000ms);
+  CHECK(kinds(released) == std::vector<std::string>{"release a"});
+  CHECK(noted(released, "a sent no state frame for 4000 ms; its share goes to the others"));
   // b now has a's share, and the stall time anew for it.
   CHECK(kinds(m.step(t0 + 7900ms)).empty());
   m.on_state_progress("b", t0 + 7900ms);
   m.on_state_arrived({4, kDigest1});
   CHECK(kinds(m.step(t0 + 7900ms)) == std::vector<std::string>{"install", "welcome 5"});
+
+  SECTION("nothing from anyone for the stall time: a holder that owes frames is let go at once, to the ones done") {
+    ParticipantMachine q(o, std::nullopt, std::nullopt, 0, t0);
+    (void)q.step(t0);
+    q.on_state_offer("a", large, t0 + 20ms);
+    q.on_state_offer("b", large, t0 + 40ms);
+    (void)q.step(t0 + 40ms);
+    q.on_state_progress("b", t0 + 100ms);
+    q.on_state_share_done("b");
+    q.on_state_progress("a", t0 + 1s);
+    CHECK(kinds(q.step(t0 + 2900ms)).empty());
+    CHECK(kinds(q.step(t0 + 3000ms)) == std::vector<std::string>{"release a"});  // not a new request: b takes it
+    CHECK(kinds(q.step(t0 + 4900ms)).empty());  // b has the stall time anew for a's frames
+
+    SECTION("with three holders, the one that takes the frames is not let go in the same step") {
+      ParticipantOptions o3 = o;
+      o3.sites = {"a", "b", "c", "d"};
+      ParticipantMachine r(o3, std::nullopt, std::nullopt, 0, t0);
+      (void)r.step(t0);
+      r.on_state_offer("a", large, t0 + 20ms);
+      r.on_state_offer("b", large, t0 + 30ms);
+      r.on_state_offer("c", large, t0 + 40ms);
+      (void)r.step(t0 + 40ms);
+      r.on_state_progress("b", t0 + 100ms);
+      r.on_state_share_done("b");
+      r.on_state_progress("c", t0 + 200ms);
+      r.on_state_share_done("c");
+      r.on_state_progress("a", t0 + 1s);
+      CHECK(kinds(r.step(t0 + 3000ms)) == std::vector<std::string>{"release a"});
+      CHECK(kinds(r.step(t0 + 3100ms)).empty());
+    }
+  }
   // A small state is not worth the others' trouble: asked of one holder only (the test above).
 }
 

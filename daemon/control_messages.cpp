@@ -145,7 +145,9 @@ std::string_view control_type_name(const ControlMessage& m) {
                              [](const StateOfferMessage&) { return "state_offer"; },
                              [](const StateAcceptMessage&) { return "state_accept"; },
                              [](const ElectMessage&) { return "elect"; },
-                             [](const VoteMessage&) { return "vote"; }},
+                             [](const VoteMessage&) { return "vote"; },
+                             [](const RoundQueryMessage&) { return "round_query"; },
+                             [](const RoundOutcomeMessage&) { return "round_outcome"; }},
                     m);
 }
 
@@ -230,6 +232,10 @@ std::string encode_control(const ControlMessage& message) {
             return json{{"epoch", m.epoch},   {"pre", m.pre},
                         {"granted", m.granted}, {"reason", m.reason},
                         {"coordinator", m.coordinator}, {"standing", standing}};
+          },
+          [](const RoundQueryMessage& m) { return json{{"round", m.round}}; },
+          [](const RoundOutcomeMessage& m) {
+            return json{{"round", m.round}, {"attempt", m.attempt}, {"anchor_digest", m.anchor_digest}};
           },
       },
       message);
@@ -441,6 +447,20 @@ Result<ControlMessage> decode_control(std::string_view text) {
     } else {
       f.check(false, "field 'standing' must be an object");
     }
+    out = m;
+  } else if (type == "round_query") {
+    RoundQueryMessage m;
+    f.u64("round", m.round);
+    f.check(m.round >= 1, "round must be 1 or more");
+    out = m;
+  } else if (type == "round_outcome") {
+    RoundOutcomeMessage m;
+    f.u64("round", m.round);
+    f.u64("attempt", m.attempt);
+    f.str("anchor_digest", m.anchor_digest);
+    f.check(m.round >= 1, "round must be 1 or more");
+    f.check(m.attempt <= kMaxAttempt, "attempt must be < 2^32");
+    f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");
     out = m;
   } else {
     return GEOLOCO_ERROR(Err::malformed, "unknown control message type '", type, "'");

@@ -197,15 +197,33 @@ struct VoteMessage {
   Standing standing = {};
 };
 
+/// "Which attempt committed `round`?", asked of every site by a site
+/// holding a phase whose Δ went into an attempt of that round when it
+/// learned that the round committed but not by which attempt (its exchange
+/// failed, or its COMMITTED was lost, and it was away while later rounds
+/// committed). Any site whose journal records the round answers.
+struct RoundQueryMessage {
+  std::uint64_t round = 0;
+};
+/// The answer to a ROUND_QUERY, from the answering site's journal: `round`
+/// committed as `attempt`, with this anchor digest. A site that does not
+/// know the attempt does not answer.
+struct RoundOutcomeMessage {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+  std::string anchor_digest;
+};
+
 using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
                                     CommittedMessage, AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage,
                                     StateRequestMessage, StateOfferMessage, StateAcceptMessage, ElectMessage,
-                                    VoteMessage>;
+                                    VoteMessage, RoundQueryMessage, RoundOutcomeMessage>;
 
 /// What sites say to the coordinator (JOIN, HEARTBEAT, READY, COMMIT,
 /// FAILED; every site also watches the heartbeats); ELECT and VOTE are the
 /// succession's; everything else is for a site's rounds (PLAN, COMMITTED and
-/// ABORT from the coordinator, STATE_SYNC from any peer) or the federation's.
+/// ABORT from the coordinator, STATE_SYNC and ROUND_QUERY from any peer) or
+/// the federation's.
 bool for_coordinator(const ControlMessage& message);
 /// What the coordinator still answers once the job has ended on its site: a
 /// COMMIT (a site that missed the final COMMITTED would otherwise resend

@@ -3,6 +3,8 @@
 // the coordinator role and the participant machine, and what every site
 // journals so that any of them can take the office: each round it applies
 // or installs, and the COMMIT it sent whose outcome it has not learned.
+#include <algorithm>
+
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <spdlog/spdlog.h>
@@ -166,6 +168,11 @@ void JobRun::journal_committed(nlohmann::json record) {
   record["type"] = "committed";
   if (Status s = journal_->append(record); !s.ok())
     spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.value("round", std::uint64_t{0}), s.message());
+}
+
+void JobRun::answer_round_query(const std::string& from, const RoundQueryMessage& query) {
+  if (!journal_ || std::find(spec_.sites.begin(), spec_.sites.end(), from) == spec_.sites.end()) return;
+  if (auto outcome = round_outcome(*journal_, query.round)) send(from, *outcome);
 }
 
 }  // namespace geoloco::daemon

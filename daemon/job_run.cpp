@@ -237,6 +237,15 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
     drive();
     return;
   }
+  if (const auto* q = std::get_if<RoundQueryMessage>(&message)) {
+    answer_round_query(from, *q);
+    return;
+  }
+  if (const auto* o = std::get_if<RoundOutcomeMessage>(&message)) {
+    machine_->on_round_outcome(from, *o);
+    drive();
+    return;
+  }
   if (for_coordinator(message)) {
     if (role_ && (!done() || for_coordinator_after_end(message))) role_->on_message(from, message);
     return;

@@ -169,6 +169,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void journal_pending_cleared();
   /// A round this site applied or installed: its journal's `committed` record.
   void journal_committed(nlohmann::json record);
+  /// A site of the job asks which attempt committed a round: answered when
+  /// this site's journal records it with its attempt, else not at all.
+  void answer_round_query(const std::string& from, const RoundQueryMessage& query);
   asio::awaitable<void> run();
   asio::awaitable<void> ticker();
   /// Writes the history's waiting records again until they are on disk.

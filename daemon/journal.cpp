@@ -80,4 +80,16 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
   return s;
 }
 
+std::optional<RoundOutcomeMessage> round_outcome(const Journal& journal, std::uint64_t round) {
+  const nlohmann::json* record = journal.committed_record(round);
+  if (!record) return std::nullopt;
+  const auto attempt = record->find("attempt");
+  const auto digest = record->find("anchor_digest");
+  if (attempt == record->end() || !attempt->is_number_unsigned() || digest == record->end() || !digest->is_string())
+    return std::nullopt;
+  RoundOutcomeMessage out{round, attempt->get<std::uint64_t>(), digest->get<std::string>()};
+  if (out.anchor_digest.size() != 16 || out.attempt > kMaxAttempt) return std::nullopt;
+  return out;
+}
+
 }  // namespace geoloco::daemon

@@ -89,4 +89,10 @@ struct JournalSummary {
 };
 JournalSummary summarize_journal(const std::vector<nlohmann::json>& records);
 
+/// The answer to a ROUND_QUERY about `round` from this journal: the attempt
+/// that committed it and its digest, when a `committed` record of the round
+/// names its attempt (none: the round is not here, or only as a state
+/// installed from a donor that did not know the attempt).
+std::optional<RoundOutcomeMessage> round_outcome(const Journal& journal, std::uint64_t round);
+
 }  // namespace geoloco::daemon

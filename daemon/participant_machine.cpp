@@ -120,11 +120,9 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // The newest plan seen, whatever is done with it: what a vote reports (a
   // plan of round R proves R - 1 committed).
   if (!newest_seen_ || std::pair(plan.round, plan.attempt) > *newest_seen_) newest_seen_ = {plan.round, plan.attempt};
-  // A newer attempt of the doubted round: the attempt this site was in is void.
-  if (in_doubt_ && plan.round == in_doubt_->round && plan.attempt > in_doubt_->attempt)
-    resolve_doubt(plan.round, std::nullopt, "");
-  if (ack_in_doubt_ && plan.round == ack_in_doubt_->round && plan.attempt > ack_in_doubt_->attempt)
-    ack_in_doubt_.reset();
+  // A newer attempt of the round whose COMMIT is pending: that COMMIT is void.
+  if (commit_in_doubt_ && plan.round == commit_in_doubt_->round && plan.attempt > commit_in_doubt_->attempt)
+    commit_in_doubt_.reset();
   // A plan of round R means round R - 1 is committed: a state older than that is of no use.
   if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
@@ -235,21 +233,26 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
                     from, ", which is not the coordinator (", options_.coordinator, ")");
   if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
-  if (ack_in_doubt_ && c.round >= ack_in_doubt_->round) ack_in_doubt_.reset();  // its outcome is known
-  if (in_doubt_ && c.round == in_doubt_->round && c.attempt) {
-    resolve_doubt(c.round, c.attempt, c.anchor_digest);
-    if (where_ == Where::finished) return {};  // the end that waited for this answer
-  }
+  if (commit_in_doubt_ && c.round >= commit_in_doubt_->round) commit_in_doubt_.reset();  // its outcome is known
   if (c.final) final_round_ = c.round;
   known_committed_ = std::max(known_committed_, c.round);
+  // Ours: the round in hand, and the attempt in hand when the COMMITTED names one.
+  const bool ours = holds_current() && c.round == held_->round + 1 && plan_ && plan_->round == c.round &&
+                    (!c.attempt || *c.attempt == plan_->attempt);
+  // The attempt named settles the phase's attempts of that round, except
+  // the one this site is exchanging or will apply (applying releases it).
+  const bool applies = ours && participant_ &&
+                       (where_ == Where::exchanging || (where_ == Where::committing && digest_ == c.anchor_digest));
+  if (c.attempt && !applies) {
+    settle(c.round, *c.attempt, "");
+    if (where_ == Where::finished) return {};  // the end that waited for this answer
+  }
   if (!holds_current()) return {};  // catching up: what arrives next is at least this round
   const std::uint64_t r = held_->round;
   if (c.round <= r) {
     if (final_round_ && *final_round_ == r) finish();
     return {};
   }
-  // Ours: the round in hand, and the attempt in hand when the COMMITTED names one.
-  const bool ours = c.round == r + 1 && plan_ && plan_->round == c.round && (!c.attempt || *c.attempt == plan_->attempt);
   if (ours && where_ == Where::exchanging) {
     early_commit_ = c;  // an observer still receiving the average: applied once it is in
     return {};
@@ -264,11 +267,8 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
     return {};
   }
   // A round this site had no part in, or one whose exchange it gave up while
-  // its Δ went in (a successor completed an attempt this site saw fail).
-  if (c.attempt && phase_ && !in_doubt_ && !counted_in_ && contributed_.count({c.round, *c.attempt})) {
-    note(cat("round ", c.round, " committed attempt ", *c.attempt, ", which holds this site's phase"));
-    counted_in_ = c.round;
-  }
+  // its Δ went in (a successor completed an attempt this site saw fail:
+  // settled above).
   doubt_commit();
   catch_up(cat("round ", c.round, " was committed without this site"));
   return {};
@@ -277,9 +277,8 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
 Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage& a) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "ABORT of round ", a.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
-  if (in_doubt_ && a.round == in_doubt_->round && a.attempt == in_doubt_->attempt)
-    resolve_doubt(a.round, std::nullopt, "");
-  if (ack_in_doubt_ && a.round == ack_in_doubt_->round && a.attempt == ack_in_doubt_->attempt) ack_in_doubt_.reset();
+  if (commit_in_doubt_ && a.round == commit_in_doubt_->round && a.attempt == commit_in_doubt_->attempt)
+    commit_in_doubt_.reset();
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the
@@ -370,10 +369,15 @@ void ParticipantMachine::on_office(const std::string& coordinator) {
 }
 
 std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
-  if (in_doubt_) return PendingCommit{in_doubt_->round, in_doubt_->attempt, in_doubt_->anchor_digest, doubt_tokens_, true};
   if (where_ == Where::committing && plan_) return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
-  if (ack_in_doubt_ && !(held_ && holds_current() && held_->round >= ack_in_doubt_->round)) return ack_in_doubt_;
+  if (commit_in_doubt_ && !(held_ && holds_current() && held_->round >= commit_in_doubt_->round)) return commit_in_doubt_;
   return std::nullopt;
+}
+
+void ParticipantMachine::on_round_outcome(const std::string& from, const RoundOutcomeMessage& outcome) {
+  if (where_ == Where::finished || where_ == Where::ended) return;
+  if (!named(options_.sites, from)) return;
+  settle(outcome.round, outcome.attempt, from);
 }
 
 void ParticipantMachine::on_stop(JobEnd how, const std::string& reason) {
@@ -398,35 +402,46 @@ void ParticipantMachine::drop_round() {
 }
 
 void ParticipantMachine::doubt_commit() {
-  if (where_ == Where::committing && !participant_ && plan_) {
-    ack_in_doubt_ = PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, false};
-    return;
-  }
-  if (where_ != Where::committing || !participant_ || !phase_ || !plan_) return;
-  in_doubt_ = CommitMessage{plan_->round, digest_, plan_->attempt};
-  doubt_tokens_ = plan_->tokens;
-  doubt_asked_at_.reset();
-  note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt,
-           "): this site's phase is held until the coordinator says whether that attempt committed"));
+  if (where_ != Where::committing || !plan_) return;
+  commit_in_doubt_ = PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
+  if (participant_) note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt, ")"));
 }
 
-void ParticipantMachine::resolve_doubt(std::uint64_t round, std::optional<std::uint64_t> attempt,
-                                       const std::string& digest) {
-  const CommitMessage doubted = *in_doubt_;
-  in_doubt_.reset();
-  doubt_asked_at_.reset();
-  doubt_questions_ = 0;
-  if (!attempt || *attempt != doubted.attempt || digest != doubted.anchor_digest) {
-    note(cat("round ", round, " did not commit attempt ", doubted.attempt, ": this site's phase is still to be counted"));
-    ready_round_ = 0;
-  } else {
-    note(cat("round ", round, " committed attempt ", doubted.attempt, " with this site's phase in it"));
-    counted_in_ = round;  // released by step() once this site holds that round or a later one
+void ParticipantMachine::settle(std::uint64_t round, std::uint64_t attempt, const std::string& from) {
+  const auto first = contributed_.lower_bound({round, 0});
+  const auto last = contributed_.lower_bound({round + 1, 0});
+  if (first == last) return;  // none of the phase's attempts is of that round
+  const bool counted = contributed_.count({round, attempt}) > 0;
+  contributed_.erase(first, last);
+  if (asked_round_ == round) {
+    asked_round_ = 0;
+    doubt_asked_at_.reset();
+    doubt_questions_ = 0;
   }
-  if (finish_waits_) {
+  if (!phase_ || counted_in_) return;
+  const std::string who = from.empty() ? std::string() : cat(" (", from, "'s journal)");
+  if (counted) {
+    note(cat("round ", round, " committed attempt ", attempt, who, ", which holds this site's phase: it is counted"));
+    counted_in_ = round;  // released by step() once this site holds that round or a later one
+  } else {
+    note(cat("round ", round, " committed attempt ", attempt, who,
+             ", which does not hold this site's phase: it is still to be counted"));
+    ready_round_ = 0;
+  }
+  if (finish_waits_ && !doubted_round()) {
     finish_waits_ = false;
     finish();
   }
+}
+
+std::optional<std::uint64_t> ParticipantMachine::doubted_round() const {
+  if (!phase_ || counted_in_ || contributed_.empty()) return std::nullopt;
+  const std::uint64_t round = contributed_.begin()->first;  // the oldest (a phase joins a later round only once settled)
+  if (round > known_committed_) return std::nullopt;        // not committed yet: it can still count the phase
+  // The round in hand, whose COMMITTED this site holds: applying it settles it.
+  const bool in_hand = where_ == Where::exchanging || where_ == Where::committing || where_ == Where::applying;
+  if (in_hand && participant_ && plan_ && plan_->round == round) return std::nullopt;
+  return round;
 }
 
 void ParticipantMachine::become_idle() {
@@ -490,12 +505,12 @@ void ParticipantMachine::drop_phase(const std::string& why) {
 }
 
 void ParticipantMachine::finish() {
-  if (in_doubt_ && doubt_questions_ < kDoubtQuestionsAtEnd) {
+  if (const auto doubted = doubted_round(); doubted && doubt_questions_ < kDoubtQuestionsAtEnd) {
     // Whether the phase is in a round decides between releasing it and
-    // dropping it: the end waits for the coordinator's answer (it answers
+    // dropping it: the end waits for a site's answer (journals answer
     // after the job's end too), a few questions at most.
-    if (!finish_waits_) note(cat("the job's last round is held; its end waits for the coordinator to say whether round ",
-                                 in_doubt_->round, " counted this site's phase"));
+    if (!finish_waits_) note(cat("the job's last round is held; its end waits for a site to say whether round ",
+                                 *doubted, " counted this site's phase"));
     finish_waits_ = true;
     return;
   }
@@ -504,12 +519,11 @@ void ParticipantMachine::finish() {
   // Work no round took (a straggler's, or a catching-up site's) is dropped,
   // and says so. Work whose round's fate is in doubt may be counted: it is
   // not dropped, and the log says it is unknown.
-  if (phase_ && in_doubt_)
-    note(cat("the job finished before the coordinator said whether round ", in_doubt_->round, " (attempt ",
-             in_doubt_->attempt, ") counted this site's ", phase_->tokens, " tokens"));
+  if (const auto doubted = doubted_round(); phase_ && doubted)
+    note(cat("the job finished before any site said whether round ", *doubted, " counted this site's ",
+             phase_->tokens, " tokens"));
   else if (phase_ && !counted_in_)
     drop_phase(cat("the job finished after round ", held_->round, " before this work could join a round"));
-  in_doubt_.reset();
   counted_in_.reset();
   release_trainer(true);
   where_ = Where::finished;
@@ -519,8 +533,7 @@ void ParticipantMachine::finish() {
 void ParticipantMachine::end(JobEnd how, const std::string& reason) {
   // Only committed, current state is checkpointed (what catching up would replace is not).
   const bool checkpoint = holds_current();
-  in_doubt_.reset();  // nothing is asked any more
-  finish_waits_ = false;
+  finish_waits_ = false;  // nothing is asked any more
   where_ = Where::ended;
   act(EndJob{how, reason, checkpoint});
 }

@@ -40,10 +40,14 @@
 //     unwinding;
 //   - a late phase is carried or dropped by diloco's late-work rule, which
 //     the coordinator's weights use too;
-//   - a phase is counted once: one whose COMMIT went out for a round this
-//     site then lost track of is held until the coordinator says whether
-//     the attempt it was in committed (counted: the trainer moves on) or not
-//     (it is late work like any other).
+//   - a phase is counted once: once its Δ went into an attempt of a round
+//     (COMMIT sent, or an exchange that failed or was given up after it
+//     began), only a COMMITTED or a journal's answer naming the attempt that
+//     committed that round settles it: that attempt holds the phase
+//     (counted: the trainer moves on) or not (late work like any other).
+//     While the round is known to be committed but not by which attempt (a
+//     lost COMMITTED, this site away while later rounds committed), the
+//     phase is neither offered again nor dropped, and every site is asked.
 #pragma once
 
 #include <chrono>
@@ -268,6 +272,9 @@ class ParticipantMachine {
   void on_state_failed(const std::string& why);
   /// The trainer failed for good.
   void on_trainer_failed(const std::string& why);
+  /// A site's journal says which attempt committed a round (the answer to
+  /// this site's ROUND_QUERY).
+  void on_round_outcome(const std::string& from, const RoundOutcomeMessage& outcome);
   /// geoloco cancel, or the daemon stops.
   void on_stop(JobEnd end, const std::string& reason);
   /// The coordinator's office changed (succession.h): what is for the
@@ -319,11 +326,19 @@ class ParticipantMachine {
 
   void start_plan(const PlanMessage& plan);
   void drop_round();
-  /// Leaving committing for a later round: the phase's COMMIT is in doubt.
+  /// Leaving committing for a later round: the COMMIT sent is pending (what
+  /// a vote reports) until its outcome is known.
   void doubt_commit();
-  /// The coordinator said which attempt committed the doubted round
-  /// (`attempt` null: an ABORT or a newer PLAN of `round` voided ours).
-  void resolve_doubt(std::uint64_t round, std::optional<std::uint64_t> attempt, const std::string& digest);
+  /// `round` committed as `attempt` (a COMMITTED naming it, or a journal's
+  /// answer): the held phase is counted if its Δ went into that attempt,
+  /// and is late work otherwise.
+  void settle(std::uint64_t round, std::uint64_t attempt, const std::string& from);
+  /// The round whose committing attempt this site must learn before its
+  /// phase can be offered again or dropped: the oldest round known to be
+  /// committed that an unsettled attempt of the phase belongs to.
+  std::optional<std::uint64_t> doubted_round() const;
+  /// ROUND_QUERY to every other site, every resend interval.
+  void ask_about(std::uint64_t round, Clock::time_point now, std::optional<Clock::time_point>& wake);
   /// DeclineExchange for a plan that names this site.
   void decline(const PlanMessage& plan);
   void catch_up(const std::string& why);
@@ -360,28 +375,27 @@ class ParticipantMachine {
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_seen_;  ///< of every PLAN, declined ones too
   std::string catch_up_why_;                      ///< unwinding, After::catch_up
 
-  // A COMMIT this site sent for the phase it still holds, when it lost track
-  // of that round (a later round was planned or committed before its
-  // COMMITTED or ABORT came): the coordinator may have counted the phase.
-  // Until it says which attempt committed the round (COMMIT is resent as
-  // the question), the phase is neither offered again nor dropped.
-  std::optional<CommitMessage> in_doubt_;
-  std::uint64_t doubt_tokens_ = 0;  ///< the doubted plan's tokens
-  /// The same for an observer's COMMIT (no phase is held): reported in a
-  /// vote until this site holds that round's state or learns its outcome,
-  /// since the old coordinator may have counted it toward the majority.
-  std::optional<PendingCommit> ack_in_doubt_;
+  /// A COMMIT this site sent (as a participant or an observer) for a round
+  /// it then lost track of (a later round was planned or committed before
+  /// its COMMITTED or ABORT came): reported in a vote until this site holds
+  /// that round's state or learns its outcome, since the old coordinator
+  /// may have counted it toward the majority.
+  std::optional<PendingCommit> commit_in_doubt_;
+  /// Asking which attempt committed doubted_round(): the round asked about,
+  /// when last asked, and how often.
+  std::uint64_t asked_round_ = 0;
   std::optional<Clock::time_point> doubt_asked_at_;
   std::uint32_t doubt_questions_ = 0;
   /// The phase was counted by this round's commit: the trainer is released
   /// once this site is idle holding that round's state or a later one.
   std::optional<std::uint64_t> counted_in_;
-  /// Every attempt the held phase's Δ went into as a participant. A
-  /// successor may complete one of them after this site saw it fail or
-  /// aborted (succession.h): a COMMITTED naming one counts the phase.
+  /// Every attempt the held phase's Δ went into as a participant, until its
+  /// round is settled. A successor may complete one of them after this site
+  /// saw it fail or aborted (succession.h): only a COMMITTED or a journal's
+  /// answer naming the attempt that committed the round settles it.
   std::set<std::pair<std::uint64_t, std::uint64_t>> contributed_;
-  /// The job's last round is held, but the doubt is not resolved: the end
-  /// waits for the answer (kDoubtQuestionsAtEnd questions at most).
+  /// The job's last round is held, but the phase's round is not settled:
+  /// the end waits for the answer (kDoubtQuestionsAtEnd questions at most).
   bool finish_waits_ = false;
   static constexpr std::uint32_t kDoubtQuestionsAtEnd = 20;
 

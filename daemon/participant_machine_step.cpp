@@ -10,7 +10,7 @@ namespace geoloco::daemon {
 using namespace participant;
 
 void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clock::time_point>& wake) {
-  if (in_doubt_ || counted_in_) return;  // its fate is asked for (step()), or known: counted
+  if (counted_in_ || doubted_round()) return;  // known: counted; or its fate is asked for (step())
   const std::uint64_t round = held_->round + 1;
   if (phase_->round > round) {
     catch_up(cat("the trainer finished round ", phase_->round, " while this site holds round ", held_->round));
@@ -123,6 +123,28 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   wake = now + options_.state_retry_ms;
 }
 
+void ParticipantMachine::ask_about(std::uint64_t round, Clock::time_point now, std::optional<Clock::time_point>& wake) {
+  if (asked_round_ != round) {
+    asked_round_ = round;
+    doubt_asked_at_.reset();
+    doubt_questions_ = 0;
+    std::string attempts;
+    for (const auto& [r, a] : contributed_)
+      if (r == round) attempts += cat(attempts.empty() ? "" : ", ", a);
+    note(cat("round ", round, " is committed, and this site does not know whether by the attempt that holds its phase (",
+             attempts, "): the phase is held, and every site is asked"));
+  }
+  // Every site is asked (this one too: its own journal may know): any
+  // whose journal records the round answers, and the first answer settles it.
+  if (!doubt_asked_at_ || now - *doubt_asked_at_ >= options_.ready_resend_ms) {
+    doubt_asked_at_ = now;
+    ++doubt_questions_;
+    for (const auto& site : options_.sites) act(Send{site, RoundQueryMessage{round}});
+  }
+  const auto next = *doubt_asked_at_ + options_.ready_resend_ms;
+  wake = wake ? std::min(*wake, next) : next;
+}
+
 ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
   std::optional<Clock::time_point> wake;
   // Idle behind a round known to be committed (its COMMITTED came while an
@@ -146,16 +168,8 @@ ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
     wake = *commit_sent_at_ + options_.ready_resend_ms;
   }
   if (where_ == Where::catching_up) ask_for_state(now, wake);
-  if (in_doubt_) {
-    // The question is the COMMIT again: the coordinator answers it with the
-    // COMMITTED of that round, naming the attempt that committed.
-    if (!doubt_asked_at_ || now - *doubt_asked_at_ >= options_.ready_resend_ms) {
-      doubt_asked_at_ = now;
-      ++doubt_questions_;
-      send_coordinator(*in_doubt_);
-    }
-    const auto next = *doubt_asked_at_ + options_.ready_resend_ms;
-    wake = wake ? std::min(*wake, next) : next;
+  if (const auto round = doubted_round(); round && where_ != Where::finished && where_ != Where::ended) {
+    ask_about(*round, now, wake);
     if (finish_waits_ && doubt_questions_ >= kDoubtQuestionsAtEnd) finish();  // no answer: it ends, and says so
   }
   Actions out;

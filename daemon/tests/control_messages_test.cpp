@@ -30,6 +30,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       StateAcceptMessage{"demo", 7, {3, 5, 6, 10}},
       StateAcceptMessage{"demo", 7, {}, true},
       StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "fedcba9876543210"},
+      RoundQueryMessage{12},
+      RoundOutcomeMessage{12, 65537, "0123456789abcdef"},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -61,6 +63,9 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[20]))).stop);
   CHECK(std::get<StateOfferMessage>(*decode_control(encode_control(messages[21]))).momentum_digest == "fedcba9876543210");
+  CHECK(std::get<RoundQueryMessage>(*decode_control(encode_control(messages[22]))).round == 12);
+  auto outcome = std::get<RoundOutcomeMessage>(*decode_control(encode_control(messages[23])));
+  CHECK((outcome.round == 12 && outcome.attempt == 65537 && outcome.anchor_digest == "0123456789abcdef"));
   auto elect = std::get<ElectMessage>(*decode_control(encode_control(messages[14])));
   CHECK((elect.epoch == 3 && elect.pre && elect.committed_round == 41));
   auto vote = std::get<VoteMessage>(*decode_control(encode_control(messages[15])));
@@ -119,6 +124,11 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(R"({"type":"commit","round":3,"anchor_digest":"xyz"})") ==
         "commit message: anchor_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"heartbeat","round":3})") == "heartbeat message: field 'phase' must be present");
+  CHECK(msg(R"({"type":"round_query","round":0})") == "round_query message: round must be 1 or more");
+  CHECK(msg(R"({"type":"round_outcome","round":3,"anchor_digest":"0123456789abcdef"})") ==
+        "round_outcome message: field 'attempt' must be present");
+  CHECK(msg(R"({"type":"round_outcome","round":3,"attempt":1,"anchor_digest":"xyz"})") ==
+        "round_outcome message: anchor_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"elect","epoch":0,"committed_round":1})") == "elect message: epoch must be 1..65535");
   CHECK(msg(R"({"type":"state_accept","job":"x","round":3,"missing":[4,2]})") ==
         "state_accept message: missing must be ordered, non-empty [begin, end) ranges");

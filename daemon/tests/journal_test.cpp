@@ -139,3 +139,29 @@ TEST_CASE("a journal's summary: the last commit, and the attempt after the last 
   CHECK((s.commits.at(1).digest == "00000000000000a1" && s.commits.at(1).attempt == 0));
   CHECK((s.commits.at(2).digest == "00000000000000a2" && s.commits.at(2).attempt == 1));
 }
+
+TEST_CASE("a journal answers which attempt committed a round when a record of the round names it") {
+  using nlohmann::json;
+  const auto path = temp_path("outcome");
+  {
+    auto j = Journal::open(path);
+    REQUIRE(j.ok());
+    // Round 1 committed here as attempt 65537, round 3 arrived by STATE_SYNC
+    // from a donor that did not know its attempt; round 2 was skipped.
+    REQUIRE(j->append({{"type", "committed"}, {"round", 1}, {"anchor_digest", "00000000000000a1"}, {"attempt", 65537},
+                       {"epoch", 1}}).ok());
+    REQUIRE(j->append({{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"}, {"via", "state_sync"}})
+                .ok());
+    REQUIRE(j->append({{"type", "committed"}, {"round", 4}, {"anchor_digest", "not a digest"}, {"attempt", 2}}).ok());
+  }
+  auto j = Journal::open(path);  // the answer survives a restart
+  REQUIRE(j.ok());
+  auto one = round_outcome(*j, 1);
+  REQUIRE(one);
+  CHECK((one->round == 1 && one->attempt == 65537 && one->anchor_digest == "00000000000000a1"));
+  CHECK_FALSE(round_outcome(*j, 2));  // not here
+  CHECK_FALSE(round_outcome(*j, 3));  // here, but without its attempt
+  CHECK_FALSE(round_outcome(*j, 4));  // a record that would make a malformed answer
+  CHECK_FALSE(round_outcome(*j, 5));
+  std::filesystem::remove(path);
+}

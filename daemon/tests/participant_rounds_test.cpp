@@ -77,7 +77,9 @@ TEST_CASE("a COMMITTED with another digest than this site's, or for a round it h
     to_committing(m, 1, kDigest2);
     REQUIRE(m.on_committed("a", {1, kDigest3, false}).ok());
     auto a = m.step(t0);
-    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a"});
+    // The COMMITTED names no attempt: whether it holds this site's phase is asked.
+    CHECK(kinds(a) == std::vector<std::string>{"send state_request to a", "send round_query to a",
+                                               "send round_query to b", "send round_query to c"});
     CHECK(noted(a, "this site computed anchor 2222222222222222 for round 1, the committed one is 3333333333333333"));
     CHECK(m.where() == Where::catching_up);
     CHECK(m.held()->round == 0);
@@ -232,7 +234,9 @@ TEST_CASE("a plan for a round beyond the next one: catching up, but only after t
     (void)m.step(t0);
     REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {"b"})).ok());
     CHECK(m.where() == Where::unwinding);
-    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0", "cancel 1.0"});
+    // Round 1 is committed, perhaps by the attempt this site's Δ went into: asked.
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"decline 3.0", "cancel 1.0", "send round_query to a",
+                                                        "send round_query to b", "send round_query to c"});
     m.on_state_offer("a", offer(2, kDigest3), t0);  // not asked for yet: not taken
     CHECK(kinds(m.step(t0)).empty());
     m.on_exchange_done(1, 0, kDigest2);
@@ -478,6 +482,8 @@ TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catch
   REQUIRE(m.on_committed("a", {3, kDigest3, false}).ok());  // two rounds ahead: catch up once the exchange ends
   REQUIRE(m.on_abort("a", {1, 0, "late"}).ok());
   m.on_exchange_done(1, 0, Status(Err::io, "cancelled"));
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "aborted 1.0", "send state_request to a"});
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "aborted 1.0", "send state_request to a",
+                                                      "send round_query to a", "send round_query to b",
+                                                      "send round_query to c"});
   CHECK(m.where() == Where::catching_up);
 }

@@ -376,7 +376,15 @@ std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
 
 void ParticipantMachine::on_round_outcome(const std::string& from, const RoundOutcomeMessage& outcome) {
   if (where_ == Where::finished || where_ == Where::ended) return;
-  if (!named(options_.sites, from)) return;
+  // Only the round asked about: an answer about any other (a stray or a
+  // forged one, or the round in hand) would settle what only its own
+  // COMMITTED may. When this site holds that very round, the digest must be its.
+  if (!named(options_.sites, from) || doubted_round() != outcome.round) return;
+  if (held_ && holds_current() && held_->round == outcome.round && held_->digest != outcome.anchor_digest) {
+    note(cat(from, " says round ", outcome.round, " committed anchor ", outcome.anchor_digest, "; this site holds ",
+             held_->digest, ": the answer is not taken"));
+    return;
+  }
   settle(outcome.round, outcome.attempt, from);
 }
 
@@ -505,12 +513,15 @@ void ParticipantMachine::drop_phase(const std::string& why) {
 }
 
 void ParticipantMachine::finish() {
-  if (const auto doubted = doubted_round(); doubted && doubt_questions_ < kDoubtQuestionsAtEnd) {
+  if (const auto doubted = doubted_round(); doubted && (!finish_waits_ || doubt_questions_ < kDoubtQuestionsAtEnd)) {
     // Whether the phase is in a round decides between releasing it and
     // dropping it: the end waits for a site's answer (journals answer
     // after the job's end too), a few questions at most.
-    if (!finish_waits_) note(cat("the job's last round is held; its end waits for a site to say whether round ",
-                                 *doubted, " counted this site's phase"));
+    if (!finish_waits_) {
+      note(cat("the job's last round is held; its end waits for a site to say whether round ", *doubted,
+               " counted this site's phase"));
+      doubt_questions_ = 0;  // the questions asked so far do not count toward the end's
+    }
     finish_waits_ = true;
     return;
   }

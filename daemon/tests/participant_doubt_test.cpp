@@ -347,3 +347,50 @@ TEST_CASE("an exchange that failed in a round not yet committed leaves the phase
   CHECK(kinds(m.step(t0 + 60ms)) == std::vector<std::string>{"release 2"});
   for (auto t : {1s, 2s}) CHECK(kinds(m.step(t0 + t)).empty());  // nothing asked: settled by its own commit
 }
+
+TEST_CASE("only an answer about the round asked about is taken, and only with the digest this site holds for it") {
+  SECTION("an answer about the round being exchanged settles nothing: its own COMMITTED does") {
+    auto m = joined(0);
+    m.on_phase({1, 0, 640, 1.5});
+    (void)m.step(t0);
+    REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
+    (void)m.step(t0);
+    m.on_round_outcome("c", RoundOutcomeMessage{1, 0, kDigest2});  // stray, or forged: round 1 is not committed
+    m.on_exchange_done(1, 0, Result<std::string>(Status(Err::io, "reset")));
+    auto failed = m.step(t0 + 10ms);
+    CHECK(kinds(failed) == std::vector<std::string>{"send failed to a", "send ready to a"});  // still to be counted
+    REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());  // a successor completed it
+    CHECK(noted(m.step(t0 + 20ms), "round 1 committed attempt 0, which holds this site's phase: it is counted"));
+  }
+  SECTION("an answer whose digest is not the one this site holds for that round is not taken") {
+    auto m = lost_round_1();
+    m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+    m.on_state_arrived({1, kDigest2});
+    (void)m.step(t0 + 40ms);
+    m.on_round_outcome("c", RoundOutcomeMessage{1, 1, kDigest3});
+    auto a = m.step(t0 + 400ms);
+    CHECK(noted(a, "c says round 1 committed anchor 3333333333333333; this site holds 2222222222222222"));
+    CHECK(kinds(a) == kAskEveryone);  // still asking
+    m.on_round_outcome("a", RoundOutcomeMessage{1, 0, kDigest2});
+    CHECK(kinds(m.step(t0 + 500ms)) == std::vector<std::string>{"release 2"});
+  }
+}
+
+TEST_CASE("the job's end waits its own questions, however long the doubt lasted before") {
+  auto m = lost_round_1();
+  m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
+  m.on_state_arrived({1, kDigest2});
+  int questions = 0;
+  for (int i = 1; i <= 40; ++i)  // 40 questions unanswered during the job
+    for (const auto& k : kinds(m.step(t0 + i * 300ms))) questions += k == "send round_query to a";
+  CHECK(questions >= 30);
+  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, true, 0}).ok());  // the last round, without b
+  m.on_state_offer("a", offer(2, kDigest3), t0 + 13s);
+  m.on_state_arrived({2, kDigest3});
+  auto waits = m.step(t0 + 13100ms);
+  CHECK(noted(waits, "its end waits for a site to say whether round 1 counted this site's phase"));
+  CHECK(m.where() == Where::idle);
+  m.on_round_outcome("c", RoundOutcomeMessage{1, 0, kDigest2});  // answered after 1 question of the end's 20
+  auto end = m.step(t0 + 13200ms);
+  CHECK(kinds(end) == std::vector<std::string>{"release 3 stop", "end finished with checkpoint"});
+}

@@ -152,6 +152,10 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
     auto it = report->eval_loss.find(after);
     return it == report->eval_loss.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
   };
+  auto accuracy = [&](std::uint64_t after) -> nlohmann::json {  // null for gpt
+    auto it = report->accuracy.find(after);
+    return it == report->accuracy.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+  };
   if (a.json) {
     for (const auto& r : report->rounds)
       std::cout << nlohmann::json{{"round", r.round},
@@ -161,6 +165,7 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
                                   {"tokens", r.tokens},
                                   {"train_loss", r.train_loss},
                                   {"eval_loss", eval(r.round)},
+                                  {"accuracy", accuracy(r.round)},
                                   {"bytes_sent", r.bytes_sent},
                                   {"payload_bytes", r.payload_bytes},
                                   {"raw_bytes", r.raw_bytes},
@@ -173,6 +178,7 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
                                 {"rounds", report->rounds.size()},
                                 {"initial_eval_loss", eval(0)},
                                 {"final_eval_loss", eval(report->rounds.size())},
+                                {"final_accuracy", accuracy(report->rounds.size())},
                                 {"total_bytes_sent", report->total_bytes_sent},
                                 {"total_exchange_seconds", report->total_exchange_seconds},
                                 {"initial_digest", report->initial_digest},
@@ -210,6 +216,7 @@ int run_data_parallel(const SimulateArgs& a, const job::JobSpec& spec, double ba
     if (a.json)
       std::cout << nlohmann::json{{"round", r.round},
                                   {"eval_loss", r.eval_loss},
+                                  {"accuracy", r.accuracy >= 0 ? nlohmann::json(r.accuracy) : nlohmann::json(nullptr)},
                                   {"bytes_per_site", r.bytes_per_site},
                                   {"exchange_seconds", r.exchange_seconds}}
                        .dump()

@@ -105,7 +105,12 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
             {"width", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.width, p); }},
             {"heads", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.heads, p); }},
             {"context", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.context, p); }},
-            {"workers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.workers, p); }}},
+            {"workers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.workers, p); }},
+            {"data", [&](const YAML::Node& v, const std::string& w) {
+               yaml::read_enum(v, w, std::map<std::string, std::string>{{"contiguous", "contiguous"},
+                                                                        {"interleaved", "interleaved"}},
+                               t.data, p);
+             }}},
            {}, p);
   if (doc["trainer"]) {
     const YAML::Node& at = doc["trainer"];

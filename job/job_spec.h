@@ -13,6 +13,7 @@
 //     heads: 4                  # gpt only
 //     context: 64               # gpt only
 //     workers: 1                # data-parallel workers (processes or GPUs) per site
+//     data: contiguous          # contiguous (each site its own part) | interleaved (i.i.d. shards)
 //   inner: {optimizer: adamw, lr: 0.001, steps: 100, batch: 32, warmup: 10, weight_decay: 0.01, clip: 1.0}
 //   outer: {optimizer: nesterov, lr: 0.7, momentum: 0.9}         # outer/job_yaml.h
 //   compression: [{topk: {density: 0.01}}, {quantize: {bits: 4}}, zstd]   # compression/pipeline_yaml.h
@@ -48,6 +49,9 @@ struct TrainerSpec {
   int heads = 4;
   int context = 64;
   int workers = 1;            ///< data-parallel workers per site
+  /// How the sites' shards lie over the training data (inner/data/sampler.h):
+  /// contiguous | interleaved.
+  std::string data = "contiguous";
 };
 
 struct InnerSpec {

@@ -36,6 +36,9 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   // With a time budget the step count is unknown: leave it unbounded.
   const bool timed = job.outer.inner.duration_s > 0;
   o.steps = job.stop_rounds && !timed ? *job.stop_rounds * h + h : 1'000'000'000ull;
+  // The cosine ends with the job's last round (not with the spare room
+  // above), as a data-parallel run of the same steps would schedule it.
+  if (job.stop_rounds && !timed) o.decay_steps = *job.stop_rounds * h;
   o.batch = job.inner.batch;
   o.lr = job.inner.lr;
   o.warmup = job.inner.warmup;
@@ -55,6 +58,7 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   o.state_dir = (std::filesystem::path(paths.job_dir) / "trainer-state").string();
   o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
   o.site_shards = static_cast<std::uint32_t>(job.sites.size());
+  if (job.trainer.data != "contiguous") o.data_split = job.trainer.data;
   o.workers = static_cast<std::uint32_t>(job.trainer.workers);
   if (!paths.gpus.empty()) {
     o.backend = "cuda";

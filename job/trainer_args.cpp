@@ -53,6 +53,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   if (o.batch > 0) add("--batch", std::to_string(o.batch));
   if (o.lr > 0) add("--lr", number(o.lr));
   if (o.warmup) add("--warmup", std::to_string(*o.warmup));
+  if (o.decay_steps > 0) add("--decay-steps", std::to_string(o.decay_steps));
   if (o.seed) add("--seed", std::to_string(*o.seed));
   if (o.sync_seconds > 0) {
     add("--sync-seconds", number(o.sync_seconds));
@@ -70,6 +71,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   if (!o.backend.empty()) add("--backend", o.backend);
   add("--site-shard", std::to_string(o.site_shard));
   add("--site-shards", std::to_string(o.site_shards));
+  if (!o.data_split.empty()) add("--data-split", o.data_split);
   if (o.workers > 1) add("--workers", std::to_string(o.workers));
   if (o.eval_limit > 0) add("--eval-limit", std::to_string(o.eval_limit));
   for (const auto& e : o.extra_args) a.push_back(e);

@@ -33,6 +33,7 @@ struct TrainerArgs {
   std::uint64_t batch = 0;                ///< --batch: samples per micro-batch per worker
   double lr = 0;                          ///< --lr: peak inner learning rate
   std::optional<std::uint64_t> warmup;    ///< --warmup: linear warmup steps (unset: the trainer's default)
+  std::uint64_t decay_steps = 0;          ///< --decay-steps: end of the cosine (0: --steps)
   std::optional<std::uint64_t> seed;      ///< --seed: initialization and data order; every site of a job uses the job's
   std::uint64_t sync_every = 1;           ///< --sync-every: H, inner steps per round, >= 1 (unless sync_seconds)
   double sync_seconds = 0;                ///< --sync-seconds: time-based rounds instead (inner.duration); 0 = off
@@ -49,6 +50,7 @@ struct TrainerArgs {
   std::vector<int> visible_gpus;
   std::uint32_t site_shard = 0;           ///< --site-shard: this site's data shard, < site_shards
   std::uint32_t site_shards = 1;          ///< --site-shards: sites sharing the data
+  std::string data_split;                 ///< --data-split: contiguous | interleaved (empty: contiguous)
   std::uint32_t workers = 1;              ///< --workers: data-parallel worker processes
   std::uint64_t eval_limit = 0;           ///< --eval-limit: evaluation items (0: the trainer's default)
   std::vector<std::string> extra_args;    ///< appended verbatim (e.g. --data-dir)

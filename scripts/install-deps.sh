@@ -8,7 +8,7 @@ packages=(
   libasio-dev libssl-dev openssl libzstd-dev libyaml-cpp-dev catch2 libxxhash-dev
   libcli11-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsystemd-dev
   libbenchmark-dev libgloo-dev prometheus-cpp-dev zlib1g-dev python3 python3-numpy python3-torch
-  dataset-fashion-mnist bible-kjv
+  python3-matplotlib dataset-fashion-mnist bible-kjv
   clang libclang-rt-14-dev
 )
 

@@ -1,6 +1,7 @@
 """Reads `geoloco simulate --json` on stdin and fails unless every round is
-there with a digest and the final anchor's eval loss is below the
-initialization's. Prints one line saying what it saw."""
+there with a digest, the final anchor's eval loss is below the
+initialization's and its accuracy (the job is mlp: ten classes) is above
+chance. Prints one line saying what it saw."""
 import json
 import sys
 
@@ -15,4 +16,7 @@ if len(rounds) != s["rounds"] or any(len(r["anchor_digest"]) != 16 for r in roun
 first, last = s["initial_eval_loss"], s["final_eval_loss"]
 if first is None or last is None or not last < first:
     sys.exit(f"the eval loss did not fall: {first} -> {last}")
-print(f"eval loss fell from {first:.4f} to {last:.4f} over {len(rounds)} rounds")
+accuracy = s["final_accuracy"]
+if accuracy is None or not 0.1 < accuracy <= 1 or rounds[-1]["accuracy"] != accuracy:
+    sys.exit(f"the final accuracy {accuracy} is missing, not above chance, or not the last round's")
+print(f"eval loss fell from {first:.4f} to {last:.4f} over {len(rounds)} rounds, accuracy {accuracy:.4f}")

@@ -48,6 +48,53 @@ TEST_CASE("sampler: shards are disjoint and cover the items; order is determinis
   CHECK(Sampler::create(2, 0, 3, 1, true).status().message().find("leave shard 0 empty") != std::string::npos);
 }
 
+TEST_CASE("sampler: the interleaved split keeps shards disjoint and covering, each spread over all the items",
+          "[data]") {
+  CHECK(parse_data_split("interleaved") == DataSplit::interleaved);
+  CHECK(parse_data_split("contiguous") == DataSplit::contiguous);
+  CHECK_FALSE(parse_data_split("random"));
+  for (std::size_t n : {100u, 97u, 1000u, 3600u}) {
+    INFO("items " << n);
+    std::set<std::size_t> seen;
+    for (std::size_t shard = 0; shard < 4; ++shard) {
+      auto s = Sampler::create(n, shard, 4, 7, true, DataSplit::interleaved);
+      REQUIRE(s.ok());
+      std::vector<std::size_t> items;
+      s->next(s->end() - s->begin(), items);  // one epoch: every item of the shard once
+      std::size_t tenths[10] = {};
+      for (std::size_t i : items) {
+        CHECK(i < n);
+        CHECK(seen.insert(i).second);  // no other shard, and no earlier draw, had it
+        ++tenths[i * 10 / n];
+      }
+      // Spread: every tenth of the data holds some of the shard and at most
+      // twice its share (a contiguous shard leaves 7 or more tenths empty).
+      for (std::size_t t = 0; t < 10; ++t) {
+        INFO("shard " << shard << " tenth " << t);
+        CHECK(tenths[t] >= 1);
+        CHECK(tenths[t] * 10 <= 2 * items.size());
+      }
+    }
+    CHECK(seen.size() == n);
+  }
+  // Draws with replacement stay inside the shard's (spread) items, and the
+  // same seed gives the same items on every site.
+  auto u = Sampler::create(1000, 2, 4, 3, false, DataSplit::interleaved);
+  auto v = Sampler::create(1000, 2, 4, 3, false, DataSplit::interleaved);
+  auto e = Sampler::create(1000, 2, 4, 3, true, DataSplit::interleaved);
+  std::vector<std::size_t> x, y, shard_items;
+  u->next(500, x);
+  v->next(500, y);
+  CHECK(x == y);
+  e->next(250, shard_items);
+  const std::set<std::size_t> allowed(shard_items.begin(), shard_items.end());
+  for (std::size_t i : x) CHECK(allowed.count(i) == 1);
+  CHECK(*std::max_element(x.begin(), x.end()) >= 900);  // not the contiguous range [500, 750)
+  CHECK(*std::min_element(x.begin(), x.end()) < 100);
+  CHECK(Sampler::create(std::size_t{1} << 32, 0, 2, 1, false, DataSplit::interleaved).status().message().find(
+            "too many to interleave") != std::string::npos);
+}
+
 TEST_CASE("text: held-out tail, next-byte targets, non-overlapping eval windows", "[data]") {
   std::string text;
   for (int i = 0; i < 100; ++i) text += static_cast<char>('a' + i % 26);

@@ -62,6 +62,12 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   app.add_option("--heldout", o.data.heldout_fraction, "fraction of the text held out")->capture_default_str();
   app.add_option("--site-shard", o.data.site_shard, "this site's data shard")->capture_default_str();
   app.add_option("--site-shards", o.data.site_shards, "number of data shards (sites)")->capture_default_str();
+  std::string split_name = data_split_name(o.data.split);
+  app.add_option("--data-split", split_name,
+                 "how the shards lie over the data: contiguous (each site its own part: non-i.i.d.) or "
+                 "interleaved (every shard spread evenly over all of it: i.i.d.)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"contiguous", "interleaved"}));
   app.add_option("--threads", c.threads, "OpenBLAS threads per worker")->capture_default_str();
   app.add_option("--workers", c.workers, "start this many data-parallel worker processes (without a launcher)")
       ->capture_default_str();
@@ -155,6 +161,7 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
     sync.timeout_ms = c.timeout_ms;
     if (Status s = sync.validate(); !s.ok()) return {std::nullopt, usage_error(err, s)};
   }
+  o.data.split = *parse_data_split(split_name);  // the check above admits only the two names
   o.schedule.total_steps = decay_steps_ > 0 ? decay_steps_ : o.steps;
   if (o.schedule.warmup_steps > o.schedule.total_steps) o.schedule.warmup_steps = o.schedule.total_steps;
   if (Status s = o.validate(); !s.ok()) return {std::nullopt, usage_error(err, s)};

@@ -10,6 +10,7 @@
 
 #include "inner/cpu/adamw.h"
 #include "inner/data/dataset.h"
+#include "inner/data/sampler.h"
 #include "inner/models/gpt.h"
 #include "inner/models/mlp.h"
 #include "inner/optim/schedule.h"
@@ -23,6 +24,7 @@ struct DataOptions {
   std::size_t eval_limit = 0;     ///< evaluation items kept (images or windows), 0 = all
   std::size_t site_shard = 0;     ///< this site's shard of the training data, < site_shards
   std::size_t site_shards = 1;    ///< sites sharing the data, >= 1
+  DataSplit split = DataSplit::contiguous;  ///< how shards lie over the data (inner/data/sampler.h)
 };
 
 struct TrainOptions {

@@ -44,7 +44,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& options, Co
 Result<std::vector<Sampler>> make_worker_samplers(const TrainOptions& options, const Dataset& dataset,
                                                   const Collective& collective) {
   // Stream (site, rank, k) reads shard ((site · ranks) + rank) · K + k of
-  // sites · ranks · K contiguous shards of the training items.
+  // sites · ranks · K shards of the training items, laid out by the split.
   const std::size_t ranks = static_cast<std::size_t>(collective.size());
   const std::size_t k_count = options.micro_batches;
   const std::size_t shards = options.data.site_shards * ranks * k_count;
@@ -52,7 +52,7 @@ Result<std::vector<Sampler>> make_worker_samplers(const TrainOptions& options, c
   for (std::size_t k = 0; k < k_count; ++k) {
     const std::size_t shard =
         (options.data.site_shard * ranks + static_cast<std::size_t>(collective.rank())) * k_count + k;
-    auto s = Sampler::create(dataset.train_items(), shard, shards, options.seed, dataset.epochs());
+    auto s = Sampler::create(dataset.train_items(), shard, shards, options.seed, dataset.epochs(), options.data.split);
     if (!s.ok()) return s.status();
     samplers.push_back(std::move(*s));
   }

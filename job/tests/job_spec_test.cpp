@@ -46,7 +46,7 @@ TEST_CASE("every problem of a job file is reported at once, each with line and c
   auto j = parse(R"(name: demo
 sites: [a, b, b, Zed]
 coordinator: x
-trainer: {model: resnet}
+trainer: {model: resnet, data: random}
 inner: {lr: -1, steps: 10}
 outer: {optimizer: adam}
 compression: [lz4]
@@ -60,6 +60,7 @@ colour: red
   CHECK(m.find("job.yaml:2:18: sites: a site name uses only") != std::string::npos);
   CHECK(m.find("job.yaml:3:14: coordinator: 'x' is not one of the job's sites") != std::string::npos);
   CHECK(m.find("job.yaml:4:18: trainer.model: expected gpt or mlp") != std::string::npos);
+  CHECK(m.find("job.yaml:4:32: trainer.data: expected contiguous or interleaved") != std::string::npos);
   CHECK(m.find("job.yaml:5:13: inner.lr: must be > 0") != std::string::npos);
   CHECK(m.find("job.yaml:6:20: outer.optimizer: expected nesterov or sgd") != std::string::npos);
   CHECK(m.find("job.yaml:7:15: unknown codec 'lz4'") != std::string::npos);

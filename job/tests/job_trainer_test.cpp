@@ -32,6 +32,8 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(o->hidden == std::vector<std::size_t>{128, 128});
   CHECK(o->sync_every == 40);
   CHECK(o->steps == 5 * 40 + 40);
+  CHECK(o->decay_steps == 5 * 40);  // the cosine ends with the last round, not the spare room
+  CHECK(o->data_split.empty());     // contiguous: the trainer's default, no flag
   CHECK(o->batch == 32);
   CHECK(o->lr == 0.002);
   CHECK(o->warmup == 10u);
@@ -49,13 +51,15 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
     return it == a.end() || it + 1 == a.end() ? std::string("(absent)") : *(it + 1);
   };
   CHECK(value_of("--sync-every") == "40");
+  CHECK(value_of("--decay-steps") == "200");
+  CHECK(value_of("--data-split") == "(absent)");
   CHECK(value_of("--sync-seconds") == "(absent)");
   CHECK(value_of("--weight-decay") == "0.05");
   CHECK(value_of("--clip") == "0.5");
   CHECK(value_of("--eval-log") == "/var/lib/geoloco/jobs/demo/eval.jsonl");
   CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
 
-  auto g = builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32}"), "site-c",
+  auto g = builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32, data: interleaved}"), "site-c",
                                    {"geoloco-train", "/tmp/j", {}});
   REQUIRE(g.ok());
   CHECK(g->layers == 4);
@@ -65,6 +69,9 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(g->site_shard == 2);
   const auto args = trainer_arguments(*g);
   CHECK(std::find(args.begin(), args.end(), "--sync-every") != args.end());
+  auto split = std::find(args.begin(), args.end(), "--data-split");
+  REQUIRE(split != args.end());
+  CHECK(*(split + 1) == "interleaved");
 }
 
 TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {
@@ -88,6 +95,7 @@ TEST_CASE("inner.duration becomes time-based rounds with no step bound") {
   CHECK(o->sync_seconds == 90.0);
   CHECK(o->min_steps == 5);
   CHECK(o->steps == 1'000'000'000ull);
+  CHECK(o->decay_steps == 0);  // no known end: the cosine spans --steps
   const auto a = trainer_arguments(*o);
   auto it = std::find(a.begin(), a.end(), "--sync-seconds");
   REQUIRE(it != a.end());

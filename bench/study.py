@@ -61,7 +61,7 @@ class Run:
     """One configuration at one seed: a job file and simulate's arguments."""
 
     def __init__(self, model, sites, steps, h, seed, dp=False, outer=None, compression=None, streaming=None,
-                 inner=None, data="interleaved", step_seconds=None, duration=None):
+                 inner=None, data="interleaved"):
         self.model, self.sites, self.steps, self.h, self.seed, self.dp = model, sites, steps, h, seed, dp
         base = copy.deepcopy(MODELS[model])
         job = {"name": "study", "sites": [f"site-{i + 1}" for i in range(sites)], "coordinator": "site-1",
@@ -69,17 +69,12 @@ class Run:
                "inner": dict(base["inner"], steps=h, **(inner or {})),
                "outer": outer or {"optimizer": "nesterov", "lr": 0.7, "momentum": 0.9},
                "straggler": {"deadline": "60s", "min_sites": sites}, "stop": {"rounds": steps // h}}
-        if duration is not None:
-            job["inner"].pop("steps")
-            job["inner"]["duration"] = duration
         if compression is not None:
             job["compression"] = compression
         if streaming is not None:
             job["streaming"] = streaming
         self.job = job
         self.args = ["--data-parallel"] if dp else []
-        if step_seconds is not None:
-            self.args += ["--step-seconds", ",".join(str(s) for s in step_seconds)]
 
     def key(self, binary_digest):
         text = json.dumps([self.job, self.args, binary_digest], sort_keys=True)
@@ -228,9 +223,7 @@ def tables(model, scale, seeds):
         return [Run(model, k, steps, hh, seed, **kw) for seed in seeds]
 
     def dp(k):
-        steps = budget // k
-        steps -= steps % h
-        return [Run(model, k, steps, h, seed, dp=True) for seed in seeds]
+        return cell(k, dp=True)
 
     out = [("Baselines and sites", "equal compute: one site runs k times the steps; data parallelism all-reduces "
             "every step with the global batch of k sites; DiLoCo int8 + zstd, Nesterov 0.7 / 0.9",

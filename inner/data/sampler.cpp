@@ -20,11 +20,13 @@ namespace {
 
 // a of the interleaved order: nearest n/φ (2654435769 / 2^32 is 1/φ to 10
 // digits), moved up to the next value coprime to n so p -> a·p mod n is a
-// bijection. n < 2^32, so n · 2654435769 fits 64 bits.
+// bijection (n - 1 always is, so a stays below n). n < 2^32, so
+// n · 2654435769 fits 64 bits.
 std::uint64_t interleave_stride(std::uint64_t n) {
+  if (n <= 1) return 1;
   std::uint64_t a = std::max<std::uint64_t>((n * 2654435769ull + (1ull << 31)) >> 32, 1);
-  while (n > 1 && std::gcd(a % n, n) != 1) ++a;
-  return a % n == 0 ? 1 : a % n;
+  while (std::gcd(a, n) != 1) ++a;
+  return a;
 }
 
 }  // namespace

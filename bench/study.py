@@ -327,18 +327,19 @@ def plot(model, headline, results, step_seconds, out_dir):
     panels = [("bytes", "bytes sent per site", None)] + [("wall", f"wall-clock, {link} (s)", link) for link in LINKS]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
     for ax, (kind, xlabel, link) in zip(axes, panels):
-        for label, runs in headline:
+        for index, (label, runs) in enumerate(headline):
             run = runs[0]
             pts = curve(run, results[id(run)], step_seconds, link or "1G-100ms")
             if kind == "bytes" and bytes_per_site(run, results[id(run)]) == 0:
                 continue  # one site sends nothing: no place on a log axis
             xs = [p[0] if kind == "bytes" else p[1] for p in pts]
-            ax.plot(xs, [p[2] for p in pts], marker="o", markersize=3, label=label)
+            # One colour per configuration in every panel (the bytes panel has no one-site curve).
+            ax.plot(xs, [p[2] for p in pts], marker="o", markersize=3, label=label, color=f"C{index}")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("eval loss")
         ax.set_xscale("log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[-1].legend(fontsize=8)
     fig.suptitle(f"{model}: eval loss at equal compute (seed {headline[0][1][0].seed})")
     fig.tight_layout()
     path = os.path.join(out_dir, f"{model}-loss.png")

@@ -43,18 +43,27 @@ def exchange_seconds(max_site_bytes, link):
 
 # ---------------------------------------------------------------- the models
 
-# The built-in models, their inner optimizer, and the compute of one study
-# cell: `site_steps` inner steps summed over all sites (the same total
-# samples or tokens for every row), and the default H.
+# The built-in models, their inner optimizer, and the settings each side
+# trains with. Each side has its own tuned learning rate, as the papers
+# compare: `dp_lr` for one site and data parallelism, `diloco_lr` and
+# `outer` for DiLoCo, chosen from sweeps at the default scale (the
+# "Learning rates" and "Outer optimizer" tables show the runs they were
+# chosen from; bench/README.md says how).
 MODELS = {
     "gpt": {"trainer": {"kind": "builtin", "model": "gpt", "layers": 2, "width": 128, "heads": 4, "context": 64},
-            "inner": {"optimizer": "adamw", "lr": 0.002, "batch": 16, "warmup": 20, "weight_decay": 0.01,
-                      "clip": 1.0}},
+            "inner": {"optimizer": "adamw", "batch": 16, "warmup": 20, "weight_decay": 0.01,
+                      "clip": 1.0},
+            "dp_lr": 0.004, "diloco_lr": 0.004, "lrs": [0.002, 0.004],
+            "outer": {"optimizer": "nesterov", "lr": 1.0, "momentum": 0.5}},
     "mlp": {"trainer": {"kind": "builtin", "model": "mlp", "layers": 2, "width": 64},
-            "inner": {"optimizer": "adamw", "lr": 0.003, "batch": 32, "warmup": 10, "weight_decay": 0.01,
-                      "clip": 1.0}},
+            "inner": {"optimizer": "adamw", "batch": 32, "warmup": 10, "weight_decay": 0.01,
+                      "clip": 1.0},
+            "dp_lr": 0.002, "diloco_lr": 0.002, "lrs": [0.002, 0.003],
+            "outer": {"optimizer": "nesterov", "lr": 0.8, "momentum": 0.6}},
 }
 
+# The papers' outer setting (DiLoCo, OpenDiLoCo): reported next to ours.
+PAPERS_OUTER = {"optimizer": "nesterov", "lr": 0.7, "momentum": 0.9}
 
 
 class Run:
@@ -64,10 +73,11 @@ class Run:
                  inner=None, data="interleaved"):
         self.model, self.sites, self.steps, self.h, self.seed, self.dp = model, sites, steps, h, seed, dp
         base = copy.deepcopy(MODELS[model])
+        base["inner"]["lr"] = base["dp_lr"] if dp else base["diloco_lr"]
         job = {"name": "study", "sites": [f"site-{i + 1}" for i in range(sites)], "coordinator": "site-1",
                "seed": seed, "trainer": dict(base["trainer"], data=data),
                "inner": dict(base["inner"], steps=h, **(inner or {})),
-               "outer": outer or {"optimizer": "nesterov", "lr": 0.7, "momentum": 0.9},
+               "outer": outer or base["outer"],
                "straggler": {"deadline": "60s", "min_sites": sites}, "stop": {"rounds": steps // h}}
         if compression is not None:
             job["compression"] = compression
@@ -126,22 +136,24 @@ def execute(run, binary, cache_dir, binary_digest):
 def run_all(runs, binary, cache_dir, jobs):
     os.makedirs(cache_dir, exist_ok=True)
     digest = file_digest(binary)
-    todo = [r for r in runs if not os.path.exists(os.path.join(cache_dir, r.key(digest) + ".json"))]
-    print(f"study: {len(runs)} runs, {len(runs) - len(todo)} cached, {len(todo)} to simulate with {jobs} at a time",
-          flush=True)
+    # Tables share cells (the tuned setting appears in several): each distinct run once.
+    unique = list({r.key(digest): r for r in runs}.values())
+    todo = [r for r in unique if not os.path.exists(os.path.join(cache_dir, r.key(digest) + ".json"))]
+    print(f"study: {len(unique)} distinct runs, {len(unique) - len(todo)} cached, {len(todo)} to simulate with "
+          f"{jobs} at a time", flush=True)
     done = [0]
     started = time.monotonic()
 
     def one(r):
         res = execute(r, binary, cache_dir, digest)
         done[0] += 1
-        print(f"  [{done[0]}/{len(runs)}] {describe(r)}: eval {final_loss(res):.4f} "
+        print(f"  [{done[0]}/{len(unique)}] {describe(r)}: eval {final_loss(res):.4f} "
               f"({res['wall_seconds']:.0f} s; {time.monotonic() - started:.0f} s in all)", flush=True)
         return res
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, runs))
-    return results
+        by_key = dict(zip((r.key(digest) for r in unique), pool.map(one, unique)))
+    return [by_key[r.key(digest)] for r in runs]
 
 
 # ---------------------------------------------------------------- figures of a run
@@ -195,8 +207,10 @@ def curve(run, res, step_seconds, link):
 def describe(run):
     j = run.job
     if run.dp:
-        return f"{run.model} {'one site' if run.sites == 1 else f'data parallel k={run.sites}'} seed {run.seed}"
-    return (f"{run.model} DiLoCo k={run.sites} H={run.h} outer {j['outer'].get('lr')}/{j['outer'].get('momentum', 0)} "
+        return (f"{run.model} {'one site' if run.sites == 1 else f'data parallel k={run.sites}'} "
+                f"lr {j['inner']['lr']} seed {run.seed}")
+    return (f"{run.model} DiLoCo k={run.sites} H={run.h} inner lr {j['inner']['lr']} "
+            f"outer {j['outer'].get('lr')}/{j['outer'].get('momentum', 0)} "
             f"{j['trainer']['data']} {json.dumps(j.get('compression', 'fp32'))} seed {run.seed}")
 
 
@@ -212,55 +226,79 @@ def sparse(density, feedback=True):
             "error_feedback": "on" if feedback else "off"}
 
 
+def outer_label(o):
+    return f"Nesterov lr {o['lr']}, momentum {o.get('momentum', 0)}"
+
+
 def tables(model, scale, seeds):
     """The study's tables for one model: (title, what the rows vary, [(label, [Run per seed])])."""
     budget, h = scale["site_steps"], scale["h"]
     k_main = 4
+    spec = MODELS[model]
+    ours = outer_label(spec["outer"])
 
     def cell(k, hh=h, **kw):
         steps = budget // k
         steps -= steps % hh
         return [Run(model, k, steps, hh, seed, **kw) for seed in seeds]
 
-    def dp(k):
-        return cell(k, dp=True)
+    def dp(k, **kw):
+        return cell(k, dp=True, **kw)
 
-    out = [("Baselines and sites", "equal compute: one site runs k times the steps; data parallelism all-reduces "
-            "every step with the global batch of k sites; DiLoCo int8 + zstd, Nesterov 0.7 / 0.9",
+    def with_lr(lr):
+        return {"lr": lr}
+
+    out = [("Baselines and sites", f"equal compute: one site runs k times the steps; data parallelism all-reduces "
+            f"every step with the global batch of k sites, inner lr {spec['dp_lr']}; DiLoCo inner lr "
+            f"{spec['diloco_lr']}, {ours}, int8 + zstd",
             [("one site alone", dp(1))] +
             [(f"data parallel, k = {k}", dp(k)) for k in scale["sites"]] +
             [(f"DiLoCo, k = {k}, H = {h}", cell(k, compression=Q8)) for k in scale["sites"]])]
-    if scale.get("breadth"):
-        out += [
-            ("Inner steps per round", f"k = {k_main}, int8 + zstd", [(f"H = {hh}", cell(k_main, hh, compression=Q8))
-                                                                   for hh in scale["h_range"]]),
-            ("Outer optimizer and data", f"k = {k_main}, H = {h}, int8 + zstd",
-             [(f"Nesterov lr {lr}, momentum {m}", cell(k_main, compression=Q8,
-                                                       outer={"optimizer": "nesterov", "lr": lr, "momentum": m}))
-              for lr, m in [(0.7, 0.9), (1.0, 0.0), (0.5, 0.9), (1.0, 0.9), (0.7, 0.6)]] +
-             [("contiguous shards (each site its own part of the data)",
-               cell(k_main, compression=Q8, data="contiguous"))]),
-            ("Compression", f"k = {k_main}, H = {h}, Nesterov 0.7 / 0.9",
-             [("fp32 (none)", cell(k_main)), ("int8 + zstd", cell(k_main, compression=Q8)),
-              ("int4 + zstd", cell(k_main, compression=Q4)),
-              ("top-k 3% + 2-bit, error feedback", cell(k_main, compression=sparse(0.03))),
-              ("top-k 1% + 2-bit, error feedback", cell(k_main, compression=sparse(0.01))),
-              ("top-k 1% + 2-bit, no error feedback", cell(k_main, compression=sparse(0.01, False)))]),
-            ("Streaming DiLoCo", f"k = {k_main}, H = {h}, int8 + zstd, α = 0.5",
-             [("F = 1 (plain)", cell(k_main, compression=Q8))] +
-             [(f"F = {f}, τ = {tau}", cell(k_main, compression=Q8,
-                                          streaming={"fragments": f, "overlap": tau, "alpha": 0.5}))
-              for f, tau in [(2, 0), (2, 5), (4, 5)]]),
-        ]
-    return out
+    extra = [
+        ("Learning rates", f"k = {k_main}, H = {h}, int8 + zstd, {ours}: each side's inner lr swept; the "
+         f"other tables use data parallelism's {spec['dp_lr']} and DiLoCo's {spec['diloco_lr']}",
+         [(f"data parallel, inner lr {lr}", dp(k_main, inner=with_lr(lr))) for lr in spec["lrs"]] +
+         [(f"DiLoCo, inner lr {lr}", cell(k_main, compression=Q8, inner=with_lr(lr))) for lr in spec["lrs"]]),
+        ("Inner steps per round", f"k = {k_main}, int8 + zstd, {ours}",
+         [(f"H = {hh}", cell(k_main, hh, compression=Q8)) for hh in scale.get("h_range", [h])]),
+        ("Outer optimizer and data", f"k = {k_main}, H = {h}, int8 + zstd; momentum 0 with lr 1 is plain "
+         "averaging; 0.7 / 0.9 is the DiLoCo paper's setting",
+         [(outer_label(o), cell(k_main, compression=Q8, outer=dict(o, optimizer="nesterov")))
+          for o in [{"lr": 1.0, "momentum": 0.0}, {"lr": 1.4, "momentum": 0.0}, {"lr": 1.0, "momentum": 0.5},
+                    {"lr": 0.8, "momentum": 0.6}, {"lr": 0.5, "momentum": 0.8}, PAPERS_OUTER]] +
+         [(f"{ours}, inner lr warm-up of 10 steps in every phase",
+           cell(k_main, compression=Q8, inner={"phase_warmup": 10})),
+          (f"contiguous shards (each site its own part of the data), {ours}",
+           cell(k_main, compression=Q8, data="contiguous"))]),
+        ("Compression", f"k = {k_main}, H = {h}, {ours}",
+         [("fp32 (none)", cell(k_main)), ("int8 + zstd", cell(k_main, compression=Q8)),
+          ("int4 + zstd", cell(k_main, compression=Q4)),
+          ("top-k 3% + 2-bit, error feedback", cell(k_main, compression=sparse(0.03))),
+          ("top-k 1% + 2-bit, error feedback", cell(k_main, compression=sparse(0.01))),
+          ("top-k 1% + 2-bit, no error feedback", cell(k_main, compression=sparse(0.01, False)))]),
+        ("Streaming DiLoCo", f"k = {k_main}, H = {h}, int8 + zstd, {ours}, α = 0.5",
+         [("F = 1 (plain)", cell(k_main, compression=Q8))] +
+         [(f"F = {f}, τ = {tau}", cell(k_main, compression=Q8,
+                                      streaming={"fragments": f, "overlap": tau, "alpha": 0.5}))
+          for f, tau in [(2, 0), (2, 5), (4, 5)]]),
+    ]
+    return out + [t for t in extra if t[0] in scale["tables"]]
 
+
+ALL_TABLES = ["Learning rates", "Inner steps per round", "Outer optimizer and data", "Compression",
+              "Streaming DiLoCo"]
 
 SCALES = {
     # site_steps: inner steps summed over the sites of a cell.
-    "default": {"gpt": {"site_steps": 1440, "h": 30, "sites": [2, 4], "breadth": False},
-                "mlp": {"site_steps": 3200, "h": 50, "sites": [2, 4, 8], "breadth": True, "h_range": [10, 50, 100]}},
-    "full": {"gpt": {"site_steps": 5760, "h": 30, "sites": [2, 4, 8], "breadth": True, "h_range": [10, 30, 90]},
-             "mlp": {"site_steps": 12800, "h": 50, "sites": [2, 4, 8], "breadth": True, "h_range": [10, 50, 100]}},
+    # The default fits in about 30 minutes on 2 cores: gpt's two headline
+    # cells dominate it; mlp runs every table with 16 to 64 rounds of H = 50.
+    # tables: which of the tables after the headline one a model runs.
+    "default": {"gpt": {"site_steps": 2160, "h": 30, "sites": [4], "tables": ["Learning rates"]},
+                "mlp": {"site_steps": 12800, "h": 50, "sites": [2, 4, 8], "tables": ALL_TABLES,
+                        "h_range": [10, 50, 100]}},
+    "full": {"gpt": {"site_steps": 5760, "h": 30, "sites": [2, 4, 8], "tables": ALL_TABLES, "h_range": [10, 30, 90]},
+             "mlp": {"site_steps": 51200, "h": 50, "sites": [2, 4, 8], "tables": ALL_TABLES,
+                     "h_range": [10, 50, 100]}},
 }
 
 
@@ -385,7 +423,8 @@ def main():
     started = time.monotonic()
     results = dict(zip((id(r) for r in runs), run_all(runs, a.binary, a.cache, a.jobs)))
     os.makedirs(a.plots, exist_ok=True)
-    text = [f"`bench/study.sh{' --full' if a.full else ''}`, {time.strftime('%Y-%m-%d')}, {len(runs)} runs "
+    distinct = len({json.dumps([r.job, r.args], sort_keys=True) for r in runs})
+    text = [f"`bench/study.sh{' --full' if a.full else ''}`, {time.strftime('%Y-%m-%d')}, {distinct} distinct runs "
             f"(seeds {seeds[0]}-{seeds[-1]}), {time.monotonic() - started:.0f} s on {os.cpu_count()} cores "
             "(cached runs not counted)."]
     for m in models:

@@ -133,7 +133,9 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
              }},
             {"warmup", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.warmup, p); }},
             {"weight_decay", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.weight_decay, p); }},
-            {"clip", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.clip, p); }}},
+            {"clip", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.clip, p); }},
+            {"phase_warmup",
+             [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.phase_warmup, p); }}},
            {"steps", "duration", "min_steps"}, p);
 
   auto outer_config = outer::parse_outer_job_yaml(doc, source);
@@ -174,6 +176,16 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
                if (yaml::read_number(v, w, tokens, p)) j.stop_tokens = tokens;
              }}},
            {}, p);
+  // A per-phase warmup ramps the inner lr over the first steps of each phase
+  // of H steps; a time-based phase has no H to count them in.
+  if (in.phase_warmup > 0 && outer_config.ok()) {
+    const YAML::Node at = doc["inner"]["phase_warmup"];
+    if (j.outer.inner.duration_s > 0)
+      p.add(at, "inner.phase_warmup: needs inner.steps (phases of H steps), not inner.duration");
+    else if (in.phase_warmup > j.outer.inner.steps)
+      p.add(at, cat("inner.phase_warmup: ", in.phase_warmup, " steps is more than a phase (inner.steps = ",
+                    j.outer.inner.steps, ")"));
+  }
   if (!doc["stop"]) p.add(doc, "stop: missing; say when the job ends, e.g. stop: {rounds: 20}");
   else if (!j.stop_rounds && !j.stop_tokens && doc["stop"].IsMap())
     p.add(doc["stop"], "stop: expected rounds or tokens");

@@ -15,6 +15,7 @@
 //     workers: 1                # data-parallel workers (processes or GPUs) per site
 //     data: contiguous          # contiguous (each site its own part) | interleaved (i.i.d. shards)
 //   inner: {optimizer: adamw, lr: 0.001, steps: 100, batch: 32, warmup: 10, weight_decay: 0.01, clip: 1.0}
+//          # optional: phase_warmup: 5 (the lr ramps up again over the first 5 steps of every phase)
 //   outer: {optimizer: nesterov, lr: 0.7, momentum: 0.9}         # outer/job_yaml.h
 //   compression: [{topk: {density: 0.01}}, {quantize: {bits: 4}}, zstd]   # compression/pipeline_yaml.h
 //   streaming: {fragments: 1}
@@ -59,6 +60,7 @@ struct InnerSpec {
   double lr = 1e-3;
   std::uint64_t batch = 32;      ///< samples (mlp) or sequences (gpt) per step per worker
   std::uint64_t warmup = 0;      ///< steps of linear warmup
+  std::uint64_t phase_warmup = 0;  ///< steps of linear warmup at the start of every inner phase (0 = none)
   double weight_decay = 0.01;
   double clip = 1.0;             ///< global gradient-norm clip, 0 = off
 };

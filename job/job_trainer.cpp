@@ -42,6 +42,7 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   o.batch = job.inner.batch;
   o.lr = job.inner.lr;
   o.warmup = job.inner.warmup;
+  o.phase_warmup = job.inner.phase_warmup;
   o.seed = job.seed;  // every site starts from the same initialization
   o.sync_every = h;
   if (timed) {

@@ -54,6 +54,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   if (o.lr > 0) add("--lr", number(o.lr));
   if (o.warmup) add("--warmup", std::to_string(*o.warmup));
   if (o.decay_steps > 0) add("--decay-steps", std::to_string(o.decay_steps));
+  if (o.phase_warmup > 0) add("--phase-warmup", std::to_string(o.phase_warmup));
   if (o.seed) add("--seed", std::to_string(*o.seed));
   if (o.sync_seconds > 0) {
     add("--sync-seconds", number(o.sync_seconds));

@@ -34,6 +34,7 @@ struct TrainerArgs {
   double lr = 0;                          ///< --lr: peak inner learning rate
   std::optional<std::uint64_t> warmup;    ///< --warmup: linear warmup steps (unset: the trainer's default)
   std::uint64_t decay_steps = 0;          ///< --decay-steps: end of the cosine (0: --steps)
+  std::uint64_t phase_warmup = 0;         ///< --phase-warmup: the lr's ramp at each phase's start (0: none)
   std::optional<std::uint64_t> seed;      ///< --seed: initialization and data order; every site of a job uses the job's
   std::uint64_t sync_every = 1;           ///< --sync-every: H, inner steps per round, >= 1 (unless sync_seconds)
   double sync_seconds = 0;                ///< --sync-seconds: time-based rounds instead (inner.duration); 0 = off

@@ -68,6 +68,36 @@ TEST_CASE("warmup then cosine schedule", "[optim]") {
   CHECK(bad.validate().message().find("must not exceed total_steps") != std::string::npos);
 }
 
+TEST_CASE("a per-phase warmup ramps the rate again at the start of every phase of H steps", "[optim]") {
+  ScheduleOptions s;
+  s.lr = 1.0, s.warmup_steps = 0, s.total_steps = 0, s.phase_steps = 10, s.phase_warmup = 4;
+  REQUIRE(s.validate().ok());
+  // Phase 0: steps 0-9, phase 1: steps 10-19; each ramps over its first 4 steps.
+  CHECK(learning_rate(s, 0) == 0.25);
+  CHECK(learning_rate(s, 2) == 0.75);
+  CHECK(learning_rate(s, 3) == 1.0);
+  CHECK(learning_rate(s, 9) == 1.0);
+  CHECK(learning_rate(s, 10) == 0.25);
+  CHECK(learning_rate(s, 11) == 0.5);
+  CHECK(learning_rate(s, 14) == 1.0);
+  // On top of the job's schedule: the cosine's rate at that step, scaled.
+  ScheduleOptions c = s;
+  c.total_steps = 40, c.min_lr_fraction = 0.1;
+  ScheduleOptions plain = c;
+  plain.phase_warmup = 0;
+  for (std::uint64_t step : {20u, 21u, 25u}) {
+    const double ramp = std::min(1.0, static_cast<double>(step % 10 + 1) / 4.0);
+    CHECK(learning_rate(c, step) == Approx(learning_rate(plain, step) * ramp));
+  }
+  CHECK(learning_rate(c, 21) < learning_rate(plain, 21));
+
+  ScheduleOptions bad = s;
+  bad.phase_warmup = 11;
+  CHECK(bad.validate().message().find("must not exceed the phase (10 steps)") != std::string::npos);
+  bad.phase_steps = 0, bad.phase_warmup = 2;
+  CHECK(bad.validate().message().find("needs inner phases of a fixed number of steps") != std::string::npos);
+}
+
 TEST_CASE("global gradient-norm clipping", "[optim]") {
   std::vector<float> g = {3.0f, 4.0f, 0.0f};  // norm 5
   auto n = clip_global_norm(g, 10.0);

@@ -19,6 +19,7 @@ int usage_error(std::ostream& err, const Status& s) {
 ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, const EnvLookup& env, std::ostream& out,
                                        std::ostream& err) {
   std::uint64_t decay_steps_ = 0;
+  std::uint64_t phase_warmup_ = 0;
   CLI::App app{"geoloco-train: the built-in inner trainer (mlp on Fashion-MNIST, gpt on the KJV Bible)"};
   TrainCommand c;
   TrainOptions& o = c.train;
@@ -40,6 +41,10 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   app.add_option("--lr", o.schedule.lr, "peak learning rate")->capture_default_str();
   app.add_option("--warmup", o.schedule.warmup_steps, "linear warmup steps")->capture_default_str();
   app.add_option("--decay-steps", decay_steps_, "end of the cosine decay in steps (default: --steps)");
+  auto* phase_warmup_opt = app.add_option(
+      "--phase-warmup", phase_warmup_,
+      "with a daemon and --sync-every H: the learning rate ramps up again over this many steps at the start of "
+      "every inner phase (the rate of the schedule times (step mod H + 1) / N), at most H");
   app.add_option("--min-lr-fraction", o.schedule.min_lr_fraction, "cosine floor as a fraction of --lr")
       ->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
@@ -140,7 +145,7 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   c.synced = !sync.socket_path.empty();
   if (!c.synced) {
     // These only mean something with a daemon; silently ignoring them would hide a typo in a job's setup.
-    for (const auto* opt : {sync_seconds_opt, min_steps_opt, overlap_opt, alpha_opt})
+    for (const auto* opt : {sync_seconds_opt, min_steps_opt, overlap_opt, alpha_opt, phase_warmup_opt})
       if (opt->count() > 0)
         return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument, opt->get_name(),
                                                              " needs --sync-socket (or GEOLOCO_SOCKET)"))};
@@ -158,6 +163,14 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
     if (min_steps_opt->count() > 0 && sync_seconds_opt->count() == 0)
       return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument,
                                                            "--min-steps applies only to --sync-seconds rounds"))};
+    if (phase_warmup_ > 0 && sync_seconds_opt->count() > 0)
+      return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument,
+                                                           "--phase-warmup needs phases of H steps (--sync-every), "
+                                                           "not --sync-seconds"))};
+    if (phase_warmup_ > 0) {
+      o.schedule.phase_steps = sync.sync_every;
+      o.schedule.phase_warmup = phase_warmup_;
+    }
     sync.timeout_ms = c.timeout_ms;
     if (Status s = sync.validate(); !s.ok()) return {std::nullopt, usage_error(err, s)};
   }

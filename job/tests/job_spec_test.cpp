@@ -42,6 +42,27 @@ stop: {rounds: 12}
   CHECK_FALSE(j->stop_tokens);
 }
 
+TEST_CASE("inner.phase_warmup: steps at the start of each phase of H steps, refused without H or beyond it") {
+  const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ntrainer: {model: mlp}\n";
+  auto ok = parse(head + "inner: {lr: 0.003, steps: 40, phase_warmup: 5}\nstop: {rounds: 3}\n");
+  INFO(ok.status().message());
+  REQUIRE(ok.ok());
+  CHECK(ok->inner.phase_warmup == 5);
+  auto none = parse(head + "inner: {lr: 0.003, steps: 40}\nstop: {rounds: 3}\n");
+  REQUIRE(none.ok());
+  CHECK(none->inner.phase_warmup == 0);
+
+  auto longer = parse(head + "inner: {lr: 0.003, steps: 40, phase_warmup: 41}\nstop: {rounds: 3}\n");
+  REQUIRE_FALSE(longer.ok());
+  CHECK(longer.status().message().find(
+            "job.yaml:5:45: inner.phase_warmup: 41 steps is more than a phase (inner.steps = 40)") !=
+        std::string::npos);
+  auto timed = parse(head + "inner: {lr: 0.003, duration: 30s, phase_warmup: 5}\nstop: {rounds: 3}\n");
+  REQUIRE_FALSE(timed.ok());
+  CHECK(timed.status().message().find("inner.phase_warmup: needs inner.steps (phases of H steps), not "
+                                      "inner.duration") != std::string::npos);
+}
+
 TEST_CASE("every problem of a job file is reported at once, each with line and column") {
   auto j = parse(R"(name: demo
 sites: [a, b, b, Zed]

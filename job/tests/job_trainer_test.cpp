@@ -53,6 +53,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--sync-every") == "40");
   CHECK(value_of("--decay-steps") == "200");
   CHECK(value_of("--data-split") == "(absent)");
+  CHECK(value_of("--phase-warmup") == "(absent)");  // none unless the job asks
   CHECK(value_of("--sync-seconds") == "(absent)");
   CHECK(value_of("--weight-decay") == "0.05");
   CHECK(value_of("--clip") == "0.5");
@@ -72,6 +73,15 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   auto split = std::find(args.begin(), args.end(), "--data-split");
   REQUIRE(split != args.end());
   CHECK(*(split + 1) == "interleaved");
+
+  auto w = builtin_trainer_options(a_job("{model: mlp}", "{lr: 0.002, steps: 40, phase_warmup: 6}"), "site-a",
+                                   {"geoloco-train", "/tmp/j", {}});
+  REQUIRE(w.ok());
+  CHECK(w->phase_warmup == 6);
+  const auto wa = trainer_arguments(*w);
+  auto pw = std::find(wa.begin(), wa.end(), "--phase-warmup");
+  REQUIRE(pw != wa.end());
+  CHECK(*(pw + 1) == "6");
 }
 
 TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {

@@ -17,6 +17,9 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_certs_command(CLI::App& app, Action& action);
 /// `geoloco simulate job.yaml [--sites N] [--rounds R] [--bandwidth B] [--rtt MS] [--json]`.
 void add_simulate_command(CLI::App& app, Action& action);
+/// `geoloco plan --params P --step-seconds S --sites K [--bandwidth B] [--rtt MS] [--h H] ...`
+/// (plan_command.cpp, planner/plan.h).
+void add_plan_command(CLI::App& app, Action& action);
 /// `geoloco check-history DIR... [--down SITE]...` (check_history_command.cpp).
 void add_check_history_command(CLI::App& app, Action& action);
 /// `geoloco submit job.yaml`, `status [JOB] [--json]`, `watch JOB`, `cancel JOB`:

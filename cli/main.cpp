@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   geoloco::cli::add_bench_command(app, action);
   geoloco::cli::add_certs_command(app, action);
   geoloco::cli::add_simulate_command(app, action);
+  geoloco::cli::add_plan_command(app, action);
   geoloco::cli::add_check_history_command(app, action);
   geoloco::cli::add_job_commands(app, action);
   // A first word that is no command: say so plainly (CLI11 would only say
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
     for (const auto* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
     if (!known) {
       std::cerr << "geoloco: unknown command '" << argv[1] << "'; the commands are bench, certs, simulate, "
-                << "check-history, submit, status, watch and cancel (geoloco --help)\n";
+                << "plan, check-history, submit, status, watch and cancel (geoloco --help)\n";
       return 2;
     }
   }

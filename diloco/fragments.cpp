@@ -12,6 +12,9 @@ Status StreamingOptions::validate(std::uint64_t inner_steps) const {
                     "): a fragment's exchange has to finish before its next sync");
   GEOLOCO_RETURN_IF(!(alpha >= 0.0 && alpha <= 1.0), Err::invalid_argument, "streaming.alpha must be in [0, 1], got ",
                     alpha);
+  GEOLOCO_RETURN_IF(delayed && alpha > 0.0, Err::invalid_argument,
+                    "streaming.alpha weighs a merge that replaces the local values; merge: delayed keeps the local "
+                    "progress instead, so leave alpha out");
   return {};
 }
 
@@ -79,6 +82,17 @@ Status merge_fragment(std::span<float> local, std::span<const float> global, dou
   }
   for (std::size_t i = 0; i < local.size(); ++i)
     local[i] = static_cast<float>(alpha * static_cast<double>(local[i]) + (1.0 - alpha) * static_cast<double>(global[i]));
+  return {};
+}
+
+Status merge_fragment_delayed(std::span<float> local, std::span<const float> global, std::span<const float> at_sync) {
+  GEOLOCO_RETURN_IF(local.size() != global.size() || local.size() != at_sync.size(), Err::invalid_argument,
+                    "delayed merge: local fragment has ", local.size(), " values, global ", global.size(),
+                    ", the copy taken at the sync ", at_sync.size());
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const double progress = static_cast<double>(local[i]) - static_cast<double>(at_sync[i]);
+    local[i] = static_cast<float>(static_cast<double>(global[i]) + progress);
+  }
   return {};
 }
 

@@ -34,9 +34,16 @@ struct StreamingOptions {
   std::uint64_t overlap_steps = 0;
   /// α: weight of the local replica in the merge, in [0, 1]; 0 = take the global value.
   double alpha = 0.0;
+  /// The delayed outer step (`merge: delayed`): the merge keeps the local
+  /// progress made since the sync, θ ← θ(global) + (θ(local) − θ(at sync)),
+  /// instead of replacing it (merge_fragment_delayed). With τ = H − 1 (F = 1)
+  /// the next inner phase starts at once from the site's own parameters and
+  /// round r's update lands during round r + 1.
+  bool delayed = false;
 
   /// Checks the rules against H (`inner.steps`, at least 1): F ≥ 1, τ < H,
-  /// α in [0, 1]. Errors: invalid_argument naming the broken rule.
+  /// α in [0, 1], no α with the delayed merge. Errors: invalid_argument
+  /// naming the broken rule.
   Status validate(std::uint64_t inner_steps) const;
 };
 
@@ -79,5 +86,12 @@ std::uint64_t phase_steps(std::uint64_t round, std::uint64_t first_round, std::u
 /// `global` exactly, whatever `local` holds. Errors: invalid_argument
 /// (lengths differ, α outside [0, 1]).
 Status merge_fragment(std::span<float> local, std::span<const float> global, double alpha);
+
+/// The delayed outer step's merge: θ ← θ(global) + (θ(local) − θ(at sync)),
+/// value by value, in double rounded to fp32 (the same bits on every
+/// machine): the fragment moves from where the site synced it to where the
+/// round put it, and keeps the steps trained since. Errors: invalid_argument
+/// (lengths differ).
+Status merge_fragment_delayed(std::span<float> local, std::span<const float> global, std::span<const float> at_sync);
 
 }  // namespace geoloco::diloco

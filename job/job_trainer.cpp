@@ -53,6 +53,7 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   // steps and merges with α (the fragments come with its WELCOME).
   o.overlap_steps = job.outer.streaming.overlap_steps;
   o.alpha = job.outer.streaming.alpha;
+  o.merge_delayed = job.outer.streaming.delayed;
   o.weight_decay = job.inner.weight_decay;
   o.clip = job.inner.clip;
   o.eval_log = (std::filesystem::path(paths.job_dir) / "eval.jsonl").string();

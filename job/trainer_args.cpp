@@ -65,6 +65,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   // Only when set: a plain DiLoCo job's command line stays what it was.
   if (o.overlap_steps > 0) add("--overlap", std::to_string(o.overlap_steps));
   if (o.alpha > 0) add("--alpha", number(o.alpha));
+  if (o.merge_delayed) add("--merge", "delayed");
   if (o.weight_decay) add("--weight-decay", number(*o.weight_decay));
   if (o.clip) add("--clip", number(*o.clip));
   if (!o.eval_log.empty()) add("--eval-log", o.eval_log);

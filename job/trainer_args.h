@@ -41,6 +41,7 @@ struct TrainerArgs {
   std::uint64_t min_steps = 0;            ///< --min-steps with sync_seconds (0: the trainer's default)
   std::uint64_t overlap_steps = 0;        ///< --overlap: Streaming DiLoCo's τ, inner steps a fragment's exchange overlaps
   double alpha = 0;                       ///< --alpha: Streaming DiLoCo's α in [0, 1], the local replica's merge weight
+  bool merge_delayed = false;             ///< --merge delayed: the delayed outer step's merge
   std::optional<double> weight_decay;     ///< --weight-decay: AdamW decoupled weight decay
   std::optional<double> clip;             ///< --clip: global gradient-norm bound, 0 = off
   std::string eval_log;                   ///< --eval-log: the trainer evaluates every anchor into this file

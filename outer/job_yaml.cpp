@@ -89,8 +89,16 @@ Result<OuterJobConfig> parse_outer_job_yaml(const YAML::Node& job, std::string_v
   read_section(job, "streaming",
                {{"fragments", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.fragments, p); }},
                 {"overlap", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.overlap_steps, p); }},
-                {"alpha", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.alpha, p); }}},
+                {"alpha", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.alpha, p); }},
+                {"merge",
+                 [&](const YAML::Node& v, const std::string& w) {
+                   read_enum<bool>(v, w, {{"replace", false}, {"delayed", true}}, c.streaming.delayed, p);
+                 }}},
                {}, /*strict=*/true, p);
+  // The delayed outer step without an overlap: the longest one, so the
+  // exchange has the whole next phase (H − 1 steps; H/F with fragments).
+  if (c.streaming.delayed && !(job["streaming"] && job["streaming"]["overlap"]) && c.inner.steps > 1)
+    c.streaming.overlap_steps = c.streaming.fragments > 1 ? c.inner.steps / c.streaming.fragments : c.inner.steps - 1;
   read_section(job, "straggler",
                {{"policy",
                  [&](const YAML::Node& v, const std::string& w) {

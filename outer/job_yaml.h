@@ -14,6 +14,8 @@
 //     fragments: 1
 //     overlap: 0            # τ, inner steps
 //     alpha: 0.0
+//     merge: replace        # replace (α blend) | delayed (keep the local progress: the
+//                           # delayed outer step; overlap then defaults to H − 1, or H/F)
 //   straggler:              # deadline and min_sites are the coordinator's, read by the daemon
 //     policy: carry         # carry | drop
 //     decay: 0.5

@@ -56,6 +56,34 @@ TEST_CASE("fragments: a cut that breaks a rule is refused") {
   CHECK(cut_fragments(empty_tensor, 1).status().message() == "tensor 1 holds no values");
 }
 
+TEST_CASE("fragments: the delayed merge moves the fragment to the round's values and keeps the progress since") {
+  // Synced at 1, 2, 3; trained on to 1.5, 1, 3; the round put the anchor at 4, 4, -1.
+  const std::vector<float> at_sync{1.0f, 2.0f, 3.0f};
+  std::vector<float> local{1.5f, 1.0f, 3.0f};
+  const std::vector<float> global{4.0f, 4.0f, -1.0f};
+  REQUIRE(merge_fragment_delayed(local, global, at_sync).ok());
+  CHECK(local == std::vector<float>{4.5f, 3.0f, -1.0f});
+  // No progress since the sync: the global values exactly (the replacing merge with α = 0).
+  std::vector<float> still = at_sync;
+  REQUIRE(merge_fragment_delayed(still, global, at_sync).ok());
+  CHECK(still == global);
+  // In double, rounded once: 2^-24 of progress survives on top of 1 + 2^-23.
+  std::vector<float> tiny{1.0f + 0x1p-23f};
+  const std::vector<float> base{1.0f};
+  const std::vector<float> g{1.0f + 0x1p-23f};
+  REQUIRE(merge_fragment_delayed(tiny, g, base).ok());
+  CHECK(tiny[0] == static_cast<float>(static_cast<double>(1.0f + 0x1p-23f) + 0x1p-23));
+  std::vector<float> short_local{1.0f};
+  CHECK(merge_fragment_delayed(short_local, global, at_sync).code() == Err::invalid_argument);
+
+  StreamingOptions o;
+  o.delayed = true;
+  o.overlap_steps = 29;
+  CHECK(o.validate(30).ok());
+  o.alpha = 0.5;
+  CHECK(o.validate(30).message().find("leave alpha out") != std::string::npos);
+}
+
 TEST_CASE("fragments: merge mixes local and global by alpha, in double rounded once") {
   std::vector<float> local{1.0f, 2.0f, -4.0f};
   const std::vector<float> global{3.0f, 2.0f, 4.0f};

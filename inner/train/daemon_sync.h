@@ -52,9 +52,10 @@ class DaemonSync {
   Result<std::vector<std::uint32_t>> hand_out(std::span<const float> replica, std::uint64_t tokens, double loss);
   /// Streaming, τ steps later: waits for the RESULT of every fragment in
   /// flight and merges its new global values into `replica`
-  /// (merge_fragment with `alpha`); true when a RESULT said stop. Errors:
+  /// (merge_fragment with `alpha`; with `delayed`, merge_fragment_delayed,
+  /// against the copy hand_out kept); true when a RESULT said stop. Errors:
   /// the daemon's refusal, timeout, io, malformed.
-  Result<bool> merge(std::span<float> replica, double alpha);
+  Result<bool> merge(std::span<float> replica, double alpha, bool delayed = false);
   /// Fragments handed out and not merged yet.
   const std::vector<std::uint32_t>& in_flight() const { return in_flight_; }
 
@@ -75,6 +76,9 @@ class DaemonSync {
   int timeout_ms_;
   std::uint64_t syncs_ = 0;
   std::vector<std::uint32_t> in_flight_;
+  /// Each fragment's values as hand_out synced them (the delayed merge's
+  /// base), laid out as the segment; sized at the first hand_out.
+  std::vector<float> at_sync_;
 };
 
 }  // namespace geoloco::inner

@@ -47,8 +47,11 @@ Status SyncedOptions::validate() const {
   GEOLOCO_RETURN_IF(timeout_ms <= 0, Err::invalid_argument, "the daemon timeout must be > 0 ms");
   GEOLOCO_RETURN_IF(!(alpha >= 0.0 && alpha <= 1.0), Err::invalid_argument,
                     "--alpha must be in [0, 1] (the local replica's weight in the merge), got ", alpha);
-  GEOLOCO_RETURN_IF((overlap_steps > 0 || alpha > 0.0) && sync_seconds > 0.0, Err::invalid_argument,
-                    "--overlap and --alpha need step-based phases: use --sync-every H instead of --sync-seconds "
+  GEOLOCO_RETURN_IF(merge_delayed && alpha > 0.0, Err::invalid_argument,
+                    "--merge delayed keeps the local progress; --alpha weighs a merge that replaces it: not both");
+  GEOLOCO_RETURN_IF((overlap_steps > 0 || alpha > 0.0 || merge_delayed) && sync_seconds > 0.0, Err::invalid_argument,
+                    "--overlap, --alpha and --merge delayed need step-based phases: use --sync-every H instead of "
+                    "--sync-seconds "
                     "(streaming with time-based phases is not supported)");
   GEOLOCO_RETURN_IF(overlap_steps > sync_every && sync_every > 0, Err::invalid_argument, "--overlap ", overlap_steps,
                     " is longer than a round's inner phase (--sync-every ", sync_every,
@@ -255,7 +258,7 @@ Status SyncedTraining::hand_out(SyncPoint& point) {
 
 Status SyncedTraining::merge(SyncPoint& point) {
   const std::vector<std::uint32_t> merged = daemon_->in_flight();
-  auto stop = daemon_->merge(point.params, sync_.alpha);
+  auto stop = daemon_->merge(point.params, sync_.alpha, sync_.merge_delayed);
   if (!stop.ok()) return stop.status();
   point.stop = *stop;
   const std::uint64_t next = daemon_->next_round();

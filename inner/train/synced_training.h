@@ -62,6 +62,7 @@ struct SyncedOptions {
   std::string state_dir;          ///< --state-dir: the inner state across restarts (inner_state.h); empty = none
   std::uint64_t overlap_steps = 0;  ///< --overlap: τ, inner steps a fragment's exchange overlaps (streaming)
   double alpha = 0.0;             ///< --alpha: α in [0, 1], the local replica's weight in the merge (streaming)
+  bool merge_delayed = false;     ///< --merge delayed: the merge keeps the progress since the sync (delayed outer step)
   int timeout_ms = 600'000;       ///< longest wait for the daemon (and for a peer worker)
   /// How rank 0 reaches its daemon; empty: the local sync protocol over
   /// socket_path (inner/train/sync_channel.h). The simulator sets its own.

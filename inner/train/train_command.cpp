@@ -110,6 +110,14 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
       "theta = alpha * local + (1 - alpha) * global (0: the global values exactly)");
   overlap_opt->capture_default_str();
   alpha_opt->capture_default_str();
+  std::string merge_mode = "replace";
+  auto* merge_opt = app.add_option(
+      "--merge", merge_mode,
+      "with a daemon and --overlap: how a fragment's new global values come in; replace (theta = alpha * local + "
+      "(1 - alpha) * global) or delayed (theta = global + the local progress since the sync: the delayed outer "
+      "step, with --overlap up to H - 1 the next phase never waits for the exchange)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"replace", "delayed"}));
   app.add_option("--eval-log", sync.eval_log,
                  "with a daemon: rank 0 evaluates every anchor the daemon hands over (the first one and each "
                  "RESULT's, the final one included) and appends a JSON line {\"round\", \"eval_loss\", "
@@ -145,7 +153,7 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   c.synced = !sync.socket_path.empty();
   if (!c.synced) {
     // These only mean something with a daemon; silently ignoring them would hide a typo in a job's setup.
-    for (const auto* opt : {sync_seconds_opt, min_steps_opt, overlap_opt, alpha_opt, phase_warmup_opt})
+    for (const auto* opt : {sync_seconds_opt, min_steps_opt, overlap_opt, alpha_opt, phase_warmup_opt, merge_opt})
       if (opt->count() > 0)
         return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument, opt->get_name(),
                                                              " needs --sync-socket (or GEOLOCO_SOCKET)"))};
@@ -163,6 +171,7 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
     if (min_steps_opt->count() > 0 && sync_seconds_opt->count() == 0)
       return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument,
                                                            "--min-steps applies only to --sync-seconds rounds"))};
+    sync.merge_delayed = merge_mode == "delayed";
     if (phase_warmup_ > 0 && sync_seconds_opt->count() > 0)
       return {std::nullopt, usage_error(err, GEOLOCO_ERROR(Err::invalid_argument,
                                                            "--phase-warmup needs phases of H steps (--sync-every), "

@@ -54,6 +54,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--decay-steps") == "200");
   CHECK(value_of("--data-split") == "(absent)");
   CHECK(value_of("--phase-warmup") == "(absent)");  // none unless the job asks
+  CHECK(value_of("--merge") == "(absent)");         // the replacing merge: the trainer's default
   CHECK(value_of("--sync-seconds") == "(absent)");
   CHECK(value_of("--weight-decay") == "0.05");
   CHECK(value_of("--clip") == "0.5");
@@ -129,6 +130,28 @@ TEST_CASE("a streaming job's overlap and alpha go to the trainer") {
   const auto a = trainer_arguments(*o);
   CHECK(*(std::find(a.begin(), a.end(), "--overlap") + 1) == "2");
   CHECK(*(std::find(a.begin(), a.end(), "--alpha") + 1) == "0.25");
+  CHECK(std::find(a.begin(), a.end(), "--merge") == a.end());
+}
+
+TEST_CASE("the delayed outer step goes to the trainer as --merge delayed with the whole next phase to overlap") {
+  auto j = parse_job_yaml(YAML::Load("name: s\nsites: [site-a, site-b]\ncoordinator: site-a\ntrainer: {model: mlp}\n"
+                                     "inner: {steps: 12}\nstreaming: {merge: delayed}\nstop: {rounds: 5}\n"),
+                          "job.yaml");
+  INFO(j.status().message());
+  REQUIRE(j.ok());
+  auto o = builtin_trainer_options(*j, "site-a", {"x", "/j", {}});
+  REQUIRE(o.ok());
+  CHECK(o->merge_delayed);
+  const auto a = trainer_arguments(*o);
+  CHECK(*(std::find(a.begin(), a.end(), "--merge") + 1) == "delayed");
+  CHECK(*(std::find(a.begin(), a.end(), "--overlap") + 1) == "11");
+
+  auto timed = parse_job_yaml(YAML::Load("name: s\nsites: [site-a, site-b]\ncoordinator: site-a\n"
+                                         "trainer: {model: mlp}\ninner: {duration: 30s}\n"
+                                         "streaming: {merge: delayed}\nstop: {rounds: 5}\n"),
+                              "job.yaml");
+  REQUIRE_FALSE(timed.ok());
+  CHECK(timed.status().message().find("streaming: merge: delayed needs inner.steps") != std::string::npos);
 }
 
 TEST_CASE("no trainer options for an external trainer or a stranger site") {

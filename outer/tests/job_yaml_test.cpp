@@ -76,6 +76,31 @@ TEST_CASE("job yaml: range rules are reported at their section") {
   CHECK_THAT(e.status().message(), Catch::Contains("inner.duration: expected a duration"));
 }
 
+TEST_CASE("job yaml: merge: delayed, its default overlap, and what it refuses") {
+  auto plain = parse("inner: {steps: 30}\nstreaming: {merge: delayed}\n");
+  INFO(plain.status().message());
+  REQUIRE(plain.ok());
+  CHECK(plain->streaming.delayed);
+  CHECK(plain->streaming.overlap_steps == 29);  // the whole next phase but its last step
+  auto fragments = parse("inner: {steps: 30}\nstreaming: {merge: delayed, fragments: 3}\n");
+  REQUIRE(fragments.ok());
+  CHECK(fragments->streaming.overlap_steps == 10);  // H/F
+  auto given = parse("inner: {steps: 30}\nstreaming: {merge: delayed, overlap: 4}\n");
+  REQUIRE(given.ok());
+  CHECK(given->streaming.overlap_steps == 4);
+  auto replace = parse("inner: {steps: 30}\nstreaming: {merge: replace, overlap: 4}\n");
+  REQUIRE(replace.ok());
+  CHECK_FALSE(replace->streaming.delayed);
+
+  auto typo = parse("inner: {steps: 30}\nstreaming: {merge: later}\n");
+  REQUIRE_FALSE(typo.ok());
+  CHECK_THAT(typo.status().message(), Catch::Contains("job.yaml:2:20: streaming.merge: expected"));
+  auto both = parse("inner: {steps: 30}\nstreaming: {merge: delayed, alpha: 0.5}\n");
+  REQUIRE_FALSE(both.ok());
+  CHECK_THAT(both.status().message(),
+             Catch::Contains("job.yaml:2:12: streaming.alpha weighs a merge that replaces the local values"));
+}
+
 TEST_CASE("job yaml: syntax errors and unreadable files name the file") {
   auto missing = load_outer_job_file("/nonexistent/job.yaml");
   CHECK(missing.status().code() == Err::io);

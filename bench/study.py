@@ -276,24 +276,30 @@ def tables(model, scale, seeds):
           ("top-k 3% + 2-bit, error feedback", cell(k_main, compression=sparse(0.03))),
           ("top-k 1% + 2-bit, error feedback", cell(k_main, compression=sparse(0.01))),
           ("top-k 1% + 2-bit, no error feedback", cell(k_main, compression=sparse(0.01, False)))]),
-        ("Streaming DiLoCo", f"k = {k_main}, H = {h}, int8 + zstd, {ours}, α = 0.5",
+        ("Streaming DiLoCo", f"k = {k_main}, H = {h}, int8 + zstd, {ours}, α = 0.5 where it applies",
          [("F = 1 (plain)", cell(k_main, compression=Q8))] +
          [(f"F = {f}, τ = {tau}", cell(k_main, compression=Q8,
                                       streaming={"fragments": f, "overlap": tau, "alpha": 0.5}))
           for f, tau in [(2, 0), (2, 5), (4, 5)]]),
+        ("Delayed outer step", f"k = {k_main}, H = {h}, int8 + zstd, {ours}: the synchronous outer step against "
+         f"the delayed one, whose exchange runs behind the next {h - 1} steps; compute share is the modelled "
+         "fraction of the wall-clock a site computes",
+         [("synchronous (the site waits for the round)", cell(k_main, compression=Q8)),
+          (f"delayed (merge: delayed, τ = {h - 1})",
+           cell(k_main, compression=Q8, streaming={"merge": "delayed", "overlap": h - 1}))]),
     ]
     return out + [t for t in extra if t[0] in scale["tables"]]
 
 
 ALL_TABLES = ["Learning rates", "Inner steps per round", "Outer optimizer and data", "Compression",
-              "Streaming DiLoCo"]
+              "Streaming DiLoCo", "Delayed outer step"]
 
 SCALES = {
     # site_steps: inner steps summed over the sites of a cell.
     # The default fits in about 30 minutes on 2 cores: gpt's two headline
     # cells dominate it; mlp runs every table with 16 to 64 rounds of H = 50.
     # tables: which of the tables after the headline one a model runs.
-    "default": {"gpt": {"site_steps": 2160, "h": 30, "sites": [4], "tables": ["Learning rates"]},
+    "default": {"gpt": {"site_steps": 2160, "h": 30, "sites": [4], "tables": ["Learning rates", "Delayed outer step"]},
                 "mlp": {"site_steps": 12800, "h": 50, "sites": [2, 4, 8], "tables": ALL_TABLES,
                         "h_range": [10, 50, 100]}},
     "full": {"gpt": {"site_steps": 5760, "h": 30, "sites": [2, 4, 8], "tables": ALL_TABLES, "h_range": [10, 30, 90]},
@@ -334,7 +340,7 @@ def summarize(model, title, note, rows, results, step_seconds, references):
     head = ["configuration", "seeds", "final eval loss", "vs data parallel"]
     head += ["accuracy"] if acc_col else []
     head += ["bytes per site", "fewer bytes than data parallel", "compute s (all sites)"]
-    head += [f"wall-clock, {link}" for link in LINKS]
+    head += [f"wall-clock, {link}" for link in LINKS] + [f"compute share, {link}" for link in LINKS]
     lines = [f"#### {model}: {title}", "", note + ".", "", "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for label, runs in rows:
@@ -350,7 +356,11 @@ def summarize(model, title, note, rows, results, step_seconds, references):
         fewer = f"{reference[1] / sent:,.0f}x" if reference and sent > 0 else "–"
         cells = [label, str(len(runs)), fmt(loss, loss_spread), vs]
         cells += [fmt(acc, acc_spread)] if acc_col else []
+        # A site's compute share of the wall-clock: its steps at the measured step time over the modelled wall.
+        shares = {link: statistics.fmean(r.steps * step_seconds / curve(r, x, step_seconds, link)[-1][1]
+                                         for r, x in zip(runs, res)) for link in LINKS}
         cells += [human_bytes(sent), fewer, f"{cpu:.0f}"] + [f"{walls[link]:,.0f} s" for link in LINKS]
+        cells += [f"{shares[link] * 100:.1f}%" for link in LINKS]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

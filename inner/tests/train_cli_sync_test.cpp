@@ -337,7 +337,7 @@ TEST_CASE("geoloco-train refuses --overlap beyond the shortest phase, a bad --al
   CHECK_THAT(bad_alpha.output, Catch::Contains("--alpha must be in [0, 1]"));
   const Proc timed = run_train(base_args(socket) + std::vector<std::string>{"--sync-seconds", "1", "--overlap", "1"});
   CHECK(timed.code == 1);
-  CHECK_THAT(timed.output, Catch::Contains("--overlap and --alpha need step-based phases"));
+  CHECK_THAT(timed.output, Catch::Contains("--overlap, --alpha and --merge delayed need step-based phases"));
   const Proc no_daemon = run_train({"--model", "mlp", "--overlap", "1"});
   CHECK(no_daemon.code == 1);
   CHECK_THAT(no_daemon.output, Catch::Contains("--overlap needs --sync-socket"));

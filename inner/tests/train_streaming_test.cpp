@@ -405,5 +405,16 @@ TEST_CASE("synced options: --alpha in [0, 1], --overlap within a round, neither 
   s.overlap_steps = 1;
   s.sync_every = 0;
   s.sync_seconds = 1.0;
-  CHECK_THAT(s.validate().message(), Catch::Contains("--overlap and --alpha need step-based phases"));
+  CHECK_THAT(s.validate().message(), Catch::Contains("--overlap, --alpha and --merge delayed need step-based phases"));
+
+  SyncedOptions d = streaming_options("/tmp/x.sock", 3, 0.0);
+  d.merge_delayed = true;
+  CHECK(d.validate().ok());
+  d.alpha = 0.5;
+  CHECK_THAT(d.validate().message(), Catch::Contains("--merge delayed keeps the local progress; --alpha weighs"));
+  d.alpha = 0.0;
+  d.overlap_steps = 0;
+  d.sync_every = 0;
+  d.sync_seconds = 1.0;
+  CHECK_THAT(d.validate().message(), Catch::Contains("--merge delayed need step-based phases"));
 }

@@ -245,9 +245,6 @@ def tables(model, scale, seeds):
     def dp(k, **kw):
         return cell(k, dp=True, **kw)
 
-    def with_lr(lr):
-        return {"lr": lr}
-
     out = [("Baselines and sites", f"equal compute: one site runs k times the steps; data parallelism all-reduces "
             f"every step with the global batch of k sites, inner lr {spec['dp_lr']}; DiLoCo inner lr "
             f"{spec['diloco_lr']}, {ours}, int8 + zstd",
@@ -257,8 +254,8 @@ def tables(model, scale, seeds):
     extra = [
         ("Learning rates", f"k = {k_main}, H = {h}, int8 + zstd, {ours}: each side's inner lr swept; the "
          f"other tables use data parallelism's {spec['dp_lr']} and DiLoCo's {spec['diloco_lr']}",
-         [(f"data parallel, inner lr {lr}", dp(k_main, inner=with_lr(lr))) for lr in spec["lrs"]] +
-         [(f"DiLoCo, inner lr {lr}", cell(k_main, compression=Q8, inner=with_lr(lr))) for lr in spec["lrs"]]),
+         [(f"data parallel, inner lr {lr}", dp(k_main, inner={"lr": lr})) for lr in spec["lrs"]] +
+         [(f"DiLoCo, inner lr {lr}", cell(k_main, compression=Q8, inner={"lr": lr})) for lr in spec["lrs"]]),
         ("Inner steps per round", f"k = {k_main}, int8 + zstd, {ours}",
          [(f"H = {hh}", cell(k_main, hh, compression=Q8)) for hh in scale.get("h_range", [h])]),
         ("Outer optimizer and data", f"k = {k_main}, H = {h}, int8 + zstd; momentum 0 with lr 1 is plain "

@@ -34,18 +34,10 @@ struct PlanArgs {
   bool json = false;
 };
 
-/// A count with an optional decimal suffix (k, M, G, T): 7G, 1.3e9, 8.03G.
 Result<double> count(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  const std::string suffix = end ? std::string(end) : "";
-  const double scale = suffix.empty() ? 1 : suffix == "k" ? 1e3 : suffix == "M" ? 1e6 : suffix == "G" ? 1e9
-                                                                                       : suffix == "T" ? 1e12 : 0;
-  v = std::round(v * scale);
-  if (text.empty() || end == text.c_str() || scale == 0 || !std::isfinite(v) || v < 0 || v > 1e18)
-    return GEOLOCO_ERROR(Err::invalid_argument, flag, ": '", text,
-                         "' is not a count; write a number with an optional k, M, G or T (7G, 1.3e9, 4M)");
-  return v;
+  auto v = parse_count(text);
+  if (!v.ok()) return GEOLOCO_ERROR(Err::invalid_argument, flag, ": ", v.status().message());
+  return *v;
 }
 
 Result<planner::PlanInput> read_input(const PlanArgs& a) {

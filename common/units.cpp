@@ -33,6 +33,14 @@ Result<double> parse_quantity(const std::string& text) {
 
 Result<double> parse_rate(const std::string& text) { return parse_quantity(text); }
 
+Result<double> parse_count(const std::string& text) {
+  char* end = nullptr;
+  if (std::strtod(text.c_str(), &end) == 0.0 && end != text.c_str() && *end == '\0') return 0.0;
+  auto v = parse_quantity(text);
+  if (!v.ok()) return v.status();
+  return std::round(*v);
+}
+
 Result<double> parse_rate_cap(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);

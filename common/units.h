@@ -20,5 +20,9 @@ Result<double> parse_rate(const std::string& text);
 Result<double> parse_rate_cap(const std::string& text);
 /// A size in bytes, a whole number >= 1. Errors: invalid_argument.
 Result<std::uint64_t> parse_size(const std::string& text);
+/// A count (parameters, tokens): 0, or a quantity as parse_rate takes it,
+/// rounded to the nearest whole number (8.03G is 8030000000). Errors:
+/// invalid_argument.
+Result<double> parse_count(const std::string& text);
 
 }  // namespace geoloco

@@ -37,3 +37,14 @@ TEST_CASE("rates and sizes: decimal and binary suffixes, plain base units, the r
   CHECK(parse_size("1.5").status().message() == "'1.5': a size is a whole number of bytes");
   CHECK(parse_size("0").status().code() == Err::invalid_argument);
 }
+
+TEST_CASE("counts: 0, or a quantity rounded to a whole number") {
+  CHECK(*parse_count("0") == 0.0);
+  CHECK(*parse_count("7G") == 7e9);
+  CHECK(*parse_count("8.03G") == 8030000000.0);  // 8.03 x 1e9 is 8029999999.99... in binary
+  CHECK(*parse_count("1.3e9") == 1.3e9);
+  CHECK(*parse_count("1M") == 1e6);
+  CHECK(parse_count("-5").status().code() == Err::invalid_argument);
+  CHECK(parse_count("7B").status().message().find("unknown suffix 'B'") != std::string::npos);
+  CHECK(parse_count("").status().code() == Err::invalid_argument);
+}

@@ -55,8 +55,10 @@ Result<std::vector<std::uint32_t>> DaemonSync::hand_out(std::span<const float> r
     const auto& desc = channel_->fragments()[f];
     auto values = replica.subspan(desc.offset, desc.length);
     std::copy(values.begin(), values.end(), channel_->fragment_values(f).begin());
-    if (at_sync_.size() != replica.size()) at_sync_.assign(replica.size(), 0.0f);
-    std::copy(values.begin(), values.end(), at_sync_.begin() + static_cast<std::ptrdiff_t>(desc.offset));
+    if (delayed_) {
+      if (at_sync_.size() != replica.size()) at_sync_.assign(replica.size(), 0.0f);
+      std::copy(values.begin(), values.end(), at_sync_.begin() + static_cast<std::ptrdiff_t>(desc.offset));
+    }
     GEOLOCO_TRY(channel_->sync(round, f, tokens, loss));
     in_flight_.push_back(f);
   }
@@ -64,7 +66,7 @@ Result<std::vector<std::uint32_t>> DaemonSync::hand_out(std::span<const float> r
   return in_flight_;
 }
 
-Result<bool> DaemonSync::merge(std::span<float> replica, double alpha, bool delayed) {
+Result<bool> DaemonSync::merge(std::span<float> replica, double alpha) {
   bool stop = false;
   // RESULTs may come in any order; each names its fragment.
   for (std::size_t left = in_flight_.size(); left > 0; --left) {
@@ -72,7 +74,7 @@ Result<bool> DaemonSync::merge(std::span<float> replica, double alpha, bool dela
     if (!result.ok()) return result.status();
     const auto& desc = channel_->fragments()[result->fragment];
     auto local = replica.subspan(desc.offset, desc.length);
-    if (delayed)
+    if (delayed_)
       GEOLOCO_TRY(diloco::merge_fragment_delayed(local, channel_->fragment_values(result->fragment),
                                                  std::span<const float>(at_sync_).subspan(desc.offset, desc.length)));
     else

@@ -50,12 +50,15 @@ class DaemonSync {
   /// into the segment and sends its SYNC with the phase's tokens and mean
   /// loss. Returns the fragments now in flight. Errors: io.
   Result<std::vector<std::uint32_t>> hand_out(std::span<const float> replica, std::uint64_t tokens, double loss);
+  /// The delayed outer step: from now on hand_out keeps a copy of what it
+  /// syncs, and merge keeps the local progress made since
+  /// (merge_fragment_delayed) instead of weighing it by α.
+  void use_delayed_merge() { delayed_ = true; }
   /// Streaming, τ steps later: waits for the RESULT of every fragment in
   /// flight and merges its new global values into `replica`
-  /// (merge_fragment with `alpha`; with `delayed`, merge_fragment_delayed,
-  /// against the copy hand_out kept); true when a RESULT said stop. Errors:
-  /// the daemon's refusal, timeout, io, malformed.
-  Result<bool> merge(std::span<float> replica, double alpha, bool delayed = false);
+  /// (merge_fragment with `alpha`, or the delayed merge); true when a RESULT
+  /// said stop. Errors: the daemon's refusal, timeout, io, malformed.
+  Result<bool> merge(std::span<float> replica, double alpha);
   /// Fragments handed out and not merged yet.
   const std::vector<std::uint32_t>& in_flight() const { return in_flight_; }
 
@@ -76,8 +79,9 @@ class DaemonSync {
   int timeout_ms_;
   std::uint64_t syncs_ = 0;
   std::vector<std::uint32_t> in_flight_;
-  /// Each fragment's values as hand_out synced them (the delayed merge's
-  /// base), laid out as the segment; sized at the first hand_out.
+  bool delayed_ = false;
+  /// With the delayed merge: each fragment's values as hand_out synced them
+  /// (the merge's base), laid out as the segment; sized at the first hand_out.
   std::vector<float> at_sync_;
 };
 

@@ -187,6 +187,7 @@ Status SyncedTraining::connect(const TrainOptions& options) {
   auto connected = DaemonSync::connect(channel, (*model)->layout(), sync_.timeout_ms);
   if (!connected.ok()) return connected.status();
   daemon_ = std::move(*connected);
+  if (sync_.merge_delayed) daemon_->use_delayed_merge();
   auto plan = plan_sync(daemon_->fragments(), sync_.sync_every, sync_.sync_seconds, sync_.overlap_steps, sync_.alpha);
   if (!plan.ok()) return plan.status();
   plan_ = *plan;
@@ -258,7 +259,7 @@ Status SyncedTraining::hand_out(SyncPoint& point) {
 
 Status SyncedTraining::merge(SyncPoint& point) {
   const std::vector<std::uint32_t> merged = daemon_->in_flight();
-  auto stop = daemon_->merge(point.params, sync_.alpha, sync_.merge_delayed);
+  auto stop = daemon_->merge(point.params, sync_.alpha);
   if (!stop.ok()) return stop.status();
   point.stop = *stop;
   const std::uint64_t next = daemon_->next_round();

@@ -544,3 +544,35 @@ TEST_CASE("run_training sleeps the step delay inside the phase's time", "[train]
   CHECK(seconds[1] >= 2 * 0.030);
   CHECK(r->seconds >= 4 * 0.030);
 }
+
+TEST_CASE("the compute share: time in steps over the loop's time without evaluations", "[train][utilization]") {
+  auto data = testing::synthetic_image_dataset();
+  TrainOptions o = mlp_options();
+  o.steps = 4;
+  SingleCollective one;
+  auto t = Trainer::create(o, one, data);
+  REQUIRE(t.ok());
+  double now = 100.0;  // a step takes 1 s, a sync holds training 0.5 s, an evaluation 0.25 s
+  TrainHooks hooks;
+  hooks.clock = [&] { return now; };
+  hooks.on_step = [&](const StepStats&) { now += 1.0; };
+  hooks.on_eval = [&](std::uint64_t, const EvalResult&) { now += 0.25; };
+  hooks.sync_every = 2;
+  std::vector<std::pair<double, double>> at_sync;  // compute, loop
+  hooks.on_sync = [&](SyncPoint& p) {
+    at_sync.emplace_back(p.compute_seconds, p.loop_seconds);
+    now += 0.5;
+    return Status();
+  };
+  hooks.after_sync = [&](const SyncPoint&) {  // the anchor's evaluation
+    now += 0.125;
+    return Status();
+  };
+  auto r = run_training(**t, hooks);
+  REQUIRE(r.ok());
+  // A sync sees the counters up to its own call: its hold counts from the next one on.
+  CHECK(at_sync == std::vector<std::pair<double, double>>{{2.0, 2.0}, {4.0, 4.5}});
+  CHECK(r->compute_seconds == 4.0);
+  CHECK(r->eval_seconds == 0.5);         // two anchors' (after_sync) and the final evaluation
+  CHECK(r->compute_share == 4.0 / 5.0);  // 4 s of steps, 1 s held by the two syncs
+}

@@ -189,6 +189,11 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(report->steps), report->seconds,
                 static_cast<double>(report->work_units) / report->seconds,
                 trainer.model().work_unit_name().c_str(), digest_hex(digest_f32(params)).c_str());
+    if (synced_run)
+      std::printf("compute share %.1f%%: %.1f s in steps of the loop's %.1f s without its %.1f s of evaluations "
+                  "(the rest waited for syncs and merges)\n",
+                  100.0 * report->compute_share, report->compute_seconds, report->seconds - report->eval_seconds,
+                  report->eval_seconds);
     if (!c.save_params.empty()) {
       std::ofstream f(c.save_params, std::ios::binary);
       f.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size_bytes()));

@@ -44,6 +44,9 @@ struct Loop {
   double loss_since_sync = 0.0;
   std::uint64_t units_since_sync = 0, steps_since_sync = 0, syncs = 0;
   double phase_start = 0.0;
+  // Rank 0's clock: where the loop started, and the time since spent in
+  // steps and in evaluations (the compute share; SyncPoint).
+  double loop_start = 0.0, compute = 0.0, evaluating = 0.0;
   bool merge_pending = false;
   SyncPoint pending;  // rank 0, streaming: the sync whose merge is pending
 
@@ -58,7 +61,9 @@ struct Loop {
                      loss_since_sync / static_cast<double>(steps_since_sync),
                      units_since_sync,
                      steps_since_sync,
-                     phase_seconds};
+                     phase_seconds,
+                     compute,
+                     clock() - loop_start - evaluating};
   }
 
   // Step-based phases: every rank counts the same steps. Time-based (and
@@ -88,6 +93,16 @@ struct Loop {
     return outcome;
   }
 
+  // Rank 0: after_sync evaluates the anchor: its time counts as an
+  // evaluation's, not as time the sync held training.
+  Status after_sync(const SyncPoint& p) {
+    if (!hooks.after_sync) return {};
+    const double started = clock();
+    Status status = hooks.after_sync(p);
+    evaluating += clock() - started;
+    return status;
+  }
+
   void phase_done() {
     ++syncs;
     loss_since_sync = 0.0;
@@ -109,7 +124,7 @@ struct Loop {
       status = trainer.params_to_host();
       if (status.ok()) status = hooks.on_sync(p);
       if (status.ok()) status = trainer.params_from_host();
-      if (status.ok() && hooks.after_sync) status = hooks.after_sync(p);
+      if (status.ok()) status = after_sync(p);
       stop = p.stop;
     }
     auto outcome = share_outcome(status, stop);
@@ -146,7 +161,7 @@ struct Loop {
       pending.params = trainer.host_params();
       if (status.ok()) status = hooks.on_merge(pending);
       if (status.ok()) status = trainer.params_from_host();
-      if (status.ok() && hooks.after_sync) status = hooks.after_sync(pending);
+      if (status.ok()) status = after_sync(pending);
       stop = pending.stop;
     }
     merge_pending = false;
@@ -174,11 +189,13 @@ struct Loop {
   }
 };
 
-Status evaluate_into(InnerTrainer& trainer, const TrainHooks& hooks, TrainReport& report) {
-  auto eval = trainer.evaluate();
+Status evaluate_into(Loop& loop, TrainReport& report) {
+  const double started = loop.clock();
+  auto eval = loop.trainer.evaluate();
   if (!eval.ok()) return eval.status();
   report.eval = *eval;
-  if (hooks.on_eval) hooks.on_eval(trainer.steps_done(), *eval);
+  if (loop.hooks.on_eval) loop.hooks.on_eval(loop.trainer.steps_done(), *eval);
+  loop.evaluating += loop.clock() - started;
   return {};
 }
 
@@ -191,9 +208,11 @@ Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks)
   const TrainOptions& o = trainer.options();
   loop.syncing = hooks.on_sync && (hooks.sync_every > 0 || hooks.sync_seconds > 0.0 || hooks.phase_end);
   loop.decided_by_rank0 = loop.syncing && (hooks.sync_seconds > 0.0 || hooks.phase_end);
-  if (loop.syncing && loop.rank0()) loop.phase_start = loop.clock();
+  loop.loop_start = loop.clock();
+  if (loop.syncing && loop.rank0()) loop.phase_start = loop.loop_start;
   TrainReport report;
   while (trainer.steps_done() < o.steps) {
+    const double step_start = loop.clock();
     auto stats = trainer.step();
     if (!stats.ok()) return stats.status();
     if (hooks.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hooks.step_delay_ms));
@@ -204,20 +223,25 @@ Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks)
     loop.units_since_sync += stats->work_units;
     loop.steps_since_sync += 1;
     if (hooks.on_step) hooks.on_step(*stats);
+    loop.compute += loop.clock() - step_start;  // the step, its delay and its log line
 
     const bool last = trainer.steps_done() == o.steps;
     auto stop = loop.after_step(last);
     if (!stop.ok()) return stop.status();
     if (*stop) {  // the job is over: one more evaluation of the anchor it ended with
-      GEOLOCO_TRY(evaluate_into(trainer, hooks, report));
+      GEOLOCO_TRY(evaluate_into(loop, report));
       break;
     }
     if (last || (o.eval_every > 0 && trainer.steps_done() % o.eval_every == 0))
-      GEOLOCO_TRY(evaluate_into(trainer, hooks, report));
+      GEOLOCO_TRY(evaluate_into(loop, report));
   }
   if (report.steps == 0)  // nothing trained: still say where the parameters stand
-    GEOLOCO_TRY(evaluate_into(trainer, hooks, report));
+    GEOLOCO_TRY(evaluate_into(loop, report));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.compute_seconds = loop.compute;
+  report.eval_seconds = loop.evaluating;
+  const double busy = loop.clock() - loop.loop_start - loop.evaluating;
+  report.compute_share = busy > 0.0 ? loop.compute / busy : 0.0;
   return report;
 }
 

@@ -48,6 +48,12 @@ struct SyncPoint {
   std::uint64_t work_units = 0;     ///< samples or tokens since the previous sync (all ranks)
   std::uint64_t phase_steps = 0;    ///< steps of the phase that just ended
   double phase_seconds = 0.0;       ///< its length on rank 0's clock, from the end of the previous sync
+  /// Rank 0's clock, from the start of the loop to this sync, without
+  /// evaluations: in all (`loop_seconds`) and in steps (`compute_seconds`,
+  /// the fault-injection delay included). The difference is the time
+  /// training was held by syncs and merges: its compute share.
+  double compute_seconds = 0.0;
+  double loop_seconds = 0.0;
   /// Set by on_sync when the daemon says the job is over: every rank stops
   /// after this sync (with the anchor it brought) and evaluates once more.
   bool stop = false;
@@ -73,7 +79,8 @@ struct TrainHooks {
   std::uint64_t merge_after = 0;  ///< τ: steps between a sync and its merge
   /// Rank 0 only, after on_sync (streaming: on_merge), once its anchor is
   /// the trainer's parameters (on the device too) and before the broadcast:
-  /// e.g. evaluate the anchor.
+  /// e.g. evaluate the anchor: its time counts as evaluation, not as time
+  /// the sync held training (TrainReport::compute_share).
   /// An error stops every rank, as on_sync's.
   std::function<Status(const SyncPoint&)> after_sync;
   /// Rank 0's clock (phase lengths; the end of time-based phases), in
@@ -94,6 +101,13 @@ struct TrainReport {
   double last_loss = 0.0;         ///< training loss of the last step
   EvalResult eval;                ///< the final evaluation
   double seconds = 0.0;           ///< wall time of the loop (evaluations included)
+  // On the loop's clock (TrainHooks::clock):
+  double compute_seconds = 0.0;   ///< in steps (the fault-injection delay included)
+  double eval_seconds = 0.0;      ///< in evaluations (after_sync's included)
+  /// compute_seconds over the loop's time without evaluations: the share of
+  /// it this worker computed rather than waited for syncs and merges (0
+  /// when no time passed).
+  double compute_share = 0.0;
 };
 
 /// Whether the inner phase ends after a step, given the steps it has taken

@@ -222,6 +222,17 @@ void SyncedTraining::save_state(std::uint64_t next_round) {
          << " with zero AdamW moments" << std::endl;
 }
 
+std::string SyncedTraining::compute_since_last_sync(const SyncPoint& point) {
+  const double compute = point.compute_seconds - compute_at_last_sync_;
+  const double wall = point.loop_seconds - loop_at_last_sync_;
+  compute_at_last_sync_ = point.compute_seconds;
+  loop_at_last_sync_ = point.loop_seconds;
+  char text[96];
+  std::snprintf(text, sizeof text, "; computed %.3f of the %.3f s since the last sync (%.1f%%)", compute, wall,
+                wall > 0.0 ? 100.0 * compute / wall : 0.0);
+  return text;
+}
+
 Status SyncedTraining::on_sync(SyncPoint& point) {
   const std::uint64_t round = daemon_->next_round();
   GEOLOCO_TRY(daemon_->sync(point));
@@ -230,7 +241,7 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
   std::snprintf(seconds, sizeof seconds, "%.3f", point.phase_seconds);
   out_ << "round " << round << " synced: " << point.phase_steps << " steps in " << seconds << " s, " << point.work_units
        << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
-       << (point.stop ? "; the daemon says stop" : "") << std::endl;
+       << compute_since_last_sync(point) << (point.stop ? "; the daemon says stop" : "") << std::endl;
   save_state(next);
   next_round_ = next;  // after_sync logs the anchor once the trainer holds it
   return {};
@@ -253,7 +264,7 @@ Status SyncedTraining::hand_out(SyncPoint& point) {
   for (std::uint32_t f : *sent) out_ << " " << f;
   out_ << ") at step " << point.step << ": " << point.phase_steps << " steps in " << seconds << " s, "
        << point.work_units << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
-       << std::endl;
+       << compute_since_last_sync(point) << std::endl;
   return {};
 }
 

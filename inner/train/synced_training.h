@@ -128,6 +128,9 @@ class SyncedTraining {
   /// Rank 0: saves the inner state tagged with `next_round` (--state-dir);
   /// a failed save is said on out_, not returned.
   void save_state(std::uint64_t next_round);
+  /// Rank 0: "; computed C of the W s since the last sync (S%)", from the
+  /// loop's counters at this sync and at the previous one.
+  std::string compute_since_last_sync(const SyncPoint& point);
 
   SyncedOptions sync_;
   std::ostream& out_;
@@ -141,6 +144,7 @@ class SyncedTraining {
   std::uint64_t synced_round_ = 0;  // rank 0, streaming: the round whose fragments are (or were last) in flight
   std::uint64_t welcome_round_ = 0;
   std::uint64_t resume_step_ = 0;
+  double compute_at_last_sync_ = 0.0, loop_at_last_sync_ = 0.0;  // rank 0: SyncPoint's counters
   bool state_loaded_ = false;
 };
 

@@ -31,14 +31,16 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The link models of the wall-clock columns, and the simulator's model of an
-# exchange on them (sim/README.md): 2·RTT plus the busiest site's bytes at
-# the link rate. Data parallelism pays one such exchange every step.
+# exchange on them (common/wan_model.h): 3·RTT for a geolocod round (2·RTT
+# for data parallelism's all-reduce, which it pays every step) plus the
+# busiest site's bytes at the link rate.
 LINKS = {"1G-100ms": (1e9, 100.0), "100M-100ms": (100e6, 100.0)}
+ROUND_TRIPS, DATA_PARALLEL_ROUND_TRIPS = 3, 2
 
 
-def exchange_seconds(max_site_bytes, link):
+def exchange_seconds(max_site_bytes, link, round_trips):
     bandwidth, rtt_ms = LINKS[link]
-    return 2 * rtt_ms / 1000 + max_site_bytes * 8 / bandwidth
+    return round_trips * rtt_ms / 1000 + max_site_bytes * 8 / bandwidth
 
 
 # ---------------------------------------------------------------- the models
@@ -193,11 +195,12 @@ def curve(run, res, step_seconds, link):
         if run.dp:
             per_step = r["bytes_per_site"] / run.h if run.sites > 1 else 0
             sent += r["bytes_per_site"] if run.sites > 1 else 0
-            wall += run.h * (step_seconds + (exchange_seconds(per_step, link) if run.sites > 1 else 0))
+            exchange = exchange_seconds(per_step, link, DATA_PARALLEL_ROUND_TRIPS) if run.sites > 1 else 0
+            wall += run.h * (step_seconds + exchange)
         else:
             busiest = max(r["bytes_sent"])
             sent += sum(r["bytes_sent"]) / run.sites
-            wall += run.h / fragments * step_seconds + max(0.0, exchange_seconds(busiest, link) -
+            wall += run.h / fragments * step_seconds + max(0.0, exchange_seconds(busiest, link, ROUND_TRIPS) -
                                                           overlap * step_seconds)
         if r.get("eval_loss") is not None:
             points.append((sent, wall, r["eval_loss"]))

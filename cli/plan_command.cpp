@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -27,7 +28,8 @@ struct PlanArgs {
   std::vector<std::string> pairs;            // A:B=RTT_MS[/RATE]
   std::uint64_t h = 500;
   std::uint32_t fragments = 1;
-  std::uint64_t overlap = 0;
+  std::optional<std::uint64_t> overlap;
+  bool delayed = false;
   double compression = 4.0;
   std::string tokens = "0";
   double target = 0.95;
@@ -89,7 +91,10 @@ Result<planner::PlanInput> read_input(const PlanArgs& a) {
   }
   in.h = a.h;
   in.fragments = a.fragments;
-  in.overlap = a.overlap;
+  // The delayed outer step lets an exchange overlap the whole next phase,
+  // as the job file's streaming.merge: delayed does unless overlap is given.
+  const std::uint64_t whole_phase = a.fragments > 1 ? a.h / a.fragments : (a.h > 0 ? a.h - 1 : 0);
+  in.overlap = a.overlap ? *a.overlap : a.delayed ? whole_phase : 0;
   in.compression = a.compression;
   in.target = a.target;
   return in;
@@ -129,7 +134,8 @@ void print_text(const PlanArgs& a, const planner::PlanInput& in, const planner::
   const auto& dp = p.data_parallel;
   std::cout << "geoloco plan: " << a.parameters << " parameters, " << in.sites.size() << " sites, "
             << in.step_seconds << " s per step, H = " << in.h << ", fragments " << in.fragments << ", overlap "
-            << in.overlap << ", compression " << in.compression << "x, slowest RTT " << p.rtt_ms << " ms\n\n";
+            << in.overlap << (a.delayed ? " (delayed outer step)" : "") << ", compression " << in.compression
+            << "x, slowest RTT " << p.rtt_ms << " ms\n\n";
   auto row = [](const std::string& what, const std::string& x, const std::string& y) {
     std::cout << "  " << std::left << std::setw(36) << what << std::setw(22) << x << y << '\n';
   };
@@ -194,8 +200,12 @@ void add_plan_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   plan->add_option("--fragments", a->fragments, "Streaming DiLoCo's fragments (streaming.fragments)")
       ->capture_default_str();
-  plan->add_option("--overlap", a->overlap, "inner steps an exchange overlaps (streaming.overlap)")
-      ->capture_default_str();
+  plan->add_option("--overlap", a->overlap,
+                   "inner steps an exchange overlaps (streaming.overlap; default 0, with --delayed the whole next "
+                   "phase)");
+  plan->add_flag("--delayed", a->delayed,
+                 "the delayed outer step (streaming.merge: delayed): the next phase starts at once, so the exchange "
+                 "may overlap it all: H - 1 steps, H/F with fragments, unless --overlap says otherwise");
   plan->add_option("--compression", a->compression,
                    "fp32 bytes over wire bytes of the pipeline (int8 + zstd about 4; `geoloco bench codecs` "
                    "measures yours)")

@@ -44,7 +44,7 @@ double slowest_rtt_ms(const PlanInput& in) {
 
 /// The exchange of `wire` bytes (one round's payload of one site) by the
 /// two-phase all-reduce: its duration and the link that sets it.
-std::pair<double, Bottleneck> exchange(const PlanInput& in, double wire) {
+std::pair<double, Bottleneck> exchange(const PlanInput& in, double wire, double round_trips) {
   const double k = static_cast<double>(in.sites.size());
   const double site_bytes = 2 * (k - 1) / k * wire;
   const double pair_bytes = 2 * wire / k;
@@ -58,14 +58,15 @@ std::pair<double, Bottleneck> exchange(const PlanInput& in, double wire) {
     const double t = pair_bytes * 8 / p.bandwidth;
     if (t > worst.transfer_seconds) worst = {cat("the path ", p.a, " - ", p.b), p.bandwidth, t};
   }
-  return {2 * slowest_rtt_ms(in) / 1000 + worst.transfer_seconds, worst};
+  // common/wan_model.h's model, with each link's own rate.
+  return {round_trips * slowest_rtt_ms(in) / 1000 + worst.transfer_seconds, worst};
 }
 
-Figures figures(const PlanInput& in, double wire, double compute_steps, double hidden_steps) {
+Figures figures(const PlanInput& in, double wire, double round_trips, double compute_steps, double hidden_steps) {
   const double k = static_cast<double>(in.sites.size());
   Figures f;
   f.compute_seconds = compute_steps * in.step_seconds;
-  f.exchange_seconds = exchange(in, wire).first;
+  f.exchange_seconds = exchange(in, wire, round_trips).first;
   f.stall_seconds = std::max(0.0, f.exchange_seconds - hidden_steps * in.step_seconds);
   f.round_seconds = f.compute_seconds + f.stall_seconds;
   f.utilization = f.compute_seconds / f.round_seconds;
@@ -79,7 +80,9 @@ Figures figures(const PlanInput& in, double wire, double compute_steps, double h
   return f;
 }
 
-Figures data_parallel_figures(const PlanInput& in) { return figures(in, 4 * in.parameters, 1, 0); }
+Figures data_parallel_figures(const PlanInput& in) {
+  return figures(in, 4 * in.parameters, kDataParallelRoundTrips, 1, 0);
+}
 
 }  // namespace
 
@@ -129,7 +132,7 @@ Status PlanInput::validate() const {
 
 Figures diloco_figures(const PlanInput& in) {
   const double f = static_cast<double>(in.fragments);
-  return figures(in, 4 * in.parameters / (f * in.compression), static_cast<double>(in.h) / f,
+  return figures(in, 4 * in.parameters / (f * in.compression), kRoundTrips, static_cast<double>(in.h) / f,
                  static_cast<double>(in.overlap));
 }
 
@@ -139,19 +142,19 @@ Result<Plan> make_plan(const PlanInput& in) {
   plan.diloco = diloco_figures(in);
   plan.data_parallel = data_parallel_figures(in);
   plan.rtt_ms = slowest_rtt_ms(in);
-  plan.bottleneck = exchange(in, 4 * in.parameters / (in.fragments * in.compression)).second;
+  plan.bottleneck = exchange(in, 4 * in.parameters / (in.fragments * in.compression), kRoundTrips).second;
   const Figures& d = plan.diloco;
   if (d.utilization >= in.target) return plan;
 
   const Bottleneck& b = plan.bottleneck;
-  const double rtt_s = 2 * plan.rtt_ms / 1000;
+  const double rtt_s = kRoundTrips * plan.rtt_ms / 1000;
   const double hidden = static_cast<double>(in.overlap) * in.step_seconds;
   plan.warnings.push_back(cat(
       "DiLoCo computes ", percent_down(d.utilization), "% of the time, below the target ",
       std::round(in.target * 1000) / 10, "%: ", b.link, " (", rate_text(b.bandwidth), ") needs ",
       seconds_text(b.transfer_seconds), " a round for ", bytes_text(b.link.starts_with("the path") ? d.bytes_per_pair
                                                                                                    : d.bytes_per_site),
-      ", plus 2 x RTT = ", seconds_text(rtt_s), ", and ", hidden > 0 ? seconds_text(hidden) : "none",
+      ", plus 3 x RTT = ", seconds_text(rtt_s), ", and ", hidden > 0 ? seconds_text(hidden) : "none",
       " of it hides behind the next round's compute"));
 
   // A round of compute c keeps the target u when its stall is at most
@@ -168,7 +171,7 @@ Result<Plan> make_plan(const PlanInput& in) {
   }
   const double allowed = hidden + d.compute_seconds * (1 / u - 1) - rtt_s;
   if (allowed <= 0)
-    plan.warnings.push_back(cat("no compression is enough: 2 x RTT alone (", seconds_text(rtt_s),
+    plan.warnings.push_back(cat("no compression is enough: 3 x RTT alone (", seconds_text(rtt_s),
                                 ") is more than a round can hide at this H"));
   else
     plan.warnings.push_back(cat("more compression: a ratio of ",

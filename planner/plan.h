@@ -8,15 +8,17 @@
 //     the compression ratio r: w = 4·P / (F·r) bytes on the wire.
 //   - The two-phase all-reduce sends w/k to every other site in each phase:
 //     a site sends 2·(k−1)/k·w per round, a pair carries 2·w/k each way.
-//   - The exchange takes 2·RTT (the slowest pair's) plus the longest
-//     transfer: a site's bytes over its own link, or a pair's bytes over the
-//     pair's own bandwidth where one is given. This is the link model of
-//     `geoloco simulate` (sim/README.md).
+//   - The exchange takes 3·RTT (the slowest pair's: geolocod's READY and
+//     PLAN, the all-reduce's two one-way phases, the commit vote and
+//     COMMITTED) plus the longest transfer: a site's bytes over its own
+//     link, or a pair's bytes over the pair's own bandwidth where one is
+//     given. This is the link model of `geoloco simulate` (sim/README.md).
 //   - A round computes H/F steps of the slowest site's step time; the
 //     exchange hides behind τ of the next round's steps (Streaming DiLoCo's
 //     overlap), so a round lasts (H/F)·s + max(0, exchange − τ·s).
 //   - Data parallelism all-reduces 4·P bytes of fp32 gradients after every
-//     step, with no overlap of compute and communication.
+//     step, with no overlap of compute and communication and no
+//     coordinator: 2·RTT plus the transfer.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/wan_model.h"
 
 namespace geoloco::planner {
 

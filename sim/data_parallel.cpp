@@ -1,6 +1,7 @@
 #include "sim/data_parallel.h"
 
 #include "common/digest.h"
+#include "common/wan_model.h"
 #include "diloco/exchange.h"
 #include "inner/collective/collective.h"
 #include "inner/cpu/blas.h"
@@ -41,7 +42,8 @@ Result<DataParallelReport> run_data_parallel(const DataParallelOptions& o,
     r.accuracy = t.model == "mlp" && e.predictions > 0 ? double(e.correct) / double(e.predictions) : -1;
     r.bytes_per_site = per_step * o.steps_per_round;
     r.exchange_seconds = static_cast<double>(o.steps_per_round) *
-                         modelled_exchange_seconds(per_step, o.bandwidth_bits_per_s, o.rtt_ms);
+                         modelled_exchange_seconds(static_cast<double>(per_step), o.bandwidth_bits_per_s, o.rtt_ms,
+                                                   kDataParallelRoundTrips);
     if (on_round) on_round(r);
     report.rounds.push_back(r);
   };

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/digest.h"
+#include "common/wan_model.h"
 #include "compression/error_feedback.h"
 #include "diloco/fragments.h"
 #include "inner/collective/collective.h"
@@ -219,7 +220,8 @@ class Federation {
     rep.payload_bytes = ex->payload_bytes;
     rep.raw_bytes = ex->raw_bytes;
     rep.exchange_seconds = modelled_exchange_seconds(
-        *std::max_element(ex->bytes_sent.begin(), ex->bytes_sent.end()), o_.bandwidth_bits_per_s, o_.rtt_ms);
+        static_cast<double>(*std::max_element(ex->bytes_sent.begin(), ex->bytes_sent.end())), o_.bandwidth_bits_per_s,
+        o_.rtt_ms, kRoundTrips);
     rep.anchor_digest = digest_hex(digest_f32(anchor_));
 
     // RESULT to every site, as TrainerHost::finish_round sends it.
@@ -266,9 +268,6 @@ Status FederationOptions::validate() const {
   return compression::validate(pipeline);
 }
 
-double modelled_exchange_seconds(std::uint64_t max_site_bytes, double bandwidth_bits_per_s, double rtt_ms) {
-  return 2.0 * rtt_ms / 1000.0 + static_cast<double>(max_site_bytes) * 8.0 / bandwidth_bits_per_s;
-}
 
 Result<FederationReport> run_federation(const FederationOptions& options,
                                         const std::function<void(const RoundReport&)>& on_round) {

@@ -7,8 +7,8 @@
 // rule, the exchange of the two-phase all-reduce (exchange.h: the same
 // codecs, seeds, error feedback and fp32 sums), the outer step and its
 // clipping, Streaming DiLoCo's one fragment per round. Only the network is
-// replaced, by a cost model of the link: 2·RTT + the busiest site's bytes at
-// link rate per round.
+// replaced, by a cost model of the link (common/wan_model.h): 3·RTT + the
+// busiest site's bytes at link rate per round.
 //
 // So a fault-free job simulated here ends on the anchor digest a federation
 // of geolocod daemons on loopback commits for the same job file, bit for bit
@@ -96,8 +96,5 @@ struct FederationReport {
 Result<FederationReport> run_federation(const FederationOptions& options,
                                         const std::function<void(const RoundReport&)>& on_round = {});
 
-/// 2·RTT + bytes·8 / bandwidth, in seconds: a round whose busiest site sends
-/// `max_site_bytes` on the modelled link.
-double modelled_exchange_seconds(std::uint64_t max_site_bytes, double bandwidth_bits_per_s, double rtt_ms);
 
 }  // namespace geoloco::sim

@@ -1,7 +1,9 @@
 """Reads `geoloco simulate --json` on stdin and fails unless every round is
 there with a digest, the final anchor's eval loss is below the
-initialization's and its accuracy (the job is mlp: ten classes) is above
-chance. Prints one line saying what it saw."""
+initialization's, its accuracy (the job is mlp: ten classes) is above
+chance, and each round's modelled exchange is 3 RTT plus its busiest site's
+bytes at the link rate (argv: the link's bit/s and RTT in ms, as given to
+simulate). Prints one line saying what it saw."""
 import json
 import sys
 
@@ -19,4 +21,11 @@ if first is None or last is None or not last < first:
 accuracy = s["final_accuracy"]
 if accuracy is None or not 0.1 < accuracy <= 1 or rounds[-1]["accuracy"] != accuracy:
     sys.exit(f"the final accuracy {accuracy} is missing, not above chance, or not the last round's")
-print(f"eval loss fell from {first:.4f} to {last:.4f} over {len(rounds)} rounds, accuracy {accuracy:.4f}")
+bandwidth, rtt_ms = float(sys.argv[1]), float(sys.argv[2])
+for r in rounds:
+    expected = 3 * rtt_ms / 1000 + max(r["bytes_sent"]) * 8 / bandwidth
+    if abs(r["exchange_seconds"] - expected) > 1e-9:
+        sys.exit(f"round {r['round']}: modelled exchange {r['exchange_seconds']} s, expected {expected} s "
+                 f"(3 x {rtt_ms} ms + {max(r['bytes_sent'])} bytes at {bandwidth:g} bit/s)")
+print(f"eval loss fell from {first:.4f} to {last:.4f} over {len(rounds)} rounds, accuracy {accuracy:.4f}; "
+      f"modelled exchanges of {rounds[0]['exchange_seconds']:.3f} s match 3 RTT + the busiest site's bytes")

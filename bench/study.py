@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # for data parallelism's all-reduce, which it pays every step) plus the
 # busiest site's bytes at the link rate.
 LINKS = {"1G-100ms": (1e9, 100.0), "100M-100ms": (100e6, 100.0)}
-ROUND_TRIPS, DATA_PARALLEL_ROUND_TRIPS = 3, 2
+ROUND_TRIPS, DATA_PARALLEL_ROUND_TRIPS = 3, 2  # kRoundTrips, kDataParallelRoundTrips there
 
 
 def exchange_seconds(max_site_bytes, link, round_trips):

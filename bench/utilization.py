@@ -12,9 +12,11 @@ on: the first ones hold the sites' start-up skew), and the lowest site's is
 reported. A step is the trainer's real CPU step plus --step-ms of sleep
 standing for a GPU's step, since 2 cores run all three sites, their
 daemons and the proxy. The evaluations' time (every anchor is evaluated
-on 512 held-out windows, on the CPU) is shown per round next to the share. Next to each row, `geoloco plan` predicts the round
-time and the utilization from the measured step time and compression ratio
-(the data-parallel row: the planner's own data-parallel baseline).
+on 512 held-out windows, on the CPU) is shown per round next to the share.
+The step and the round are the slowest site's (the one the others wait
+for); from its step time and the measured compression ratio `geoloco plan`
+predicts the round time and the utilization next to each row (the
+data-parallel row: the planner's own data-parallel baseline).
 
     /usr/bin/python3 bench/utilization.py [--links 1G/100,100M/100] [--step-ms 100] [--h 30]
                                           [--fragments 3] [--rounds 6] [--dp-steps 30] [--only plain,dp]
@@ -75,13 +77,17 @@ def measure(fed, name, label, text):
     run = run_job(fed, name, text)
     rounds = run["statuses"]["site-a"]["rounds"]
     trainers = run["trainers"]
+    for n, t in trainers.items():
+        assert t["steady_share"] is not None and t["eval_seconds"] is not None, \
+            f"{name}: {n}'s trainer logged {t['syncs']} syncs and no final line: run more rounds"
+    slowest = max(trainers.values(), key=lambda t: t["step_seconds"])
     ratios = [r["compression_ratio"] for r in rounds if r.get("compression_ratio")]
     return {
         "name": name, "label": label, "seconds": run["seconds"], "rounds": len(rounds),
         "share": min(t["steady_share"] for t in trainers.values()),
         "shares": {n: t["steady_share"] for n, t in trainers.items()},
-        "step_seconds": max(t["step_seconds"] for t in trainers.values()),
-        "round_seconds": sum(t["sync_interval_seconds"] for t in trainers.values()) / len(trainers),
+        "step_seconds": slowest["step_seconds"],
+        "round_seconds": slowest["sync_interval_seconds"],
         "bytes_per_round": max(r["bytes_sent"] for r in rounds),
         "compression_ratio": sum(ratios) / len(ratios) if ratios else 1.0,
         "eval_loss": run["statuses"]["site-a"]["eval_loss"],
@@ -124,8 +130,9 @@ def main():
         print(json.dumps({"params": params, "step_ms": args.step_ms, "results": results}))
         return
     print(f"\ngpt, {params:,} parameters, 3 sites; a step is the CPU's plus {args.step_ms} ms of sleep; "
-          f"compute share: the lowest site's, over the steady rounds; round: the mean time between two syncs")
-    print("| link (rate/RTT ms) | run | compute share | planner | round s | planner | step ms | bytes/round/site "
+          f"compute share: the lowest site's, over the steady rounds; step and round (the time between two syncs): "
+          "the slowest site's")
+    print("| link (rate/RTT ms) | run | compute share | planner | round s | planner | slowest step ms | bytes/round/site "
           "| compression | evaluation s/round |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/status.h"
+#include "common/wan_model.h"
 
 namespace geoloco::planner {
 
@@ -154,7 +155,7 @@ Result<Plan> make_plan(const PlanInput& in) {
       std::round(in.target * 1000) / 10, "%: ", b.link, " (", rate_text(b.bandwidth), ") needs ",
       seconds_text(b.transfer_seconds), " a round for ", bytes_text(b.link.starts_with("the path") ? d.bytes_per_pair
                                                                                                    : d.bytes_per_site),
-      ", plus 3 x RTT = ", seconds_text(rtt_s), ", and ", hidden > 0 ? seconds_text(hidden) : "none",
+      ", plus ", kRoundTrips, " x RTT = ", seconds_text(rtt_s), ", and ", hidden > 0 ? seconds_text(hidden) : "none",
       " of it hides behind the next round's compute"));
 
   // A round of compute c keeps the target u when its stall is at most
@@ -171,7 +172,7 @@ Result<Plan> make_plan(const PlanInput& in) {
   }
   const double allowed = hidden + d.compute_seconds * (1 / u - 1) - rtt_s;
   if (allowed <= 0)
-    plan.warnings.push_back(cat("no compression is enough: 3 x RTT alone (", seconds_text(rtt_s),
+    plan.warnings.push_back(cat("no compression is enough: ", kRoundTrips, " x RTT alone (", seconds_text(rtt_s),
                                 ") is more than a round can hide at this H"));
   else
     plan.warnings.push_back(cat("more compression: a ratio of ",

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/wan_model.h"
 
 namespace geoloco::planner {
 

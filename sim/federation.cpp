@@ -268,7 +268,6 @@ Status FederationOptions::validate() const {
   return compression::validate(pipeline);
 }
 
-
 Result<FederationReport> run_federation(const FederationOptions& options,
                                         const std::function<void(const RoundReport&)>& on_round) {
   Federation federation(options);

@@ -96,5 +96,4 @@ struct FederationReport {
 Result<FederationReport> run_federation(const FederationOptions& options,
                                         const std::function<void(const RoundReport&)>& on_round = {});
 
-
 }  // namespace geoloco::sim

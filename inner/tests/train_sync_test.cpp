@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "common/digest.h"
@@ -178,6 +179,27 @@ TEST_CASE("with --state-dir a restart between rounds changes no bit of the ancho
   const Finished a = train_once(o, sa, data);
   CHECK(a.report.steps == 4 * kH);
   REQUIRE(uninterrupted.syncs().size() == 4);
+  // Every sync's line ends with the compute since the previous sync, in the
+  // form bench/utilization.py reads; the run's share lies in (0, 1].
+  const std::regex sync_line(R"(round \d+ synced: \d+ steps in [0-9.]+ s, .*; computed ([0-9.]+) of the ([0-9.]+) s )"
+                             R"(since the last sync \(([0-9.]+)%\))");
+  std::istringstream lines(a.out);
+  int synced = 0;
+  for (std::string l; std::getline(lines, l);) {
+    std::smatch m;
+    if (!std::regex_search(l, m, sync_line)) continue;
+    ++synced;
+    // Milliseconds are printed; these mlp steps take microseconds.
+    const double computed = std::stod(m[1]), wall = std::stod(m[2]), percent = std::stod(m[3]);
+    INFO(l);
+    CHECK(computed <= wall + 0.001);
+    CHECK(percent > 0);
+    CHECK(percent <= 100);
+  }
+  CHECK(synced == 4);
+  CHECK(a.report.compute_seconds > 0);
+  CHECK(a.report.compute_share > 0);
+  CHECK(a.report.compute_share <= 1);
 
   // Rounds 0..1, the trainer ends (its --steps run out: what a kill right after the save leaves), a new one does 2..3.
   auto path_b = pt::temp_socket_path("train-b");
@@ -574,5 +596,6 @@ TEST_CASE("the compute share: time in steps over the loop's time without evaluat
   CHECK(at_sync == std::vector<std::pair<double, double>>{{2.0, 2.0}, {4.0, 4.5}});
   CHECK(r->compute_seconds == 4.0);
   CHECK(r->eval_seconds == 0.5);         // two anchors' (after_sync) and the final evaluation
+  CHECK(r->loop_seconds == 5.0);
   CHECK(r->compute_share == 4.0 / 5.0);  // 4 s of steps, 1 s held by the two syncs
 }

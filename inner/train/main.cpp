@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     if (synced_run)
       std::printf("compute share %.1f%%: %.1f s in steps of the loop's %.1f s without its %.1f s of evaluations "
                   "(the rest waited for syncs and merges)\n",
-                  100.0 * report->compute_share, report->compute_seconds, report->seconds - report->eval_seconds,
+                  100.0 * report->compute_share, report->compute_seconds, report->loop_seconds,
                   report->eval_seconds);
     if (!c.save_params.empty()) {
       std::ofstream f(c.save_params, std::ios::binary);

@@ -223,7 +223,10 @@ Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks)
     loop.units_since_sync += stats->work_units;
     loop.steps_since_sync += 1;
     if (hooks.on_step) hooks.on_step(*stats);
-    loop.compute += loop.clock() - step_start;  // the step, its delay and its log line
+    // The step, its delay and its log line. On the GPU the step's last
+    // kernel (AdamW) may still run when step() returns; it finishes inside
+    // the next copy and, before a sync, counts as held time: one kernel.
+    loop.compute += loop.clock() - step_start;
 
     const bool last = trainer.steps_done() == o.steps;
     auto stop = loop.after_step(last);
@@ -240,8 +243,8 @@ Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks)
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.compute_seconds = loop.compute;
   report.eval_seconds = loop.evaluating;
-  const double busy = loop.clock() - loop.loop_start - loop.evaluating;
-  report.compute_share = busy > 0.0 ? loop.compute / busy : 0.0;
+  report.loop_seconds = loop.clock() - loop.loop_start - loop.evaluating;
+  report.compute_share = report.loop_seconds > 0.0 ? loop.compute / report.loop_seconds : 0.0;
   return report;
 }
 

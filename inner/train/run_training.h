@@ -104,7 +104,8 @@ struct TrainReport {
   // On the loop's clock (TrainHooks::clock):
   double compute_seconds = 0.0;   ///< in steps (the fault-injection delay included)
   double eval_seconds = 0.0;      ///< in evaluations (after_sync's included)
-  /// compute_seconds over the loop's time without evaluations: the share of
+  double loop_seconds = 0.0;      ///< the loop's time without evaluations
+  /// compute_seconds over loop_seconds: the share of
   /// it this worker computed rather than waited for syncs and merges (0
   /// when no time passed).
   double compute_share = 0.0;

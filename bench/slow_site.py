@@ -25,11 +25,10 @@ dropped, the steps each site took, and the final eval loss of the anchor.
                                         [--keep] [--json]
 """
 
-import argparse
 import json
 import os
 
-from wan_runs import DEFAULT_BUILD, SITES, gpt_job, run_job, wan_federation
+from wan_runs import SITES, arguments, gpt_job, run_job, wan_federation
 
 NESTEROV = "{optimizer: nesterov, lr: 1.0, momentum: 0.5}"
 
@@ -66,7 +65,7 @@ def contributions(status, site):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, ("equal", "wait", "carry", "drop", "timed"))
     p.add_argument("--link", default="1G/100", help="RATE/RTT-ms of every link")
     p.add_argument("--step-ms", type=int, default=100, help="sleep added to each step of site-a and site-b")
     p.add_argument("--slow-ms", type=int, default=480, help="sleep added to each step of site-c")
@@ -74,10 +73,6 @@ def main():
     p.add_argument("--duration", type=float, default=6.0, help="seconds per round (the time-based run)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--deadline", default="1s", help="straggler.deadline of the carry and drop runs")
-    p.add_argument("--only", default="", help="comma-separated runs (equal, wait, carry, drop, timed)")
-    p.add_argument("--build", default=DEFAULT_BUILD)
-    p.add_argument("--keep", action="store_true", help="keep the federations' folders (logs) and print where")
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
     build = os.path.abspath(args.build)
     rate, rtt = args.link.split("/")

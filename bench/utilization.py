@@ -23,13 +23,12 @@ data-parallel row: the planner's own data-parallel baseline).
                                           [--build DIR] [--keep] [--json]
 """
 
-import argparse
 import json
 import os
 import re
 import subprocess
 
-from wan_runs import DEFAULT_BUILD, SITES, gpt_job, run_job, wan_federation
+from wan_runs import SITES, arguments, gpt_job, run_job, wan_federation
 
 NESTEROV = "{optimizer: nesterov, lr: 1.0, momentum: 0.5}"
 STRAGGLER = "{deadline: 120s, min_sites: 3, policy: carry, decay: 0.5}"  # every round waits for every site
@@ -96,17 +95,13 @@ def measure(fed, name, label, text):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, ("plain", "streaming", "delayed", "dp"))
     p.add_argument("--links", default="1G/100,100M/100", help="RATE/RTT-ms of every link, one federation per entry")
     p.add_argument("--step-ms", type=int, default=100, help="sleep added to each inner step (GEOLOCO_TRAIN_STEP_DELAY_MS)")
     p.add_argument("--h", type=int, default=30, help="inner steps per round")
     p.add_argument("--fragments", type=int, default=3, help="Streaming DiLoCo's F")
     p.add_argument("--rounds", type=int, default=6, help="rounds (periods, streaming) per DiLoCo run")
     p.add_argument("--dp-steps", type=int, default=30, help="steps of the data-parallel run")
-    p.add_argument("--only", default="", help="comma-separated cases (plain, streaming, delayed, dp)")
-    p.add_argument("--build", default=DEFAULT_BUILD)
-    p.add_argument("--keep", action="store_true", help="keep the federations' folders (logs) and print where")
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
     build = os.path.abspath(args.build)
     params = gpt_parameters(build)

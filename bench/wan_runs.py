@@ -5,6 +5,7 @@ trainer slowed by GEOLOCO_TRAIN_STEP_DELAY_MS, the demo's GPT as the job,
 and the figures a run leaves: the sites' statuses and what every trainer
 logged about its time (computed C of the W s since the last sync)."""
 
+import argparse
 import os
 import re
 import sys
@@ -19,6 +20,18 @@ SYNC_LINE = re.compile(r"computed ([0-9.]+) of the ([0-9.]+) s since the last sy
 STEPS_LINE = re.compile(r": (\d+) steps in ([0-9.]+) s")
 SKIP_SYNCS = 2  # the first syncs' intervals hold the sites' start-up skew
 DEFAULT_BUILD = os.environ.get("GEOLOCO_BUILD", os.path.join(HERE, "../build"))
+
+
+def arguments(doc, runs):
+    """A bench's command line: its docstring as the help, and the options
+    both benches take (--only among `runs`, --build, --keep, --json); the
+    caller adds its own and parses."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="", help=f"comma-separated runs ({', '.join(runs)})")
+    p.add_argument("--build", default=DEFAULT_BUILD)
+    p.add_argument("--keep", action="store_true", help="keep the federations' folders (logs) and print where")
+    p.add_argument("--json", action="store_true")
+    return p
 
 
 def gpt_job(name, inner, outer, straggler, rounds, compression="[{quantize: {bits: 8}}, zstd]", extra=""):

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/units.h"
+#include "diloco/fragments.h"
 #include "planner/plan.h"
 
 namespace geoloco::cli {
@@ -93,8 +94,7 @@ Result<planner::PlanInput> read_input(const PlanArgs& a) {
   in.fragments = a.fragments;
   // The delayed outer step lets an exchange overlap the whole next phase,
   // as the job file's streaming.merge: delayed does unless overlap is given.
-  const std::uint64_t whole_phase = a.fragments > 1 ? a.h / a.fragments : (a.h > 0 ? a.h - 1 : 0);
-  in.overlap = a.overlap ? *a.overlap : a.delayed ? whole_phase : 0;
+  in.overlap = a.overlap ? *a.overlap : a.delayed ? diloco::delayed_overlap(a.h, a.fragments) : 0;
   in.compression = a.compression;
   in.target = a.target;
   return in;

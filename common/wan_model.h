@@ -8,8 +8,6 @@
 // coordinator: two round trips.
 #pragma once
 
-#include <cstdint>
-
 namespace geoloco {
 
 /// RTTs of a geolocod round besides its transfer.

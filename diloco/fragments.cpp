@@ -59,6 +59,11 @@ std::uint64_t next_round_of_fragment(std::uint32_t fragment, std::uint64_t from,
   return from + (fragment + fragments - have) % fragments;
 }
 
+std::uint64_t delayed_overlap(std::uint64_t inner_steps, std::uint32_t fragments) {
+  if (fragments > 1) return inner_steps / fragments;
+  return inner_steps > 0 ? inner_steps - 1 : 0;
+}
+
 std::uint64_t steps_through_round(std::uint64_t k, std::uint32_t fragments, std::uint64_t inner_steps) {
   if (k == 0) return 0;
   const std::uint64_t f = fragments == 0 ? 1 : fragments;

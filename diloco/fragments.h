@@ -81,6 +81,10 @@ std::uint64_t steps_through_round(std::uint64_t k, std::uint32_t fragments, std:
 std::uint64_t phase_steps(std::uint64_t round, std::uint64_t first_round, std::uint32_t fragments,
                           std::uint64_t inner_steps);
 
+/// The overlap the delayed outer step takes when none is given: the whole
+/// next phase, H − 1 steps (H/F with fragments; 0 when H is 1).
+std::uint64_t delayed_overlap(std::uint64_t inner_steps, std::uint32_t fragments);
+
 /// θ ← α·θ(local) + (1 − α)·θ(global), value by value, in double rounded to
 /// fp32 (the same bits on every machine: no contraction); α = 0 copies
 /// `global` exactly, whatever `local` holds. Errors: invalid_argument

@@ -98,7 +98,7 @@ Result<OuterJobConfig> parse_outer_job_yaml(const YAML::Node& job, std::string_v
   // The delayed outer step without an overlap: the longest one, so the
   // exchange has the whole next phase (H − 1 steps; H/F with fragments).
   if (c.streaming.delayed && !(job["streaming"] && job["streaming"]["overlap"]) && c.inner.steps > 1)
-    c.streaming.overlap_steps = c.streaming.fragments > 1 ? c.inner.steps / c.streaming.fragments : c.inner.steps - 1;
+    c.streaming.overlap_steps = diloco::delayed_overlap(c.inner.steps, c.streaming.fragments);
   read_section(job, "straggler",
                {{"policy",
                  [&](const YAML::Node& v, const std::string& w) {

@@ -30,7 +30,7 @@ struct DataParallelRound {
   double eval_loss = 0;           ///< of the parameters after the round's steps
   double accuracy = -1;           ///< mlp; -1 for gpt
   std::uint64_t bytes_per_site = 0;  ///< computed: the round's gradient all-reduces
-  double exchange_seconds = 0;    ///< modelled: one all-reduce per step (2·RTT + bytes at link rate each: common/wan_model.h)
+  double exchange_seconds = 0;    ///< modelled: an all-reduce per step (common/wan_model.h)
 };
 
 struct DataParallelReport {

@@ -63,8 +63,11 @@ struct Loop {
                      steps_since_sync,
                      phase_seconds,
                      compute,
-                     clock() - loop_start - evaluating};
+                     loop_seconds()};
   }
+
+  // Rank 0's clock since the loop started, without evaluations.
+  double loop_seconds() { return clock() - loop_start - evaluating; }
 
   // Step-based phases: every rank counts the same steps. Time-based (and
   // phase_end): only rank 0 decides, and its decision travels to the others.
@@ -243,7 +246,7 @@ Result<TrainReport> run_training(InnerTrainer& trainer, const TrainHooks& hooks)
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.compute_seconds = loop.compute;
   report.eval_seconds = loop.evaluating;
-  report.loop_seconds = loop.clock() - loop.loop_start - loop.evaluating;
+  report.loop_seconds = loop.loop_seconds();
   report.compute_share = report.loop_seconds > 0.0 ? loop.compute / report.loop_seconds : 0.0;
   return report;
 }

@@ -76,6 +76,12 @@ std::string fixed(std::optional<double> v, int decimals, const char* suffix = ""
   return format("%.*f%s", decimals, *v, suffix);
 }
 
+// A share in [0, 1] as "97.3%"; "-" when unknown.
+std::string percent_text(std::optional<double> share) {
+  if (!share || *share < 0) return "-";
+  return format("%.1f%%", 100.0 * *share);
+}
+
 std::string count_text(std::optional<std::uint64_t> v) {
   return v ? std::to_string(*v) : std::string("-");
 }
@@ -87,7 +93,7 @@ std::string bytes_text(const json& obj, const char* key) {
 }
 
 // "%5s  %5s ..." for the header and every round line alike, so both align.
-constexpr const char* kWatchColumns = "%5s  %5s  %8s  %8s  %10s  %7s  %8s  %8s  %8s  %s";
+constexpr const char* kWatchColumns = "%5s  %5s  %8s  %8s  %10s  %7s  %8s  %8s  %8s  %6s  %s";
 
 // Status rows: "  key         value", continuation lines of a multi-line
 // value (an error) indented under the value.
@@ -123,7 +129,7 @@ std::string human_bytes(double bytes) {
 
 std::string watch_header() {
   return format(kWatchColumns, "round", "sites", "loss", "eval", "sent", "ratio", "compute", "waiting", "exchange",
-                "lagging");
+                "busy", "lagging");
 }
 
 std::string watch_round_line(const json& round) {
@@ -137,7 +143,8 @@ std::string watch_round_line(const json& round) {
                 fixed(number(round, "loss"), 4).c_str(), fixed(number(round, "eval_loss"), 4).c_str(),
                 bytes_text(round, "bytes_sent").c_str(), fixed(number(round, "compression_ratio"), 1, "x").c_str(),
                 fixed(number(round, "compute_seconds"), 1).c_str(), fixed(number(round, "waiting_seconds"), 1).c_str(),
-                fixed(number(round, "exchange_seconds"), 1).c_str(), late.empty() ? "-" : join(late).c_str());
+                fixed(number(round, "exchange_seconds"), 1).c_str(), percent_text(number(round, "compute_share")).c_str(),
+                late.empty() ? "-" : join(late).c_str());
 }
 
 std::string watch_event_line(const json& event) { return "# " + text(event, "event", ""); }
@@ -173,6 +180,9 @@ std::vector<std::string> job_block(const json& job) {
   if (auto accuracy = number(job, "eval_accuracy")) eval += format(" (accuracy %.4f)", *accuracy);
   row(out, "eval loss", eval);
   row(out, "tokens", count_text(count(job, "tokens")));
+  // The trainer's share of its loop (evaluations aside) in inner steps, over the job.
+  const auto share = number(job, "compute_share");
+  row(out, "busy", share ? percent_text(share) + " of the trainer's time in inner steps" : "-");
   row(out, "sent", bytes_text(job, "bytes_sent") + " (received " + bytes_text(job, "bytes_received") + ")");
   row(out, "checkpoint", text(job, "checkpoint", "none yet"));
   row(out, "message", text(job, "message"));

@@ -153,6 +153,10 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   r.compute_seconds = participant ? seconds_between(phase_started_, phase_at_) : 0;
   r.waiting_seconds = participant ? seconds_between(phase_at_, plan_at_) : 0;
   r.exchange_seconds = seconds_between(plan_at_, now);
+  if (participant) {
+    r.trainer_compute_seconds = phase_compute_seconds_;
+    r.trainer_loop_seconds = phase_loop_seconds_;
+  }
   r.digest = digest;
   r.contributed = participant;
   state_.round = c.round;

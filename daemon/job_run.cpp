@@ -534,6 +534,12 @@ asio::awaitable<void> JobRun::watch_trainer() {
     if (done()) co_return;
     phase_ = *phase;
     phase_at_ = Clock::now();
+    phase_compute_seconds_.reset();
+    phase_loop_seconds_.reset();
+    if (phase->timing) {
+      phase_compute_seconds_ = phase->timing->compute_seconds;
+      phase_loop_seconds_ = phase->timing->loop_seconds;
+    }
     machine_->on_phase(PhaseReport{phase->round, phase->fragment, phase->tokens, phase->loss});
     drive();
     while (phase_ && !done()) co_await changed_.wait();

@@ -249,6 +249,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   std::optional<InnerPhase> phase_;  ///< the trainer's finished phase (its replica), until released
   Clock::time_point phase_started_, phase_at_, plan_at_;
+  std::optional<double> phase_compute_seconds_, phase_loop_seconds_;  ///< the last phase's, as its trainer measured them
 
   // The exchange of plan_ (one at a time: the machine starts the next only
   // after this one ended).

@@ -30,6 +30,11 @@ Result<JobState> parse_job_state(std::string_view name) {
   return GEOLOCO_ERROR(Err::invalid_argument, "unknown job state '", name, "'");
 }
 
+std::optional<double> RoundRecord::compute_share() const {
+  if (!trainer_compute_seconds || !trainer_loop_seconds || *trainer_loop_seconds <= 0) return std::nullopt;
+  return *trainer_compute_seconds / *trainer_loop_seconds;
+}
+
 nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
   nlohmann::json j{{"round", r.round},
                    {"participants", r.participants},
@@ -45,6 +50,10 @@ nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, d
                    {"digest", r.digest},
                    {"contributed", r.contributed}};
   if (r.fragments > 1) j["fragment"] = r.fragment;  // Streaming DiLoCo: the fragment this round synced
+  const auto or_null = [](std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  j["trainer_compute_seconds"] = or_null(r.trainer_compute_seconds);
+  j["trainer_loop_seconds"] = or_null(r.trainer_loop_seconds);
+  j["compute_share"] = or_null(r.compute_share());
   // The eval loss of the anchor this round started from.
   if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
   else j["eval_loss"] = nullptr;
@@ -57,9 +66,14 @@ nlohmann::json status_json(const JobStatusView& v) {
   const auto& eval = v.eval.loss;
   nlohmann::json rounds = nlohmann::json::array();
   std::uint64_t tokens = 0;
+  double computed = 0, looped = 0;  // over the rounds whose trainer measured its time
   for (const auto& r : records) {
     rounds.push_back(record_json(r, eval));
     tokens += r.tokens;
+    if (r.compute_share()) {
+      computed += *r.trainer_compute_seconds;
+      looped += *r.trainer_loop_seconds;
+    }
   }
   using nlohmann::json;
   json j{{"name", v.name},
@@ -78,6 +92,8 @@ nlohmann::json status_json(const JobStatusView& v) {
          {"where", v.where}};
   j["stop_rounds"] = v.stop_rounds ? json(*v.stop_rounds) : json(nullptr);
   j["loss"] = records.empty() ? json(nullptr) : json(records.back().loss);
+  // The share of the trainer's loop (evaluations aside) spent in inner steps, over the job so far.
+  j["compute_share"] = looped > 0 ? json(computed / looped) : json(nullptr);
   j["eval_loss"] = eval.empty() ? json(nullptr) : json(eval.rbegin()->second);
   j["eval_round"] = eval.empty() ? json(nullptr) : json(eval.rbegin()->first);
   j["eval_accuracy"] = nullptr;  // of the latest evaluated anchor, for a classifier

@@ -37,6 +37,12 @@ struct RoundRecord {
   double compute_seconds = 0;      ///< this site's inner phase
   double waiting_seconds = 0;      ///< READY to PLAN
   double exchange_seconds = 0;     ///< PLAN to COMMITTED
+  /// The trainer's own clock over its phase (from its SYNC; absent when it
+  /// does not measure it): seconds in inner steps, and its loop's seconds
+  /// without evaluations. Their ratio is the site's compute share.
+  std::optional<double> trainer_compute_seconds, trainer_loop_seconds;
+  /// trainer_compute_seconds / trainer_loop_seconds, when both are known and the loop took time.
+  std::optional<double> compute_share() const;
   std::string digest;
   bool contributed = false;        ///< this site's Δ was in the round
 };

@@ -18,6 +18,12 @@ void declare_site_metrics(Metrics& metrics) {
       {"geoloco_round_compute_seconds", T::gauge, "This site's inner phase, last round."},
       {"geoloco_round_waiting_seconds", T::gauge, "READY to PLAN, last round."},
       {"geoloco_round_exchange_seconds", T::gauge, "PLAN to COMMITTED, last round."},
+      {"geoloco_compute_share", T::gauge,
+       "The trainer's seconds in inner steps over its loop's seconds (evaluations aside), last round."},
+      {"geoloco_trainer_compute_seconds_total", T::counter,
+       "The trainer's seconds in inner steps, summed over committed rounds (as its SYNCs reported them)."},
+      {"geoloco_trainer_loop_seconds_total", T::counter,
+       "The trainer's loop seconds without evaluations, summed over the same rounds."},
       {"geoloco_tokens_total", T::counter, "Tokens of the committed rounds."},
       {"geoloco_dropped_tokens_total", T::counter, "Tokens of late work this site dropped (straggler policy)."},
       {"geoloco_checkpoint_round", T::gauge, "Round of the last checkpoint saved."},
@@ -51,6 +57,11 @@ void show_committed_round(Metrics& m, const std::string& job_name, const RoundRe
   (void)m.set("geoloco_round_compute_seconds", job, r.compute_seconds);
   (void)m.set("geoloco_round_waiting_seconds", job, r.waiting_seconds);
   (void)m.set("geoloco_round_exchange_seconds", job, r.exchange_seconds);
+  if (auto share = r.compute_share()) {
+    (void)m.set("geoloco_compute_share", job, *share);
+    (void)m.add("geoloco_trainer_compute_seconds_total", job, *r.trainer_compute_seconds);
+    (void)m.add("geoloco_trainer_loop_seconds_total", job, *r.trainer_loop_seconds);
+  }
   (void)m.add("geoloco_tokens_total", job, double(r.tokens));
 }
 

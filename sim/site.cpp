@@ -39,9 +39,7 @@ inner::ChannelFactory SimulatedSite::factory() {
       std::span<float> fragment_values(std::uint32_t f) override { return site.fragment_values(f); }
       const std::vector<protocol::FragmentDesc>& fragments() const override { return site.fragments(); }
       Status send_initial(int t) override { return site.send_initial(t); }
-      Status sync(std::uint64_t r, std::uint32_t f, std::uint64_t tokens, double loss) override {
-        return site.sync(r, f, tokens, loss);
-      }
+      Status sync(const protocol::SyncMsg& m) override { return site.sync(m); }
       Result<protocol::ResultMsg> wait_result(int t) override { return site.wait_result(t); }
       SimulatedSite& site;
     };
@@ -66,11 +64,12 @@ void SimulatedSite::publish_anchor(std::span<const float> anchor) {
   monitor_.changed.notify_all();
 }
 
-Status SimulatedSite::sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss) {
+Status SimulatedSite::sync(const inner::protocol::SyncMsg& m) {
   std::lock_guard lock(monitor_.mutex);
-  GEOLOCO_RETURN_IF(fragment >= table_.size() || table_[fragment].next_round != round, Err::invalid_argument,
-                    "SYNC of round ", round, " fragment ", fragment, " out of turn");
-  pending_.push_back({round, fragment, tokens, loss});
+  GEOLOCO_RETURN_IF(m.fragment >= table_.size() || table_[m.fragment].next_round != m.round, Err::invalid_argument,
+                    "SYNC of round ", m.round, " fragment ", m.fragment, " out of turn");
+  // The trainer's timing is geolocod's to show; the simulator models time itself.
+  pending_.push_back({m.round, m.fragment, m.tokens, m.loss});
   monitor_.changed.notify_all();
   return {};
 }

@@ -53,7 +53,7 @@ class SimulatedSite final : public inner::SyncChannel {
   std::span<float> fragment_values(std::uint32_t fragment) override;
   const std::vector<inner::protocol::FragmentDesc>& fragments() const override { return table_; }
   Status send_initial(int timeout_ms) override;
-  Status sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss) override;
+  Status sync(const inner::protocol::SyncMsg& sync) override;
   Result<inner::protocol::ResultMsg> wait_result(int timeout_ms) override;
 
   /// The channel factory SyncedTraining connects with: cuts the table from

@@ -344,8 +344,8 @@ TEST_CASE("watch exits 1 when the job failed or was cancelled") {
   CHECK(r.exit_code == 1);
   CHECK(r.out ==
         "# job gpt-demo running on a, b, c\n"
-        "round  sites      loss      eval        sent    ratio   compute   waiting  exchange  lagging\n"
-        "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5  -\n"
+        "round  sites      loss      eval        sent    ratio   compute   waiting  exchange    busy  lagging\n"
+        "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5   99.5%  -\n"
         "# site b: trainer exited with status 1\n");
   CHECK(r.err == "geoloco watch: job gpt-demo failed: site b: trainer exited with status 1\n");
   CHECK(d.requests().size() == 1);  // the job exists: no job list asked for
@@ -369,8 +369,8 @@ TEST_CASE("Ctrl-C stops watch with 130 after the lines already printed") {
   CHECK(r.exit_code == 130);
   CHECK(r.out ==
         "# job gpt-demo running on a, b, c\n"
-        "round  sites      loss      eval        sent    ratio   compute   waiting  exchange  lagging\n"
-        "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5  -\n");
+        "round  sites      loss      eval        sent    ratio   compute   waiting  exchange    busy  lagging\n"
+        "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5   99.5%  -\n");
 }
 
 TEST_CASE("cancel prints the daemon's message") {

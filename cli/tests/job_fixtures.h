@@ -18,7 +18,7 @@ inline nlohmann::json status_reply() {
       {"name": "gpt-demo", "state": "running", "coordinator": "a", "sites": ["a", "b", "c"],
        "round": 12, "stop_rounds": 100, "tokens": 1179648, "live_sites": ["a", "b"], "lagging": ["c"],
        "loss": 2.71828, "eval_loss": 2.8, "eval_accuracy": 0.4132,
-       "bytes_sent": 13002342, "bytes_received": 11534336,
+       "bytes_sent": 13002342, "bytes_received": 11534336, "compute_share": 0.97312,
        "checkpoint": "/var/lib/geoloco/jobs/gpt-demo/round-000010.safetensors",
        "message": "round 12 committed", "rounds": []},
       {"name": "mlp-test", "state": "starting", "coordinator": "b", "sites": ["b"],
@@ -39,6 +39,7 @@ inline const char* status_text() {
          "  loss        2.7183\n"
          "  eval loss   2.8000 (accuracy 0.4132)\n"
          "  tokens      1179648\n"
+         "  busy        97.3% of the trainer's time in inner steps\n"
          "  sent        12.4 MiB (received 11.0 MiB)\n"
          "  checkpoint  /var/lib/geoloco/jobs/gpt-demo/round-000010.safetensors\n"
          "  message     round 12 committed\n"
@@ -49,6 +50,7 @@ inline const char* status_text() {
          "  loss        -\n"
          "  eval loss   -\n"
          "  tokens      0\n"
+         "  busy        -\n"
          "  sent        0 B (received 512 B)\n"
          "  checkpoint  none yet\n"
          "  message     waiting for the trainer\n"
@@ -63,16 +65,16 @@ inline std::vector<nlohmann::json> watch_stream() {
            R"({"event": "job gpt-demo running on a, b, c", "state": "running"})",
            R"({"round": {"round": 1, "participants": ["a", "b", "c"], "late": [], "loss": 3.21875, "eval_loss": null,
                "tokens": 98304, "bytes_sent": 1572864, "bytes_received": 1572864, "compression_ratio": 24.13,
-               "compute_seconds": 30.04, "waiting_seconds": 0.26, "exchange_seconds": 1.47,
+               "compute_seconds": 30.04, "waiting_seconds": 0.26, "exchange_seconds": 1.47, "compute_share": 0.99512,
                "digest": "0123456789abcdef"}})",
            R"({"round": {"round": 2, "participants": ["a", "b"], "late": ["c"], "loss": 2.9, "eval_loss": 3.0512,
                "tokens": 65536, "bytes_sent": 700000, "bytes_received": 650000, "compression_ratio": 47.9,
-               "compute_seconds": 29.8, "waiting_seconds": 12.46, "exchange_seconds": 0.91,
+               "compute_seconds": 29.8, "waiting_seconds": 12.46, "exchange_seconds": 0.91, "compute_share": null,
                "digest": "fedcba9876543210"}})",
            R"({"event": "site c is back", "state": "running"})",
            R"({"round": {"round": 3, "participants": ["a", "b", "c"], "late": [], "loss": 2.71828, "eval_loss": 2.8,
                "tokens": 98304, "bytes_sent": 1048575, "bytes_received": 1048575, "compression_ratio": 1234.56,
-               "compute_seconds": 31.0, "waiting_seconds": 0.0, "exchange_seconds": 2.07,
+               "compute_seconds": 31.0, "waiting_seconds": 0.0, "exchange_seconds": 2.07, "compute_share": 1.0,
                "digest": "00ff00ff00ff00ff"}})",
            R"({"event": "job gpt-demo finished after 3 rounds", "state": "finished"})"})
     lines.push_back(nlohmann::json::parse(text));
@@ -82,11 +84,11 @@ inline std::vector<nlohmann::json> watch_stream() {
 /// `geoloco watch gpt-demo` for watch_stream().
 inline const char* watch_text() {
   return "# job gpt-demo running on a, b, c\n"
-         "round  sites      loss      eval        sent    ratio   compute   waiting  exchange  lagging\n"
-         "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5  -\n"
-         "    2    2/3    2.9000    3.0512   683.6 KiB    47.9x      29.8      12.5       0.9  c\n"
+         "round  sites      loss      eval        sent    ratio   compute   waiting  exchange    busy  lagging\n"
+         "    1    3/3    3.2188         -     1.5 MiB    24.1x      30.0       0.3       1.5   99.5%  -\n"
+         "    2    2/3    2.9000    3.0512   683.6 KiB    47.9x      29.8      12.5       0.9       -  c\n"
          "# site c is back\n"
-         "    3    3/3    2.7183    2.8000     1.0 MiB  1234.6x      31.0       0.0       2.1  -\n"
+         "    3    3/3    2.7183    2.8000     1.0 MiB  1234.6x      31.0       0.0       2.1  100.0%  -\n"
          "# job gpt-demo finished after 3 rounds\n";
 }
 

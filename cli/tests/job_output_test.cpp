@@ -49,20 +49,20 @@ TEST_CASE("watch prints a header and one aligned line per round") {
 
 TEST_CASE("a round with nulls, missing or mistyped fields prints dashes") {
   CHECK(watch_round_line(json::parse(R"({"round": 7})")) ==
-        "    7    0/0         -         -           -        -         -         -         -  -");
+        "    7    0/0         -         -           -        -         -         -         -       -  -");
   CHECK(watch_round_line(json::parse(R"({"round": 8, "participants": ["a"], "late": ["b", "c"], "loss": null,
                                           "eval_loss": null, "bytes_sent": 512, "compression_ratio": null,
                                           "compute_seconds": 1.04, "waiting_seconds": null,
                                           "exchange_seconds": 0.0})")) ==
-        "    8    1/3         -         -       512 B        -       1.0         -       0.0  b, c");
+        "    8    1/3         -         -       512 B        -       1.0         -       0.0       -  b, c");
   CHECK(watch_round_line(json::parse(R"({"round": "8", "participants": "a", "late": [1, "b"], "loss": "2.5",
                                           "bytes_sent": -1})")) ==
-        "    -    0/1         -         -           -        -         -         -         -  b");
+        "    -    0/1         -         -           -        -         -         -         -       -  b");
   // Streaming DiLoCo: the round says which fragment it synced.
   CHECK(watch_round_line(json::parse(R"({"round": 12, "fragment": 2})")) ==
-        "12:f2    0/0         -         -           -        -         -         -         -  -");
+        "12:f2    0/0         -         -           -        -         -         -         -       -  -");
   CHECK(watch_round_line(json::parse("[1, 2]")) ==
-        "    -    0/0         -         -           -        -         -         -         -  -");
+        "    -    0/0         -         -           -        -         -         -         -       -  -");
   CHECK(watch_event_line(json::parse(R"({"event": "site c left", "state": "running"})")) == "# site c left");
   CHECK(watch_event_line(json::parse(R"({"event": 5})")) == "# ");
 }
@@ -76,6 +76,7 @@ TEST_CASE("status prints one block per job, nulls as dashes") {
         "  loss        -\n"
         "  eval loss   -\n"
         "  tokens      0\n"
+        "  busy        -\n"
         "  sent        0 B (received 512 B)\n"
         "  checkpoint  none yet\n"
         "  message     waiting for the trainer\n"
@@ -101,6 +102,7 @@ TEST_CASE("status prints one block per job, nulls as dashes") {
         "  loss        -\n"
         "  eval loss   -\n"
         "  tokens      -\n"
+        "  busy        -\n"
         "  sent        - (received -)\n"
         "  checkpoint  none yet\n"
         "  message     -\n");

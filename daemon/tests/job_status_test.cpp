@@ -53,6 +53,17 @@ TEST_CASE("a round's record shows the eval loss of the anchor it started from, a
   CHECK(j["tokens"] == 640);
   CHECK(j["digest"] == "00000000000000a4");
   CHECK_FALSE(j.contains("fragment"));
+  // No timing from the trainer: the share is unknown, not 0.
+  CHECK(j.at("compute_share").is_null());
+  CHECK(j.at("trainer_compute_seconds").is_null());
+  r.trainer_compute_seconds = 3.0;
+  r.trainer_loop_seconds = 4.0;
+  j = record_json(r, {});
+  CHECK(j["compute_share"] == 0.75);
+  CHECK(j["trainer_compute_seconds"] == 3.0);
+  CHECK(j["trainer_loop_seconds"] == 4.0);
+  r.trainer_loop_seconds = 0.0;  // a loop that took no time has no share
+  CHECK(record_json(r, {}).at("compute_share").is_null());
   CHECK(record_json(r, {}).at("eval_loss").is_null());
   r.fragments = 3;
   r.fragment = 1;
@@ -70,6 +81,8 @@ TEST_CASE("a job's status: tokens of all rounds, the latest losses, and who is l
   records[1].late = {"b"};
   records[1].tokens = 200;
   records[1].loss = 1.5;
+  records[1].trainer_compute_seconds = 9.0;  // only round 2's trainer measured its time
+  records[1].trainer_loop_seconds = 12.0;
   JobStatusView v;
   v.name = "demo";
   v.state = JobState::running;
@@ -95,6 +108,10 @@ TEST_CASE("a job's status: tokens of all rounds, the latest losses, and who is l
   CHECK(j["checkpoint"].is_null());
   CHECK(j["anchor_digest"].is_null());
   CHECK(j["where"] == "training");
+  CHECK(j["compute_share"] == 0.75);  // over the rounds that say, not diluted by those that do not
+  records[0].trainer_compute_seconds = 3.0;
+  records[0].trainer_loop_seconds = 8.0;
+  CHECK(status_json(v)["compute_share"] == 0.6);  // (3 + 9) / (8 + 12): summed seconds, not a mean of shares
 
   v.eval.accuracy.erase(3);  // gpt: no accuracy for the latest anchor
   v.liveness.emplace(std::vector<std::string>{"a", "c"}, std::vector<std::string>{"b"});
@@ -108,5 +125,6 @@ TEST_CASE("a job's status: tokens of all rounds, the latest losses, and who is l
   CHECK(empty["tokens"] == 0);
   CHECK(empty["loss"].is_null());
   CHECK(empty["eval_loss"].is_null());
+  CHECK(empty["compute_share"].is_null());
   CHECK(empty["live_sites"].empty());
 }

@@ -76,16 +76,26 @@ TEST_CASE("a committed round adds to the site's counters and sets the round's ga
   r.tokens = 640;
   r.compression_ratio = 4.5;
   r.exchange_seconds = 0.75;
-  show_committed_round(m, "demo", r);
+  show_committed_round(m, "demo", r);  // no timing from the trainer: no share
+  CHECK(m.render().find("geoloco_compute_share{") == std::string::npos);
   r.round = 4;
   r.late.clear();
   r.loss = 1.125;
+  r.trainer_compute_seconds = 2.5;
+  r.trainer_loop_seconds = 4.0;
+  show_committed_round(m, "demo", r);
+  r.round = 5;
+  r.trainer_compute_seconds = 3.5;
+  r.trainer_loop_seconds = 4.0;
   show_committed_round(m, "demo", r);
   const Labels job{{"job", "demo"}};
-  CHECK(m.value("geoloco_rounds_total", job) == 2);
-  CHECK(m.value("geoloco_tokens_total", job) == 1280);
+  CHECK(m.value("geoloco_rounds_total", job) == 3);
+  CHECK(m.value("geoloco_tokens_total", job) == 1920);
   CHECK(m.value("geoloco_stragglers_total", job) == 1);
-  CHECK(m.value("geoloco_round", job) == 4);
+  CHECK(m.value("geoloco_round", job) == 5);
+  CHECK(m.value("geoloco_compute_share", job) == 0.875);  // the last round's
+  CHECK(m.value("geoloco_trainer_compute_seconds_total", job) == 6.0);
+  CHECK(m.value("geoloco_trainer_loop_seconds_total", job) == 8.0);
   CHECK(m.value("geoloco_loss", job) == 1.125);
   CHECK(m.value("geoloco_round_participants", job) == 2);
   CHECK(m.value("geoloco_compression_ratio", job) == 4.5);

@@ -230,6 +230,7 @@ asio::awaitable<Result<InnerPhase>> TrainerHost::next_phase() {
       phase.round = options_.streaming ? phase_round_ : next_round_;
       phase.tokens = phase_tokens_;
       phase.loss = phase_loss_sum_ / static_cast<double>(phase_count_);
+      phase.timing = phase_timing_;
       phase.replica = server_->segment_values();
       if (options_.streaming) {
         // One fragment is in flight: the replica is its range of the segment.
@@ -275,6 +276,7 @@ Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop, s
   phase_count_ = 0;
   phase_tokens_ = 0;
   phase_loss_sum_ = 0;
+  phase_timing_.reset();
   synced_.assign(synced_.size(), false);
   ++stats_.rounds;
   spdlog::debug("[{}] trainer: round {} finished, next {}{}", options_.job, round, after, stop ? " (stop)" : "");
@@ -403,6 +405,7 @@ void TrainerHost::on_streaming_sync(const protocol::SyncEvent& sync) {
   phase_fragment_ = m.fragment;
   phase_tokens_ = m.tokens;
   phase_loss_sum_ = m.loss;
+  phase_timing_ = m.timing;
   phase_count_ = 1;
   phase_ready_ = true;
   spdlog::debug("[{}] trainer: SYNC round {} fragment {} tokens {} loss {:.4f}", options_.job, m.round, m.fragment,
@@ -424,6 +427,7 @@ void TrainerHost::on_sync(const protocol::SyncEvent& sync) {
   synced_[m.fragment] = true;
   phase_tokens_ = std::max(phase_tokens_, m.tokens);
   phase_loss_sum_ += m.loss;
+  if (m.timing) phase_timing_ = m.timing;
   ++phase_count_;
   spdlog::debug("[{}] trainer: SYNC round {} fragment {} tokens {} loss {:.4f}", options_.job, m.round, m.fragment,
                 m.tokens, m.loss);
@@ -476,6 +480,7 @@ void TrainerHost::on_trainer_left(const protocol::TrainerLeftEvent& left) {
   phase_count_ = 0;
   phase_tokens_ = 0;
   phase_loss_sum_ = 0;
+  phase_timing_.reset();
   synced_.assign(synced_.size(), false);
 }
 

@@ -85,6 +85,9 @@ struct InnerPhase {
   std::uint64_t offset = 0;    ///< where `replica` starts in the model's flat buffer
   std::uint64_t tokens = 0;  ///< work units of the phase (the largest a fragment's SYNC reported)
   double loss = 0;           ///< mean training loss of the phase (mean over the fragments' SYNCs)
+  /// The trainer's own time since its previous SYNC, when its SYNC carried it
+  /// (a phase's fragments carry the same; the last SYNC's is kept).
+  std::optional<inner::protocol::SyncTiming> timing;
   /// The replica θ_s in the shared segment (streaming: of the fragment only);
   /// valid and unchanged until finish_round().
   std::span<const float> replica;
@@ -244,6 +247,7 @@ class TrainerHost {
   std::uint32_t phase_fragment_ = 0;
   std::uint64_t phase_tokens_ = 0;
   double phase_loss_sum_ = 0;
+  std::optional<inner::protocol::SyncTiming> phase_timing_;
   std::uint32_t phase_count_ = 0;
   bool phase_ready_ = false;
   bool phase_released_ = false;  ///< the trainer left after a complete round; its fragments are no longer in flight

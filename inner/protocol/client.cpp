@@ -68,8 +68,9 @@ Status Client::send_initial(int timeout_ms) {
   return {};
 }
 
-Status Client::sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss) {
-  GEOLOCO_TRY(send_message(SyncMsg{round, fragment, tokens, loss}));
+Status Client::sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss,
+                    std::optional<SyncTiming> timing) {
+  GEOLOCO_TRY(send_message(SyncMsg{round, fragment, tokens, loss, timing}));
   if (fragment < in_flight_.size()) in_flight_[fragment] = true;
   return {};
 }

@@ -65,8 +65,10 @@ class Client {
 
   /// Sends SYNC; the fragment's replica must already be in the segment.
   /// The daemon decides whether the round is right; its refusal comes back
-  /// from wait_result(). Errors: io.
-  Status sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss);
+  /// from wait_result(). `timing`: what the trainer measured of its time
+  /// since its previous SYNC, when it does. Errors: io.
+  Status sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss,
+              std::optional<SyncTiming> timing = std::nullopt);
 
   /// Waits for the next RESULT (or refusal). Errors: the daemon's refusal
   /// (its code, "daemon refused SYNC (round r, fragment f): reason"),

@@ -1,6 +1,7 @@
 // Encoding and decoding of the local sync protocol's messages (message.h).
 #include "inner/protocol/message.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -40,7 +41,7 @@ struct BodySize {
   }
   std::size_t operator()(const WelcomeMsg& m) const { return 4 + 8 + 4 + kFragmentBytes * m.fragments.size(); }
   std::size_t operator()(const InitMsg&) const { return 0; }
-  std::size_t operator()(const SyncMsg&) const { return 32; }
+  std::size_t operator()(const SyncMsg& m) const { return m.timing ? 48 : 32; }
   std::size_t operator()(const ResultMsg&) const { return 24; }
   std::size_t operator()(const ErrorMsg& m) const { return 16 + 2 + std::min(m.reason.size(), kMaxReasonBytes); }
 };
@@ -72,9 +73,13 @@ struct BodyWriter {
   void operator()(const SyncMsg& m) const {
     w.put(m.round);
     w.put(m.fragment);
-    w.put(std::uint32_t{0});
+    w.put(m.timing ? kSyncTimed : std::uint32_t{0});
     w.put(m.tokens);
     w.put(m.loss);
+    if (m.timing) {
+      w.put(m.timing->compute_seconds);
+      w.put(m.timing->loop_seconds);
+    }
   }
   void operator()(const ResultMsg& m) const {
     w.put(m.round);
@@ -165,11 +170,23 @@ Result<Message> decode_sync(ByteReader& r) {
   SyncMsg m;
   m.round = r.get<std::uint64_t>();
   m.fragment = r.get<std::uint32_t>();
-  auto reserved = r.get<std::uint32_t>();
+  auto flags = r.get<std::uint32_t>();
   m.tokens = r.get<std::uint64_t>();
   m.loss = r.get<double>();
   GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "SYNC body is shorter than its 32 bytes");
-  GEOLOCO_RETURN_IF(reserved != 0, Err::malformed, "SYNC's reserved field is ", reserved, ", not 0");
+  GEOLOCO_RETURN_IF((flags & ~kSyncTimed) != 0, Err::malformed, "SYNC has unknown flags ", flags);
+  if ((flags & kSyncTimed) != 0) {
+    SyncTiming t;
+    t.compute_seconds = r.get<double>();
+    t.loop_seconds = r.get<double>();
+    GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "SYNC says its timing follows, but its body is shorter than 48 bytes");
+    // Refused here, so nothing downstream divides by or shows a nonsense figure.
+    GEOLOCO_RETURN_IF(!(t.compute_seconds >= 0) || !(t.loop_seconds >= 0) || !std::isfinite(t.compute_seconds) ||
+                          !std::isfinite(t.loop_seconds),
+                      Err::malformed, "SYNC's timing is not two finite non-negative seconds (compute ",
+                      t.compute_seconds, ", loop ", t.loop_seconds, ")");
+    m.timing = t;
+  }
   return Message(m);
 }
 

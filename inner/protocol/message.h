@@ -26,9 +26,12 @@
 //                           u64 next round. The memfd rides on this message
 //                           (SCM_RIGHTS).
 //   INIT    trainer→daemon  empty: "my initial parameters are in the segment"
-//   SYNC    trainer→daemon  u64 round, u32 fragment, u32 reserved 0,
-//                           u64 tokens, f64 loss: "my replica of the fragment is
-//                           in the segment"
+//   SYNC    trainer→daemon  u64 round, u32 fragment, u32 flags, u64 tokens,
+//                           f64 loss, and when flags bit 0 is set: f64 compute
+//                           seconds, f64 loop seconds (the trainer's time since
+//                           its previous SYNC: in inner steps, and in all but
+//                           evaluations): "my replica of the fragment is in
+//                           the segment"
 //   RESULT  daemon→trainer  u64 round, u32 fragment (0xffffffff: all), u32 flags
 //                           (bit 0: stop), u64 next round: "the new anchor of
 //                           the fragment is in the segment"
@@ -124,11 +127,22 @@ struct InitMsg {
   bool operator==(const InitMsg&) const = default;
 };
 
+/// What a trainer measured of its own time since its previous SYNC: the
+/// seconds its loop spent in inner steps, and the loop's seconds without
+/// evaluations. compute / loop is the site's compute share (geoloco watch).
+struct SyncTiming {
+  double compute_seconds = 0;
+  double loop_seconds = 0;
+  bool operator==(const SyncTiming&) const = default;
+};
+
+inline constexpr std::uint32_t kSyncTimed = 1;  ///< SYNC's flags: a SyncTiming follows the loss
 struct SyncMsg {
   std::uint64_t round = 0;
   std::uint32_t fragment = 0;
   std::uint64_t tokens = 0;
   double loss = 0;
+  std::optional<SyncTiming> timing = std::nullopt;  ///< absent: the trainer does not measure it
   bool operator==(const SyncMsg&) const = default;
 };
 

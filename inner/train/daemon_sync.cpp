@@ -31,11 +31,12 @@ Status DaemonSync::hand_over_initial() { return channel_->send_initial(timeout_m
 
 Result<protocol::ResultMsg> DaemonSync::wait_result() { return channel_->wait_result(timeout_ms_); }
 
-Status DaemonSync::sync(SyncPoint& point) {
+Status DaemonSync::sync(SyncPoint& point, const protocol::SyncTiming& timing) {
   // The replica already lives in the segment (training runs in place).
   const auto fragments = static_cast<std::uint32_t>(channel_->fragments().size());
   for (std::uint32_t f = 0; f < fragments; ++f)
-    GEOLOCO_TRY(channel_->sync(channel_->fragments()[f].next_round, f, point.work_units, point.mean_loss));
+    GEOLOCO_TRY(channel_->sync(
+        protocol::SyncMsg{channel_->fragments()[f].next_round, f, point.work_units, point.mean_loss, timing}));
   for (std::uint32_t f = 0; f < fragments; ++f) {
     auto result = wait_result();
     if (!result.ok()) return result.status();
@@ -46,7 +47,7 @@ Status DaemonSync::sync(SyncPoint& point) {
 }
 
 Result<std::vector<std::uint32_t>> DaemonSync::hand_out(std::span<const float> replica, std::uint64_t tokens,
-                                                        double loss) {
+                                                        double loss, const protocol::SyncTiming& timing) {
   GEOLOCO_RETURN_IF(!in_flight_.empty(), Err::internal, "fragment ", in_flight_.front(),
                     " is still in flight; it must be merged before the next sync");
   const std::uint64_t round = next_round();
@@ -59,7 +60,7 @@ Result<std::vector<std::uint32_t>> DaemonSync::hand_out(std::span<const float> r
       if (at_sync_.size() != replica.size()) at_sync_.assign(replica.size(), 0.0f);
       std::copy(values.begin(), values.end(), at_sync_.begin() + static_cast<std::ptrdiff_t>(desc.offset));
     }
-    GEOLOCO_TRY(channel_->sync(round, f, tokens, loss));
+    GEOLOCO_TRY(channel_->sync(protocol::SyncMsg{round, f, tokens, loss, timing}));
     in_flight_.push_back(f);
   }
   ++syncs_;

@@ -41,15 +41,16 @@ class DaemonSync {
   /// anchor the daemon settles on (it may be another site's).
   Status hand_over_initial();
   /// Plain DiLoCo's on_sync hook: SYNC every fragment (round, tokens, mean
-  /// loss), then wait for each RESULT; sets point.stop when the daemon ends
-  /// the job. Errors: the daemon's refusal, timeout, io.
-  Status sync(SyncPoint& point);
+  /// loss, `timing`), then wait for each RESULT; sets point.stop when the
+  /// daemon ends the job. Errors: the daemon's refusal, timeout, io.
+  Status sync(SyncPoint& point, const protocol::SyncTiming& timing);
 
   /// Streaming, at a phase's end: copies each fragment due at next_round()
   /// from `replica` (the trainer's own parameters, laid out as the segment)
-  /// into the segment and sends its SYNC with the phase's tokens and mean
-  /// loss. Returns the fragments now in flight. Errors: io.
-  Result<std::vector<std::uint32_t>> hand_out(std::span<const float> replica, std::uint64_t tokens, double loss);
+  /// into the segment and sends its SYNC with the phase's tokens, mean
+  /// loss and `timing`. Returns the fragments now in flight. Errors: io.
+  Result<std::vector<std::uint32_t>> hand_out(std::span<const float> replica, std::uint64_t tokens, double loss,
+                                              const protocol::SyncTiming& timing);
   /// The delayed outer step: from now on hand_out keeps a copy of what it
   /// syncs, and merge keeps the local progress made since
   /// (merge_fragment_delayed) instead of weighing it by α.

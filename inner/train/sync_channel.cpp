@@ -15,8 +15,8 @@ class SocketChannel final : public SyncChannel {
   std::span<float> fragment_values(std::uint32_t f) override { return client_->fragment_values(f); }
   const std::vector<protocol::FragmentDesc>& fragments() const override { return client_->fragments(); }
   Status send_initial(int timeout_ms) override { return client_->send_initial(timeout_ms); }
-  Status sync(std::uint64_t round, std::uint32_t f, std::uint64_t tokens, double loss) override {
-    return client_->sync(round, f, tokens, loss);
+  Status sync(const protocol::SyncMsg& m) override {
+    return client_->sync(m.round, m.fragment, m.tokens, m.loss, m.timing);
   }
   Result<protocol::ResultMsg> wait_result(int timeout_ms) override { return client_->wait_result(timeout_ms); }
 

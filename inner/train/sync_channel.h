@@ -39,8 +39,9 @@ class SyncChannel {
   /// Hands the initialization in parameters() over and waits for the anchor
   /// the daemon settles on (in the segment). Errors: the daemon's, timeout, io.
   virtual Status send_initial(int timeout_ms) = 0;
-  /// SYNC: the fragment's replica is in the segment. Errors: io.
-  virtual Status sync(std::uint64_t round, std::uint32_t fragment, std::uint64_t tokens, double loss) = 0;
+  /// SYNC (round, fragment, tokens, mean loss, and the trainer's timing
+  /// when it measures it): the fragment's replica is in the segment. Errors: io.
+  virtual Status sync(const protocol::SyncMsg& sync) = 0;
   /// The next RESULT: the fragment's new anchor is in the segment. Errors:
   /// the daemon's refusal, timeout, io, malformed.
   virtual Result<protocol::ResultMsg> wait_result(int timeout_ms) = 0;

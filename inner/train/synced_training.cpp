@@ -222,26 +222,34 @@ void SyncedTraining::save_state(std::uint64_t next_round) {
          << " with zero AdamW moments" << std::endl;
 }
 
-std::string SyncedTraining::compute_since_last_sync(const SyncPoint& point) {
-  const double compute = point.compute_seconds - compute_at_last_sync_;
-  const double wall = point.loop_seconds - loop_at_last_sync_;
+protocol::SyncTiming SyncedTraining::since_last_sync(const SyncPoint& point) {
+  const protocol::SyncTiming timing{point.compute_seconds - compute_at_last_sync_,
+                                    point.loop_seconds - loop_at_last_sync_};
   compute_at_last_sync_ = point.compute_seconds;
   loop_at_last_sync_ = point.loop_seconds;
+  return timing;
+}
+
+namespace {
+/// "; computed C of the W s since the last sync (S%)" (bench/utilization.py reads it).
+std::string timing_text(const protocol::SyncTiming& t) {
   char text[96];
-  std::snprintf(text, sizeof text, "; computed %.3f of the %.3f s since the last sync (%.1f%%)", compute, wall,
-                wall > 0.0 ? 100.0 * compute / wall : 0.0);
+  std::snprintf(text, sizeof text, "; computed %.3f of the %.3f s since the last sync (%.1f%%)", t.compute_seconds,
+                t.loop_seconds, t.loop_seconds > 0.0 ? 100.0 * t.compute_seconds / t.loop_seconds : 0.0);
   return text;
 }
+}  // namespace
 
 Status SyncedTraining::on_sync(SyncPoint& point) {
   const std::uint64_t round = daemon_->next_round();
-  GEOLOCO_TRY(daemon_->sync(point));
+  const protocol::SyncTiming timing = since_last_sync(point);
+  GEOLOCO_TRY(daemon_->sync(point, timing));
   const std::uint64_t next = daemon_->next_round();
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.3f", point.phase_seconds);
   out_ << "round " << round << " synced: " << point.phase_steps << " steps in " << seconds << " s, " << point.work_units
        << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
-       << compute_since_last_sync(point) << (point.stop ? "; the daemon says stop" : "") << std::endl;
+       << timing_text(timing) << (point.stop ? "; the daemon says stop" : "") << std::endl;
   save_state(next);
   next_round_ = next;  // after_sync logs the anchor once the trainer holds it
   return {};
@@ -255,7 +263,8 @@ bool SyncedTraining::streaming_phase_end(std::uint64_t steps) const {
 
 Status SyncedTraining::hand_out(SyncPoint& point) {
   const std::uint64_t round = daemon_->next_round();
-  auto sent = daemon_->hand_out(point.params, point.work_units, point.mean_loss);
+  const protocol::SyncTiming timing = since_last_sync(point);
+  auto sent = daemon_->hand_out(point.params, point.work_units, point.mean_loss, timing);
   if (!sent.ok()) return sent.status();
   synced_round_ = round;
   char seconds[32];
@@ -264,7 +273,7 @@ Status SyncedTraining::hand_out(SyncPoint& point) {
   for (std::uint32_t f : *sent) out_ << " " << f;
   out_ << ") at step " << point.step << ": " << point.phase_steps << " steps in " << seconds << " s, "
        << point.work_units << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
-       << compute_since_last_sync(point) << std::endl;
+       << timing_text(timing) << std::endl;
   return {};
 }
 

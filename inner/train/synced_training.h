@@ -128,9 +128,10 @@ class SyncedTraining {
   /// Rank 0: saves the inner state tagged with `next_round` (--state-dir);
   /// a failed save is said on out_, not returned.
   void save_state(std::uint64_t next_round);
-  /// Rank 0: "; computed C of the W s since the last sync (S%)", from the
-  /// loop's counters at this sync and at the previous one.
-  std::string compute_since_last_sync(const SyncPoint& point);
+  /// Rank 0: the loop's seconds in steps and in all (without evaluations)
+  /// since the previous sync, from its counters at this sync and at that
+  /// one; the SYNC carries them to the daemon.
+  protocol::SyncTiming since_last_sync(const SyncPoint& point);
 
   SyncedOptions sync_;
   std::ostream& out_;

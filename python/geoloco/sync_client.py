@@ -53,6 +53,8 @@ ERR_NAMES = ["ok", "invalid_argument", "malformed", "truncated", "mismatch", "to
 
 _HEADER = struct.Struct("<4sBBHI")
 _SYNC = struct.Struct("<QIIQd")
+_SYNC_TIMING = struct.Struct("<dd")
+SYNC_TIMED = 1  # SYNC's flags: the trainer's compute and loop seconds follow the loss
 _RESULT = struct.Struct("<QIIQ")
 _ERROR_FIXED = struct.Struct("<BBBBIQ")
 _WELCOME_FIXED = struct.Struct("<IQI")
@@ -128,8 +130,16 @@ def encode_init():
     return _message(INIT, b"")
 
 
-def encode_sync(round, fragment, tokens, loss):
-    return _message(SYNC, _SYNC.pack(round, fragment, 0, tokens, float(loss)))
+def encode_sync(round, fragment, tokens, loss, timing=None):
+    """SYNC; `timing` = (compute seconds, loop seconds) since the previous
+    SYNC, when the trainer measures them (the daemon shows their ratio)."""
+    if timing is None:
+        return _message(SYNC, _SYNC.pack(round, fragment, 0, tokens, float(loss)))
+    compute, loop = (float(t) for t in timing)
+    if not (0 <= compute < float("inf") and 0 <= loop < float("inf")):
+        raise ValueError(f"SYNC's timing must be two finite non-negative seconds, not {timing!r}")
+    return _message(SYNC, _SYNC.pack(round, fragment, SYNC_TIMED, tokens, float(loss)) +
+                    _SYNC_TIMING.pack(compute, loop))
 
 
 def decode_header(head):
@@ -303,10 +313,11 @@ class SyncClient:
         if result.fragment != ALL_FRAGMENTS:
             raise SyncError("malformed", "INIT was answered with a RESULT for fragment %d" % result.fragment)
 
-    def sync(self, round, fragment, tokens, loss):
+    def sync(self, round, fragment, tokens, loss, timing=None):
         """SYNC: the fragment's replica is in the segment. The daemon judges
-        the round; a refusal comes back from wait_result()."""
-        self._send(encode_sync(round, fragment, tokens, loss))
+        the round; a refusal comes back from wait_result(). `timing`: the
+        trainer's (compute seconds, loop seconds) since its previous SYNC."""
+        self._send(encode_sync(round, fragment, tokens, loss, timing))
         if 0 <= fragment < len(self._in_flight):
             self._in_flight[fragment] = True
 

@@ -44,7 +44,7 @@ def sync_round(c, anchor, r, shift, expect_stop=False):
         fr = c.fragments[f]
         replica = anchor[fr.offset:fr.offset + fr.length] + np.float32(shift + f)
         c.fragment_values(f)[:] = replica
-        c.sync(c.next_round(f), f, tokens=32 * (r + 1), loss=1.0 / (r + 1))
+        c.sync(c.next_round(f), f, tokens=32 * (r + 1), loss=1.0 / (r + 1), timing=(0.5, 1.0) if r % 2 else None)
         res = c.wait_result(10.0)
         assert (res.round, res.fragment, res.next_round, res.stop) == (r, f, r + 1, expect_stop), res
         anchor[fr.offset:fr.offset + fr.length] = outer_step(anchor[fr.offset:fr.offset + fr.length], replica)
@@ -57,6 +57,17 @@ def main():
               "0300000000000000" "01000000" "00000000"  # round 3, fragment 1, reserved
               "e803000000000000" "000000000000e03f")  # tokens 1000, loss 0.5
     assert encode_sync(3, 1, 1000, 0.5).hex() == golden, encode_sync(3, 1, 1000, 0.5).hex()
+    # With the trainer's timing (flag bit 0, two doubles after the loss), as C++ writes it too.
+    timed = ("474c5331" "01" "04" "0000" "30000000"  # body length 48
+             "0300000000000000" "01000000" "01000000"  # round 3, fragment 1, flags: timed
+             "e803000000000000" "000000000000e03f"  # tokens 1000, loss 0.5
+             "0000000000000040" "000000000000d03f")  # compute 2.0 s, loop 0.25 s
+    assert encode_sync(3, 1, 1000, 0.5, (2.0, 0.25)).hex() == timed
+    try:
+        encode_sync(3, 1, 1000, 0.5, (float("nan"), 1.0))
+        raise AssertionError("a NaN timing was encoded")
+    except ValueError as e:
+        assert "finite non-negative" in str(e), e
     # A truncated ERROR from a daemon is refused by length, not misread.
     try:
         decode_body(ERROR, bytes(10))

@@ -41,10 +41,16 @@ with Federation() as fed:
     assert final_eval < evals[0] - 0.1, (evals, final_eval)
     for r in a["rounds"]:
         assert r["bytes_sent"] > 0 and r["compression_ratio"] > 2.0, r  # q8 + zstd: > 2x smaller than fp32
+        # The trainer's own clock, carried by its SYNC: steps are part of its loop.
+        assert 0 < r["trainer_compute_seconds"] <= r["trainer_loop_seconds"], r
+        assert r["compute_share"] == r["trainer_compute_seconds"] / r["trainer_loop_seconds"], r
+    assert 0 < a["compute_share"] <= 1, a["compute_share"]
+    print(f"site-a's trainer computed {100 * a['compute_share']:.1f}% of its loop")
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{fed['site-a'].metrics_port}/metrics", timeout=10).read().decode()
     assert f'geoloco_rounds_total{{job="e2e"}} {ROUNDS}' in metrics, metrics
     assert 'geoloco_peer_sent_bytes_total{peer="site-b"}' in metrics, metrics
+    assert 'geoloco_compute_share{job="e2e"} ' in metrics, metrics
 
     again = fed["site-a"].cli("submit", job, check=False)
     assert again.returncode == 1 and "already ran on site-a (finished)" in again.stderr, (again.returncode, again.stderr)
@@ -56,5 +62,6 @@ with Federation() as fed:
     watch = fed["site-c"].cli("watch", "e2e").stdout
     lines = [l for l in watch.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert len(lines) == ROUNDS, watch
+    assert all(l.split()[-2].endswith("%") for l in lines), watch  # busy, before lagging's "-"
     print(watch)
 print("ok")

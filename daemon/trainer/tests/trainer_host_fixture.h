@@ -77,13 +77,14 @@ struct TrainerLog {
   bool stopped = false;
 };
 
-// Trains `rounds` rounds: adds 1 to every value, syncs every fragment, waits for the RESULTs.
+// Trains `rounds` rounds: adds 1 to every value, syncs every fragment (with
+// the timing {r + 1, 2r + 2} s), waits for the RESULTs.
 inline Status train(protocol::Client& c, int rounds, TrainerLog& log) {
   for (int r = 0; r < rounds && !c.stopped(); ++r) {
     for (float& x : c.parameters()) x += 1.0f;
     const auto fragments = static_cast<std::uint32_t>(c.fragments().size());
     for (std::uint32_t f = 0; f < fragments; ++f)
-      GEOLOCO_TRY(c.sync(c.next_round(f), f, 100 + f, 2.0 + f));
+      GEOLOCO_TRY(c.sync(c.next_round(f), f, 100 + f, 2.0 + f, protocol::SyncTiming{r + 1.0, 2.0 * r + 2.0}));
     for (std::uint32_t f = 0; f < fragments; ++f) {
       auto result = c.wait_result(20'000);
       if (!result.ok()) return result.status();

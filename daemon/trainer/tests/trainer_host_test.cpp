@@ -28,6 +28,9 @@ asio::awaitable<void> engine_with_initialization(TrainerHost& host) {
     CHECK(phase->round == r);
     CHECK(phase->tokens == 101);    // the largest fragment's report
     CHECK(phase->loss == 2.5);      // mean of 2.0 and 3.0
+    // The trainer's own clock rides on its SYNC, for watch and the metrics.
+    REQUIRE(phase->timing.has_value());
+    CHECK(*phase->timing == protocol::SyncTiming{r + 1.0, 2.0 * r + 2.0});
     CHECK(std::vector<float>(phase->replica.begin(), phase->replica.end()) == plus(anchor, 1.0f));
     // The trainer trains from the anchor: it changes only through finish_round().
     CHECK(host.set_anchor(anchor, r).code() == Err::invalid_argument);
@@ -272,7 +275,9 @@ Status train_streaming(protocol::Client& c, int syncs, std::vector<StreamingSync
     auto values = c.fragment_values(f);
     std::copy_n(own.begin() + static_cast<long>(d.offset), d.length, values.begin());
     const std::uint64_t round = c.next_round(f);
-    GEOLOCO_TRY(c.sync(round, f, 10 + round, 1.0));
+    // Odd rounds carry the trainer's timing, even ones do not (a trainer that does not measure it).
+    const auto timing = round % 2 == 1 ? std::optional(protocol::SyncTiming{0.25 * round, 0.5 * round}) : std::nullopt;
+    GEOLOCO_TRY(c.sync(round, f, 10 + round, 1.0, timing));
     auto result = c.wait_result(20'000);
     if (!result.ok()) return result.status();
     values = c.fragment_values(f);
@@ -350,6 +355,10 @@ TEST_CASE("streaming: each round syncs one fragment, and a late fragment comes b
     CHECK(phases[i].offset == (want[i].second == 0 ? 0u : 6u));
     CHECK(phases[i].replica.size() == (want[i].second == 0 ? 6u : 3u));
     CHECK(phases[i].tokens == 10 + want[i].first);
+    if (want[i].first % 2 == 1)
+      CHECK(phases[i].timing == protocol::SyncTiming{0.25 * want[i].first, 0.5 * want[i].first});
+    else
+      CHECK_FALSE(phases[i].timing.has_value());
     CHECK(log[i].round == want[i].first);
     CHECK(log[i].fragment == want[i].second);
   }

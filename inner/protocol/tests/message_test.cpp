@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -29,6 +30,7 @@ std::vector<Message> samples() {
           WelcomeMsg{kWelcomeAnchorReady, 200961, {{0, 200704, 4}, {200704, 257, 5}}},
           InitMsg{},
           SyncMsg{12, 1, 65536, 0.4375},
+          SyncMsg{12, 1, 65536, 0.4375, SyncTiming{2.5, 2.75}},
           ResultMsg{12, 1, kResultStop, 13},
           ErrorMsg{Err::mismatch, true, 4, 1, 12, "SYNC is for round 12 but fragment 1 is due for round 13"}};
 }
@@ -78,6 +80,21 @@ TEST_CASE("the bytes of a SYNC are pinned so the wire format cannot drift", "[sa
       0,   0,   0,   0,   0, 0, 0xe0, 0x3f};         // loss = 0.5 (IEEE-754 double)
   REQUIRE(bytes->size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(static_cast<unsigned>((*bytes)[i]) == expected[i]);
+
+  // With the trainer's timing: flag bit 0, and two doubles after the loss.
+  auto timed = encode(SyncMsg{3, 1, 1000, 0.5, SyncTiming{2.0, 0.25}});
+  REQUIRE(timed.ok());
+  const std::vector<unsigned> timed_expected = {
+      'G', 'L', 'S', '1', 1, 4, 0, 0, 48, 0, 0, 0,  // body length 48
+      3,   0,   0,   0,   0, 0, 0, 0,                // round
+      1,   0,   0,   0,   1, 0, 0, 0,                // fragment, flags = timed
+      0xe8, 3,  0,   0,   0, 0, 0, 0,                // tokens = 1000
+      0,   0,   0,   0,   0, 0, 0xe0, 0x3f,          // loss = 0.5
+      0,   0,   0,   0,   0, 0, 0,    0x40,          // compute seconds = 2.0
+      0,   0,   0,   0,   0, 0, 0xd0, 0x3f};         // loop seconds = 0.25
+  REQUIRE(timed->size() == timed_expected.size());
+  for (std::size_t i = 0; i < timed_expected.size(); ++i)
+    CHECK(static_cast<unsigned>((*timed)[i]) == timed_expected[i]);
 }
 
 TEST_CASE("each bad header is refused with its own message", "[sanitize]") {
@@ -130,9 +147,23 @@ TEST_CASE("trailing bytes, unknown flags and bad fields are malformed, each with
   CHECK(r.status().code() == Err::malformed);
   CHECK_THAT(r.status().message(), Catch::Contains("1 bytes after its last field"));
 
-  auto reserved = sync;
-  reserved[12] = std::byte{1};
-  CHECK_THAT(decode_body(MessageType::sync, reserved).status().message(), Catch::Contains("reserved field is 1"));
+  auto flags = sync;
+  flags[12] = std::byte{2};
+  CHECK_THAT(decode_body(MessageType::sync, flags).status().message(), Catch::Contains("SYNC has unknown flags 2"));
+  // The timed flag on a 32-byte body: the timing it announces is missing.
+  auto untimed = sync;
+  untimed[12] = std::byte{1};
+  auto missing = decode_body(MessageType::sync, untimed);
+  CHECK(missing.status().code() == Err::truncated);
+  CHECK_THAT(missing.status().message(), Catch::Contains("shorter than 48 bytes"));
+  // A timing no clock gives: refused, so no status shows it.
+  for (auto bad : {SyncTiming{-1.0, 2.0}, SyncTiming{1.0, std::numeric_limits<double>::quiet_NaN()},
+                   SyncTiming{std::numeric_limits<double>::infinity(), 2.0}}) {
+    auto body = body_of(*encode(SyncMsg{1, 0, 2, 3.0, bad}));
+    auto refused = decode_body(MessageType::sync, body);
+    CHECK(refused.status().code() == Err::malformed);
+    CHECK_THAT(refused.status().message(), Catch::Contains("not two finite non-negative seconds"));
+  }
 
   auto init = decode_body(MessageType::init, std::vector<std::byte>(3));
   CHECK_THAT(init.status().message(), Catch::Contains("INIT has 3 bytes after its last field"));

@@ -110,6 +110,13 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
                yaml::read_enum(v, w, std::map<std::string, std::string>{{"contiguous", "contiguous"},
                                                                         {"interleaved", "interleaved"}},
                                t.data, p);
+             }},
+            {"eval_rounds", [&](const YAML::Node& v, const std::string& w) {
+               if (yaml::read_number(v, w, t.eval_rounds, p) && t.eval_rounds < 1)
+                 p.add(v, w + ": must be at least 1 (1 evaluates every round's anchor)");
+             }},
+            {"eval_items", [&](const YAML::Node& v, const std::string& w) {
+               yaml::read_number(v, w, t.eval_items, p);
              }}},
            {}, p);
   if (doc["trainer"]) {

@@ -53,6 +53,13 @@ struct TrainerSpec {
   /// How the sites' shards lie over the training data (inner/data/sampler.h):
   /// contiguous | interleaved.
   std::string data = "contiguous";
+  /// Built-in: each site's trainer evaluates the anchor of every
+  /// eval_rounds-th round (and the job's first and last), on
+  /// eval_items held-out items (gpt windows, mlp images; 0: the trainer's
+  /// default, 512 windows or every image). Evaluations are left out of the
+  /// compute share, but they take the trainer's time between rounds.
+  std::uint64_t eval_rounds = 1;
+  std::uint64_t eval_items = 0;
 };
 
 struct InnerSpec {

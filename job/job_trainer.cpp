@@ -57,6 +57,8 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   o.weight_decay = job.inner.weight_decay;
   o.clip = job.inner.clip;
   o.eval_log = (std::filesystem::path(paths.job_dir) / "eval.jsonl").string();
+  o.eval_rounds = job.trainer.eval_rounds;
+  o.eval_limit = job.trainer.eval_items;
   o.state_dir = (std::filesystem::path(paths.job_dir) / "trainer-state").string();
   o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
   o.site_shards = static_cast<std::uint32_t>(job.sites.size());

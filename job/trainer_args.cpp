@@ -76,6 +76,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   if (!o.data_split.empty()) add("--data-split", o.data_split);
   if (o.workers > 1) add("--workers", std::to_string(o.workers));
   if (o.eval_limit > 0) add("--eval-limit", std::to_string(o.eval_limit));
+  if (o.eval_rounds > 1) add("--eval-rounds", std::to_string(o.eval_rounds));
   for (const auto& e : o.extra_args) a.push_back(e);
   return a;
 }

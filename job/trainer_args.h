@@ -55,6 +55,7 @@ struct TrainerArgs {
   std::string data_split;                 ///< --data-split: contiguous | interleaved (empty: contiguous)
   std::uint32_t workers = 1;              ///< --workers: data-parallel worker processes
   std::uint64_t eval_limit = 0;           ///< --eval-limit: evaluation items (0: the trainer's default)
+  std::uint64_t eval_rounds = 1;          ///< --eval-rounds: evaluate every Nth round's anchor (and the first and last)
   std::vector<std::string> extra_args;    ///< appended verbatim (e.g. --data-dir)
 
   /// Errors: invalid_argument naming the rule (empty program, socket or job,

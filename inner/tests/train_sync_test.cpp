@@ -385,6 +385,29 @@ TEST_CASE("the eval log: one line per anchor, the losses the trainer computes", 
   CHECK(field(appended.back(), "eval_loss") == field(lines.back(), "eval_loss"));
 }
 
+TEST_CASE("--eval-rounds N: the first anchor, every Nth round's and the final one are evaluated", "[train][eval-log]") {
+  cpu::set_blas_threads(1);
+  auto data = testing::synthetic_image_dataset();
+  auto path = pt::temp_socket_path("train-log-every");
+  pt::FakeDaemon daemon(open_server(path, kJob), daemon_config(4));
+  TempDir dir("geoloco-train-sync-every", /*create=*/false);
+  std::filesystem::create_directories(dir.path);
+  SyncedOptions s = synced_options(path);
+  s.eval_log = dir.path + "/eval.jsonl";
+  s.eval_rounds = 3;
+  TrainOptions o = mlp_options();
+  o.steps = 5 * kH;
+  const Finished f = train_once(o, s, data);
+  REQUIRE(daemon.syncs().size() == 5);  // rounds 0..4, the last says stop
+  std::vector<std::string> rounds;
+  for (const auto& line : read_lines(s.eval_log)) rounds.push_back(field(line, "round"));
+  // The welcome's anchor (round 0), round 3's (a multiple of 3 from the first round), the stop's (5).
+  CHECK(rounds == std::vector<std::string>{"0", "3", "5"});
+  CHECK(std::stod(field(read_lines(s.eval_log).back(), "eval_loss")) == Approx(f.report.eval.loss).epsilon(1e-8));
+  s.eval_rounds = 0;
+  CHECK_THAT(s.validate().message(), Catch::Contains("--eval-rounds must be >= 1"));
+}
+
 TEST_CASE("eval log lines: fixed keys, null accuracy for gpt, null for a non-finite loss", "[train][eval-log]") {
   EvalLogEntry e;
   e.round = 3;

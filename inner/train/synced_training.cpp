@@ -44,6 +44,8 @@ Status SyncedOptions::validate() const {
       "with a daemon, --sync-every H (steps per round) or --sync-seconds S (seconds per round) must be set");
   GEOLOCO_RETURN_IF(!std::isfinite(sync_seconds), Err::invalid_argument, "--sync-seconds must be finite");
   GEOLOCO_RETURN_IF(min_steps == 0, Err::invalid_argument, "--min-steps must be >= 1");
+  GEOLOCO_RETURN_IF(eval_rounds == 0, Err::invalid_argument,
+                    "--eval-rounds must be >= 1 (1 evaluates every anchor the daemon hands over)");
   GEOLOCO_RETURN_IF(timeout_ms <= 0, Err::invalid_argument, "the daemon timeout must be > 0 ms");
   GEOLOCO_RETURN_IF(!(alpha >= 0.0 && alpha <= 1.0), Err::invalid_argument,
                     "--alpha must be in [0, 1] (the local replica's weight in the merge), got ", alpha);
@@ -156,13 +158,15 @@ Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions
     if (s->resume_step_ >= options.steps)
       out << "warning: step " << s->resume_step_ << " is at or past --steps " << options.steps
           << ": nothing left to train" << std::endl;
-    GEOLOCO_TRY(s->log_anchor(s->welcome_round_));  // with --eval-log
+    GEOLOCO_TRY(s->log_anchor(s->welcome_round_, true));  // with --eval-log
   }
   return s;
 }
 
-Status SyncedTraining::log_anchor(std::uint64_t round) {
+Status SyncedTraining::log_anchor(std::uint64_t round, bool always) {
   if (!eval_log_) return {};
+  // Every Nth round's anchor counted from the job's first round, which is always evaluated.
+  if (!always && round >= sync_.first_round && (round - sync_.first_round) % sync_.eval_rounds != 0) return {};
   auto eval = trainer_->evaluate();
   if (!eval.ok()) return eval.status();
   EvalLogEntry e;
@@ -297,7 +301,9 @@ Status SyncedTraining::merge(SyncPoint& point) {
 Result<TrainReport> SyncedTraining::run(TrainHooks hooks) {
   hooks.min_steps = sync_.min_steps;
   // Called on rank 0 only.
-  hooks.after_sync = [this](const SyncPoint&) { return log_after_sync_ ? log_anchor(next_round_) : Status(); };
+  hooks.after_sync = [this](const SyncPoint& point) {
+    return log_after_sync_ ? log_anchor(next_round_, point.stop) : Status();
+  };
   if (!plan_.streaming) {
     hooks.sync_every = sync_.sync_every;
     hooks.sync_seconds = sync_.sync_seconds;

@@ -59,6 +59,7 @@ struct SyncedOptions {
   std::uint64_t min_steps = 1;    ///< time-based: at least this many steps per round, >= 1
   std::uint64_t first_round = 1;  ///< the number of a job's first round (geolocod's rounds start at 1)
   std::string eval_log;           ///< --eval-log: JSON lines, one per anchor (eval_log.h); empty = none
+  std::uint64_t eval_rounds = 1;  ///< --eval-rounds: with eval_log, every Nth round's anchor (and the first and the stop's)
   std::string state_dir;          ///< --state-dir: the inner state across restarts (inner_state.h); empty = none
   std::uint64_t overlap_steps = 0;  ///< --overlap: τ, inner steps a fragment's exchange overlaps (streaming)
   double alpha = 0.0;             ///< --alpha: α in [0, 1], the local replica's weight in the merge (streaming)
@@ -112,8 +113,9 @@ class SyncedTraining {
 
  private:
   SyncedTraining(SyncedOptions sync, std::ostream& out) : sync_(std::move(sync)), out_(out) {}
-  /// Rank 0: evaluates the parameters (the anchor of `round`) and appends the line.
-  Status log_anchor(std::uint64_t round);
+  /// Rank 0: evaluates the parameters (the anchor of `round`) and appends
+  /// the line; skipped for a round --eval-rounds passes over, unless `always`.
+  Status log_anchor(std::uint64_t round, bool always);
   /// Rank 0: opens the eval log, connects, says HELLO and plans the mode.
   Status connect(const TrainOptions& options);
   Status on_sync(SyncPoint& point);

@@ -124,6 +124,10 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
                  "\"accuracy\" (null for gpt), \"items\", \"unix_time\"} to this file; round = the round that "
                  "starts from that anchor. Streaming: the merged parameters at the end of each period (when "
                  "fragment 0 is merged) and at the stop, round = the merged round + 1");
+  app.add_option("--eval-rounds", sync.eval_rounds,
+                 "with --eval-log: evaluate the anchor of every Nth round only (counted from --first-round), and "
+                 "always the first one and the final one; the other rounds write no line")
+      ->capture_default_str();
   app.add_option("--state-dir", sync.state_dir,
                  "with a daemon: rank 0 saves the AdamW state (moments, step counts) after every sync, atomically, "
                  "to DIR/inner_state.bin tagged with the next round; a trainer welcomed at round r resumes from it "

@@ -42,6 +42,25 @@ stop: {rounds: 12}
   CHECK_FALSE(j->stop_tokens);
 }
 
+TEST_CASE("trainer.eval_rounds and eval_items: how often and on how much the anchors are evaluated") {
+  const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ninner: {lr: 0.003, steps: 40}\nstop: {rounds: 3}\n";
+  auto plain = parse(head + "trainer: {model: gpt}\n");
+  REQUIRE(plain.ok());
+  CHECK(plain->trainer.eval_rounds == 1);  // every anchor
+  CHECK(plain->trainer.eval_items == 0);   // the trainer's default
+  auto sparse = parse(head + "trainer: {model: gpt, eval_rounds: 5, eval_items: 128}\n");
+  INFO(sparse.status().message());
+  REQUIRE(sparse.ok());
+  CHECK(sparse->trainer.eval_rounds == 5);
+  CHECK(sparse->trainer.eval_items == 128);
+  auto zero = parse(head + "trainer: {model: gpt, eval_rounds: 0}\n");
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().message().find("job.yaml:6:36: trainer.eval_rounds: must be at least 1") != std::string::npos);
+  auto negative = parse(head + "trainer: {model: gpt, eval_items: -4}\n");
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.status().message().find("trainer.eval_items") != std::string::npos);
+}
+
 TEST_CASE("inner.phase_warmup: steps at the start of each phase of H steps, refused without H or beyond it") {
   const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ntrainer: {model: mlp}\n";
   auto ok = parse(head + "inner: {lr: 0.003, steps: 40, phase_warmup: 5}\nstop: {rounds: 3}\n");

@@ -60,6 +60,8 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--clip") == "0.5");
   CHECK(value_of("--eval-log") == "/var/lib/geoloco/jobs/demo/eval.jsonl");
   CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
+  CHECK(value_of("--eval-rounds") == "(absent)");  // every anchor: the trainer's default
+  CHECK(value_of("--eval-limit") == "(absent)");
 
   auto g = builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32, data: interleaved}"), "site-c",
                                    {"geoloco-train", "/tmp/j", {}});
@@ -74,6 +76,17 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   auto split = std::find(args.begin(), args.end(), "--data-split");
   REQUIRE(split != args.end());
   CHECK(*(split + 1) == "interleaved");
+
+  auto e = builtin_trainer_options(a_job("{model: gpt, eval_rounds: 4, eval_items: 96}"), "site-a",
+                                   {"geoloco-train", "/tmp/j", {}});
+  REQUIRE(e.ok());
+  const auto ea = trainer_arguments(*e);
+  auto every = std::find(ea.begin(), ea.end(), "--eval-rounds");
+  REQUIRE(every != ea.end());
+  CHECK(*(every + 1) == "4");
+  auto items = std::find(ea.begin(), ea.end(), "--eval-limit");
+  REQUIRE(items != ea.end());
+  CHECK(*(items + 1) == "96");
 
   auto w = builtin_trainer_options(a_job("{model: mlp}", "{lr: 0.002, steps: 40, phase_warmup: 6}"), "site-a",
                                    {"geoloco-train", "/tmp/j", {}});

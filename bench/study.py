@@ -11,6 +11,8 @@ several seeds; the tables give the mean and the spread.
     bench/study.sh                 the default study (about 30 minutes on 2 cores)
     bench/study.sh --full          longer runs, every row on both models
     bench/study.sh --only gpt      one model's rows
+    bench/study.sh --full --only gpt --headline --sites 4 --seeds 1 --no-write
+                                   one longer check of the headline rows
 
 Runs are cached by the hash of their job file, their arguments and the
 geoloco binary (build/study-cache/), so a second run only redoes what
@@ -418,6 +420,8 @@ def main():
     ap.add_argument("--full", action="store_true", help="longer runs, every table on both models")
     ap.add_argument("--only", choices=sorted(MODELS), help="one model's tables")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per configuration (default 2)")
+    ap.add_argument("--headline", action="store_true", help="only the first table (baselines and sites)")
+    ap.add_argument("--sites", type=int, nargs="+", help="the site counts k of the first table (default: the scale's)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations at a time")
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "geoloco"))
     ap.add_argument("--cache", default=os.path.join(ROOT, "build", "study-cache"))
@@ -428,7 +432,13 @@ def main():
     scale_name = "full" if a.full else "default"
     seeds = list(range(1, a.seeds + 1))
     models = [a.only] if a.only else list(MODELS)
-    plan = {m: tables(m, SCALES[scale_name][m], seeds) for m in models}
+    scales = {m: dict(SCALES[scale_name][m]) for m in models}
+    for scale in scales.values():
+        if a.sites:
+            scale["sites"] = a.sites
+        if a.headline:
+            scale["tables"] = []
+    plan = {m: tables(m, scales[m], seeds) for m in models}
     runs = [r for m in models for _, _, rows in plan[m] for _, rs in rows for r in rs]
     started = time.monotonic()
     results = dict(zip((id(r) for r in runs), run_all(runs, a.binary, a.cache, a.jobs)))
@@ -438,7 +448,7 @@ def main():
             f"(seeds {seeds[0]}-{seeds[-1]}), {time.monotonic() - started:.0f} s on {os.cpu_count()} cores "
             "(cached runs not counted)."]
     for m in models:
-        scale = SCALES[scale_name][m]
+        scale = scales[m]
         headline = plan[m][0][2]
         one_site = headline[0][1]
         # A site's seconds per inner step: the one-site run's CPU time over its steps.

@@ -400,6 +400,18 @@ Status JobRun::start() {
   h.streaming = streaming();
   h.first_round = state_.round + 1;
   h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
+  // The job's phases, for a trainer that takes them from its WELCOME (geoloco.torch).
+  inner::protocol::PhasePlan plan;
+  const bool timed = spec_.outer.inner.duration_s > 0;
+  plan.sync_every = timed ? 0 : spec_.outer.inner.steps;
+  plan.sync_seconds = timed ? spec_.outer.inner.duration_s : 0.0;
+  plan.min_steps = std::max<std::uint64_t>(spec_.outer.inner.min_steps, 1);
+  plan.overlap_steps = spec_.outer.streaming.overlap_steps;
+  plan.alpha = spec_.outer.streaming.alpha;
+  plan.merge_delayed = spec_.outer.streaming.delayed;
+  plan.first_round = 1;
+  plan.stop_rounds = spec_.stop_rounds.value_or(0);
+  h.plan = plan;
   // A checkpoint's layout is the job's (its first trainer's): later trainers must match it.
   if (!state_.anchor.empty() && state_.layout != layout_for(state_.anchor.size())) h.expected_layout = state_.layout;
   const std::string journal_path = (fs::path(dir_) / "journal").string();

@@ -69,6 +69,7 @@ Result<std::unique_ptr<TrainerHost>> TrainerHost::open(const asio::any_io_execut
   so.expected_layout = host->options_.expected_layout;
   so.check_finite = host->options_.check_finite;
   so.hello_timeout_ms = host->options_.hello_timeout_ms;
+  so.plan = host->options_.plan;
   auto server = protocol::Server::open(std::move(so));
   if (!server.ok()) return server.status();
   host->server_ = std::move(*server);

@@ -76,6 +76,8 @@ struct TrainerHostOptions {
   /// anchor of the host's next round, read only when a trainer is welcomed,
   /// so the daemon holds no second copy of the model (docs/design.md §10).
   std::function<std::span<const float>()> anchor_view;
+  /// The job's phase plan, for the WELCOME (inner/protocol/message.h).
+  std::optional<inner::protocol::PhasePlan> plan;
 };
 
 /// One inner phase as the trainer reported it.

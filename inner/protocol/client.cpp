@@ -49,6 +49,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   c->fragments_ = w->fragments;
   c->in_flight_.assign(w->fragments.size(), false);
   c->anchor_ready_ = w->anchor_ready();
+  c->plan_ = w->plan;
   return c;
 }
 

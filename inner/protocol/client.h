@@ -58,6 +58,8 @@ class Client {
   /// True once a RESULT said the job is finished.
   bool stopped() const { return stopped_; }
   int fd() const { return socket_.get(); }
+  /// The job's phase plan, when the daemon's WELCOME carried it.
+  const std::optional<PhasePlan>& plan() const { return plan_; }
 
   /// Sends INIT and waits for the RESULT that says the anchor is in the
   /// segment (it may differ from what was sent). Errors: as wait_result().
@@ -95,6 +97,7 @@ class Client {
   std::vector<bool> in_flight_;
   std::vector<UniqueFd> fds_;
   bool anchor_ready_ = false;
+  std::optional<PhasePlan> plan_;
   bool init_pending_ = false;
   bool stopped_ = false;
 };

@@ -13,6 +13,7 @@ namespace {
 // Smallest encoded tensor: empty name (2), dtype (1), rank 0 (1), offset (8).
 constexpr std::size_t kMinTensorBytes = 12;
 constexpr std::size_t kFragmentBytes = 24;
+constexpr std::size_t kPlanBytes = 64;
 
 std::size_t str_size(const std::string& s) { return 2 + s.size(); }
 
@@ -39,7 +40,9 @@ struct BodySize {
     for (const auto& t : m.layout) n += str_size(t.name) + 2 + 8 * t.shape.size() + 8;
     return n;
   }
-  std::size_t operator()(const WelcomeMsg& m) const { return 4 + 8 + 4 + kFragmentBytes * m.fragments.size(); }
+  std::size_t operator()(const WelcomeMsg& m) const {
+    return 4 + 8 + 4 + kFragmentBytes * m.fragments.size() + (m.plan ? kPlanBytes : 0);
+  }
   std::size_t operator()(const InitMsg&) const { return 0; }
   std::size_t operator()(const SyncMsg& m) const { return m.timing ? 48 : 32; }
   std::size_t operator()(const ResultMsg&) const { return 24; }
@@ -60,13 +63,24 @@ struct BodyWriter {
     }
   }
   void operator()(const WelcomeMsg& m) const {
-    w.put(m.flags);
+    w.put((m.flags & kWelcomeAnchorReady) | (m.plan ? kWelcomePlan : 0u));
     w.put(m.values);
     w.put(static_cast<std::uint32_t>(m.fragments.size()));
     for (const auto& f : m.fragments) {
       w.put(f.offset);
       w.put(f.length);
       w.put(f.next_round);
+    }
+    if (const auto& p = m.plan) {
+      w.put(p->sync_every);
+      w.put(p->sync_seconds);
+      w.put(p->min_steps);
+      w.put(p->overlap_steps);
+      w.put(p->alpha);
+      w.put(std::uint32_t{p->merge_delayed ? 1u : 0u});
+      w.put(std::uint32_t{0});
+      w.put(p->first_round);
+      w.put(p->stop_rounds);
     }
   }
   void operator()(const InitMsg&) const {}
@@ -115,6 +129,9 @@ Status check_encodable(const Message& message) {
   if (const auto* w = std::get_if<WelcomeMsg>(&message)) {
     GEOLOCO_RETURN_IF(w->fragments.size() > std::numeric_limits<std::uint32_t>::max(), Err::invalid_argument,
                       "too many fragments");
+    GEOLOCO_RETURN_IF((w->flags & ~kWelcomeAnchorReady) != 0, Err::invalid_argument, "WELCOME's flags ", w->flags,
+                      ": only the anchor flag is set by hand (the plan flag follows `plan`)");
+    if (w->plan) GEOLOCO_TRY(w->plan->check());
   }
   return {};
 }
@@ -153,7 +170,8 @@ Result<Message> decode_welcome(ByteReader& r) {
   m.values = r.get<std::uint64_t>();
   auto count = r.get<std::uint32_t>();
   GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "WELCOME body is shorter than its 16 fixed bytes");
-  GEOLOCO_RETURN_IF((m.flags & ~kWelcomeAnchorReady) != 0, Err::malformed, "WELCOME has unknown flags ", m.flags);
+  GEOLOCO_RETURN_IF((m.flags & ~(kWelcomeAnchorReady | kWelcomePlan)) != 0, Err::malformed,
+                    "WELCOME has unknown flags ", m.flags);
   GEOLOCO_RETURN_IF(count > r.remaining() / kFragmentBytes, Err::truncated, "WELCOME announces ", count,
                     " fragments but only ", r.remaining(), " bytes follow");
   m.fragments.resize(count);
@@ -163,6 +181,26 @@ Result<Message> decode_welcome(ByteReader& r) {
     f.next_round = r.get<std::uint64_t>();
   }
   GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "WELCOME ends inside its fragment table");
+  if ((m.flags & kWelcomePlan) != 0) {
+    PhasePlan p;
+    p.sync_every = r.get<std::uint64_t>();
+    p.sync_seconds = r.get<double>();
+    p.min_steps = r.get<std::uint64_t>();
+    p.overlap_steps = r.get<std::uint64_t>();
+    p.alpha = r.get<double>();
+    const auto merge = r.get<std::uint32_t>();
+    const auto reserved = r.get<std::uint32_t>();
+    p.first_round = r.get<std::uint64_t>();
+    p.stop_rounds = r.get<std::uint64_t>();
+    GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "WELCOME ends inside its phase plan");
+    GEOLOCO_RETURN_IF(merge > 1 || reserved != 0, Err::malformed, "WELCOME's phase plan has merge ", merge,
+                      " (0 or 1) and reserved ", reserved, " (0)");
+    p.merge_delayed = merge == 1;
+    Status ok = p.check();
+    GEOLOCO_RETURN_IF(!ok.ok(), Err::malformed, "WELCOME's phase plan: ", ok.message());
+    m.plan = p;
+    m.flags &= ~kWelcomePlan;  // carried by `plan` from here on
+  }
   return Message(std::move(m));
 }
 
@@ -220,6 +258,19 @@ Result<Message> decode_error(ByteReader& r) {
 }
 
 }  // namespace
+
+Status PhasePlan::check() const {
+  GEOLOCO_RETURN_IF(!std::isfinite(sync_seconds) || sync_seconds < 0, Err::invalid_argument,
+                    "the seconds per phase (", sync_seconds, ") must be finite and not negative");
+  GEOLOCO_RETURN_IF((sync_every > 0) == (sync_seconds > 0), Err::invalid_argument,
+                    "a phase is H steps or a number of seconds: exactly one must be set (H ", sync_every,
+                    ", seconds ", sync_seconds, ")");
+  GEOLOCO_RETURN_IF(min_steps == 0, Err::invalid_argument, "min steps must be at least 1");
+  GEOLOCO_RETURN_IF(!(alpha >= 0 && alpha <= 1), Err::invalid_argument, "alpha ", alpha, " is outside [0, 1]");
+  GEOLOCO_RETURN_IF(merge_delayed && alpha > 0, Err::invalid_argument,
+                    "the delayed merge keeps the local progress; it takes no alpha");
+  return {};
+}
 
 std::string_view message_type_name(MessageType type) {
   switch (type) {

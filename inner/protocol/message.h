@@ -20,11 +20,16 @@
 //                           name:str, u8 dtype (1 = fp32), u8 rank,
 //                           rank × u64 dims, u64 offset (in values of the flat
 //                           fp32 buffer)
-//   WELCOME daemon→trainer  u32 flags (bit 0: the segment holds the anchor),
+//   WELCOME daemon→trainer  u32 flags (bit 0: the segment holds the anchor;
+//                           bit 1: the job's phase plan follows the table),
 //                           u64 values in the segment, u32 fragment count, then
 //                           per fragment: u64 offset, u64 length (values),
-//                           u64 next round. The memfd rides on this message
-//                           (SCM_RIGHTS).
+//                           u64 next round; then with bit 1: u64 H (steps per
+//                           phase, 0: time-based), f64 seconds per phase, u64
+//                           min steps, u64 overlap τ, f64 α, u32 merge (0
+//                           replace, 1 delayed), u32 reserved 0, u64 first
+//                           round, u64 stop rounds (0: none). The memfd rides
+//                           on this message (SCM_RIGHTS).
 //   INIT    trainer→daemon  empty: "my initial parameters are in the segment"
 //   SYNC    trainer→daemon  u64 round, u32 fragment, u32 flags, u64 tokens,
 //                           f64 loss, and when flags bit 0 is set: f64 compute
@@ -114,11 +119,31 @@ struct HelloMsg {
   bool operator==(const HelloMsg&) const = default;
 };
 
+/// How the job's inner phases run, as the job file says: what a trainer
+/// that is not started with these as arguments (a PyTorch loop through the
+/// Python client) learns from its WELCOME.
+struct PhasePlan {
+  std::uint64_t sync_every = 0;     ///< H, inner steps per phase; 0: time-based
+  double sync_seconds = 0;          ///< seconds per phase when time-based, else 0
+  std::uint64_t min_steps = 1;      ///< time-based: at least this many steps
+  std::uint64_t overlap_steps = 0;  ///< Streaming DiLoCo's τ
+  double alpha = 0;                 ///< the merge's local weight α
+  bool merge_delayed = false;       ///< the delayed outer step's merge
+  std::uint64_t first_round = 1;    ///< the number of the job's first round
+  std::uint64_t stop_rounds = 0;    ///< the job file's stop.rounds, periods of H steps (0: none)
+  bool operator==(const PhasePlan&) const = default;
+  /// Errors: invalid_argument naming the rule (exactly one of H and seconds,
+  /// finite seconds, α in [0, 1], no α with the delayed merge, min steps ≥ 1).
+  Status check() const;
+};
+
 inline constexpr std::uint32_t kWelcomeAnchorReady = 1;
+inline constexpr std::uint32_t kWelcomePlan = 2;
 struct WelcomeMsg {
-  std::uint32_t flags = 0;
+  std::uint32_t flags = 0;  ///< kWelcomeAnchorReady; kWelcomePlan is set by the encoder from `plan`
   std::uint64_t values = 0;
   std::vector<FragmentDesc> fragments;
+  std::optional<PhasePlan> plan = std::nullopt;  ///< the job's phase plan, when the daemon sends it
   bool anchor_ready() const { return (flags & kWelcomeAnchorReady) != 0; }
   bool operator==(const WelcomeMsg&) const = default;
 };

@@ -306,7 +306,7 @@ Status Server::do_welcome(std::span<const FragmentDesc> fragments, std::span<con
   fragments_.clear();
   for (const auto& f : fragments) fragments_.push_back(FragmentState{f, false});
   phase_ = anchor_ready ? Phase::training : Phase::awaiting_init;
-  WelcomeMsg w{anchor_ready ? kWelcomeAnchorReady : 0u, values, {fragments.begin(), fragments.end()}};
+  WelcomeMsg w{anchor_ready ? kWelcomeAnchorReady : 0u, values, {fragments.begin(), fragments.end()}, options_.plan};
   send(w, segment_.fd());
   return {};
 }

@@ -70,6 +70,9 @@ struct ServerOptions {
   /// accepted is closed (hello_deadline(), on_hello_deadline()): a
   /// half-sent HELLO must not hold the job's one trainer slot.
   int hello_timeout_ms = 10'000;
+  /// The job's phase plan, sent with every WELCOME (a trainer that takes its
+  /// H, τ and α from the daemon reads it); unset: WELCOME carries none.
+  std::optional<PhasePlan> plan;
 };
 
 /// Where the conversation with the attached trainer stands.

@@ -27,6 +27,7 @@ and decodes the daemon's, checking every length.
 
 import array
 import collections
+import math
 import mmap
 import os
 import socket
@@ -45,6 +46,7 @@ MAX_NAME_BYTES = 1024
 MAX_RANK = 8
 MAX_BODY_BYTES = 16 << 20
 WELCOME_ANCHOR_READY = 1
+WELCOME_PLAN = 2  # the job's phase plan follows the fragment table
 RESULT_STOP = 1
 ERROR_FATAL = 1
 # geoloco::Err (common/status.h), by value.
@@ -59,6 +61,29 @@ _RESULT = struct.Struct("<QIIQ")
 _ERROR_FIXED = struct.Struct("<BBBBIQ")
 _WELCOME_FIXED = struct.Struct("<IQI")
 _FRAGMENT = struct.Struct("<QQQ")
+_PLAN = struct.Struct("<QdQQdIIQQ")
+
+PhasePlan = collections.namedtuple(
+    "PhasePlan", "sync_every sync_seconds min_steps overlap_steps alpha merge_delayed first_round stop_rounds")
+PhasePlan.__doc__ = """The job's inner phases as its WELCOME says (inner/protocol/message.h):
+sync_every H (0: time-based), sync_seconds per phase (0: step-based), min_steps
+of a timed phase, overlap_steps τ, alpha α, merge_delayed, the job's
+first_round, and stop_rounds (the job file's stop.rounds; 0: none)."""
+
+
+def _decode_plan(body, at):
+    if len(body) != at + _PLAN.size:
+        raise SyncError("malformed" if len(body) > at + _PLAN.size else "truncated",
+                        "WELCOME's phase plan is %d bytes, not %d" % (len(body) - at, _PLAN.size))
+    every, seconds, min_steps, overlap, alpha, merge, reserved, first, stop = _PLAN.unpack_from(body, at)
+    if merge > 1 or reserved != 0:
+        raise SyncError("malformed", "WELCOME's phase plan has merge %d and reserved %d" % (merge, reserved))
+    if not (math.isfinite(seconds) and seconds >= 0) or (every > 0) == (seconds > 0):
+        raise SyncError("malformed", "WELCOME's phase plan needs exactly one of H (%d) and seconds (%r)"
+                        % (every, seconds))
+    if not 0 <= alpha <= 1 or min_steps < 1:
+        raise SyncError("malformed", "WELCOME's phase plan has alpha %r and min steps %d" % (alpha, min_steps))
+    return PhasePlan(every, seconds, min_steps, overlap, alpha, merge == 1, first, stop)
 
 Tensor = collections.namedtuple("Tensor", "name shape offset")
 Fragment = collections.namedtuple("Fragment", "offset length next_round")
@@ -158,7 +183,7 @@ def decode_header(head):
 
 
 def decode_body(type_, body):
-    """A daemon's message as a tuple ("WELCOME", flags, values, [Fragment]),
+    """A daemon's message as a tuple ("WELCOME", flags, values, [Fragment], PhasePlan or None),
     ("RESULT", Result) or ("ERROR", DaemonRefused); every length is checked."""
     name = TYPE_NAMES[type_]
 
@@ -173,9 +198,12 @@ def decode_body(type_, body):
         frags = [Fragment(*_FRAGMENT.unpack_from(body, _WELCOME_FIXED.size + i * _FRAGMENT.size))
                  for i in range(count)]
         end = _WELCOME_FIXED.size + count * _FRAGMENT.size
-        if len(body) != end or flags & ~WELCOME_ANCHOR_READY:
-            raise SyncError("malformed", "WELCOME has trailing bytes or unknown flags")
-        return ("WELCOME", flags, values, frags)
+        if flags & ~(WELCOME_ANCHOR_READY | WELCOME_PLAN):
+            raise SyncError("malformed", "WELCOME has unknown flags %d" % flags)
+        plan = _decode_plan(body, end) if flags & WELCOME_PLAN else None
+        if plan is None and len(body) != end:
+            raise SyncError("malformed", "WELCOME has %d bytes after its fragment table" % (len(body) - end))
+        return ("WELCOME", flags, values, frags, plan)
     if type_ == RESULT:
         need(_RESULT.size, "RESULT")
         if len(body) != _RESULT.size:
@@ -213,6 +241,7 @@ class SyncClient:
         self.params = None
         self.fragments = []
         self.anchor_ready = False
+        self.plan = None  # PhasePlan, when the daemon's WELCOME carried the job's
         self.stopped = False
         self._in_flight = []
         self._init_pending = False
@@ -254,7 +283,7 @@ class SyncClient:
                 raise msg[1]
             if msg[0] != "WELCOME":
                 raise SyncError("malformed", "the daemon answered HELLO with %s" % msg[0])
-            _, flags, seg_values, frags = msg
+            _, flags, seg_values, frags, plan = msg
             if seg_values != values:
                 raise SyncError("mismatch", "WELCOME announces %d values; the layout has %d" % (seg_values, values))
             if sum(f.length for f in frags) != values or not frags:
@@ -274,6 +303,7 @@ class SyncClient:
             client.fragments = list(frags)
             client._in_flight = [False] * len(frags)
             client.anchor_ready = bool(flags & WELCOME_ANCHOR_READY)
+            client.plan = plan
             return client
         except BaseException:
             client.close()

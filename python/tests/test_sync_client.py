@@ -15,6 +15,7 @@ Exits 77 (ctest's skip code) when numpy is not installed.
 """
 
 import os
+import struct
 import sys
 
 try:
@@ -25,7 +26,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from geoloco.sync_client import (DaemonRefused, SyncClient, SyncError, decode_body, decode_header,  # noqa: E402
-                                 encode_sync, layout_of, ERROR)
+                                 encode_sync, layout_of, ERROR, PhasePlan, WELCOME)
 
 SOCKET = os.environ["GEOLOCO_SOCKET"]
 JOB = os.environ["GEOLOCO_JOB"]
@@ -68,6 +69,21 @@ def main():
         raise AssertionError("a NaN timing was encoded")
     except ValueError as e:
         assert "finite non-negative" in str(e), e
+    # A WELCOME with the job's phase plan (as message_test.cpp encodes it): the plan is read,
+    # and a plan no trainer could follow is refused.
+    fixed = struct.pack("<IQI", 2, 9, 1) + struct.pack("<QQQ", 0, 9, 1)
+    plan = struct.pack("<QdQQdIIQQ", 30, 0.0, 1, 29, 0.0, 1, 0, 1, 12)
+    kind, flags, values, frags, got = decode_body(WELCOME, fixed + plan)
+    assert (kind, values, len(frags)) == ("WELCOME", 9, 1), (kind, values, frags)
+    assert got == PhasePlan(30, 0.0, 1, 29, 0.0, True, 1, 12), got
+    for bad, why in ((struct.pack("<QdQQdIIQQ", 30, 5.0, 1, 0, 0.0, 0, 0, 1, 0), "exactly one of H"),
+                     (struct.pack("<QdQQdIIQQ", 30, 0.0, 1, 0, 1.5, 0, 0, 1, 0), "alpha"),
+                     (plan[:-8], "phase plan is 56 bytes")):
+        try:
+            decode_body(WELCOME, fixed + bad)
+            raise AssertionError("a bad plan was accepted: %s" % why)
+        except SyncError as e:
+            assert why in str(e), (why, e)
     # A truncated ERROR from a daemon is refused by length, not misread.
     try:
         decode_body(ERROR, bytes(10))

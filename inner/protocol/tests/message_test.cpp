@@ -28,6 +28,8 @@ HelloMsg sample_hello() {
 std::vector<Message> samples() {
   return {sample_hello(),
           WelcomeMsg{kWelcomeAnchorReady, 200961, {{0, 200704, 4}, {200704, 257, 5}}},
+          WelcomeMsg{0, 200961, {{0, 200961, 1}}, PhasePlan{30, 0.0, 1, 29, 0.0, true, 1, 12}},
+          WelcomeMsg{kWelcomeAnchorReady, 9, {{0, 9, 3}}, PhasePlan{0, 45.5, 8, 0, 0.25, false, 1, 0}},
           InitMsg{},
           SyncMsg{12, 1, 65536, 0.4375},
           SyncMsg{12, 1, 65536, 0.4375, SyncTiming{2.5, 2.75}},
@@ -137,6 +139,33 @@ TEST_CASE("every truncation of every body is refused as truncated", "[sanitize]"
       CHECK_THAT(r.status().message(), Catch::StartsWith(std::string(message_type_name(type_of(m)))));
     }
   }
+}
+
+TEST_CASE("a WELCOME's phase plan is checked: a plan no trainer can follow is refused", "[sanitize]") {
+  // Encoding refuses it, so a daemon cannot send one.
+  WelcomeMsg both{0, 9, {{0, 9, 1}}, PhasePlan{30, 10.0, 1, 0, 0.0, false, 1, 0}};
+  CHECK_THAT(encode(both).status().message(), Catch::Contains("exactly one must be set"));
+  WelcomeMsg flagged{kWelcomePlan, 9, {{0, 9, 1}}};
+  CHECK(encode(flagged).status().code() == Err::invalid_argument);  // the flag follows `plan`
+  // Decoding refuses a hand-made one: α outside [0, 1], a merge code it does not know, a short plan.
+  WelcomeMsg good{0, 9, {{0, 9, 1}}, PhasePlan{30, 0.0, 1, 5, 0.5, false, 1, 4}};
+  const auto body = body_of(*encode(good));
+  const std::size_t plan_at = 16 + 24;  // fixed part, one fragment
+  REQUIRE(body.size() == plan_at + 64);
+  auto bad_alpha = body;
+  const double two = 2.0;
+  std::memcpy(bad_alpha.data() + plan_at + 32, &two, 8);
+  auto r = decode_body(MessageType::welcome, bad_alpha);
+  CHECK(r.status().code() == Err::malformed);
+  CHECK_THAT(r.status().message(), Catch::Contains("alpha 2 is outside [0, 1]"));
+  auto bad_merge = body;
+  bad_merge[plan_at + 40] = std::byte{7};
+  CHECK_THAT(decode_body(MessageType::welcome, bad_merge).status().message(), Catch::Contains("has merge 7"));
+  auto shorter = std::vector<std::byte>(body.begin(), body.end() - 8);
+  CHECK(decode_body(MessageType::welcome, shorter).status().code() == Err::truncated);
+  auto back = decode_body(MessageType::welcome, body);
+  REQUIRE(back.ok());
+  CHECK(std::get<WelcomeMsg>(*back).plan == good.plan);
 }
 
 TEST_CASE("trailing bytes, unknown flags and bad fields are malformed, each with its reason", "[sanitize]") {

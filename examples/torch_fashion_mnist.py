@@ -1,21 +1,23 @@
-"""A PyTorch inner trainer for geoloco: a small MLP on Fashion-MNIST that
-trains through the site daemon with the pure-Python sync client.
-
-Each round: load the anchor from shared memory into the model, run
---steps inner AdamW steps (the optimizer state stays across rounds, as
-DiLoCo's inner optimizer does), copy the replica into shared memory, SYNC,
-wait for RESULT, repeat until the daemon says stop. If the daemon has no
-anchor yet (a fresh job), this trainer's initialization becomes it.
+"""A PyTorch training loop that trains across sites with geoloco: a small
+MLP on Fashion-MNIST, the loop a user would write, plus the wrapper.
 
     python3 examples/torch_fashion_mnist.py --socket /var/lib/geoloco/jobs/JOB/sync.sock --job JOB
+    torchrun --nproc_per_node 2 examples/torch_fashion_mnist.py --socket ... --job JOB   # DDP inside the site
 
-The job's sync socket is <data_dir>/jobs/<job>/sync.sock (data_dir from the
-site file; /var/lib/geoloco with the packaged service); a user in the
-geoloco group may attach. The socket and job also come from GEOLOCO_SOCKET
-and GEOLOCO_JOB (the daemon sets them when it starts a trainer). Data: the Debian package
+geoloco.torch.DiLoCo does the rest: the job's first anchor (this trainer's
+initialization when the job is new), the phases the job file sets, SYNC and
+RESULT at each phase's end, Streaming DiLoCo's fragments and merge. The
+inner AdamW and its state are the loop's own and carry across rounds, as
+DiLoCo's inner optimizer does. Under torchrun the model is wrapped in
+DistributedDataParallel (gloo on the CPU): each rank trains on its part of
+the site's data, rank 0 talks to the daemon and the others get each new
+anchor by broadcast.
+
+The socket and job also come from GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod
+sets them when it starts a trainer). Data: the Debian package
 dataset-fashion-mnist (gzip'd IDX files under /usr/share/datasets/fashion-mnist),
 read with gzip and numpy. Exits 77 when torch or numpy is missing (so ctest
-skips the integration test instead of failing it).
+skips the integration tests instead of failing them).
 """
 
 import argparse
@@ -33,7 +35,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from geoloco.sync_client import SyncClient, layout_of  # noqa: E402
+import geoloco.torch  # noqa: E402
 
 
 def read_idx(path):
@@ -58,30 +60,10 @@ def load_split(data_dir, split):
     return (x - 0.2860) / 0.3530, torch.from_numpy(labels.astype(np.int64))  # Fashion-MNIST mean and std
 
 
-def model_to_segment(model, client, fragment=None):
-    """Copies parameters into the segment (all, or one fragment's tensors);
-    torch.from_numpy views the shared memory, so this is one copy."""
-    names = None if fragment is None else set(client.fragment_tensors(fragment))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if names is None or name in names:
-                torch.from_numpy(client.tensor(name)).copy_(p.detach())
-
-
-def segment_to_model(client, model, fragment=None):
-    names = None if fragment is None else set(client.fragment_tensors(fragment))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if names is None or name in names:
-                p.copy_(torch.from_numpy(client.tensor(name)))
-
-
 def evaluate(model, x, y):
     with torch.no_grad():
         logits = model(x)
-        loss = nn.functional.cross_entropy(logits, y).item()
-        acc = (logits.argmax(1) == y).float().mean().item()
-    return loss, acc
+        return nn.functional.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item()
 
 
 def main(argv=None):
@@ -90,79 +72,62 @@ def main(argv=None):
     ap.add_argument("--job", default=os.environ.get("GEOLOCO_JOB"), help="the job's name")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--hidden", type=int, default=128, help="hidden units of the MLP")
-    ap.add_argument("--steps", type=int, default=100, help="inner steps per round (H)")
+    ap.add_argument("--sync-every", type=int, default=None,
+                    help="inner steps per round, only for a daemon that does not send the job's plan")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
     ap.add_argument("--seed", type=int, default=0, help="model init and data order")
+    ap.add_argument("--shard", type=int, default=0, help="this site's shard of the training data")
+    ap.add_argument("--shards", type=int, default=1, help="shards the training data is cut into")
     ap.add_argument("--eval-samples", type=int, default=2000, help="test images for the eval loss/accuracy")
-    ap.add_argument("--max-rounds", type=int, default=1000000, help="stop after this many rounds even without stop")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the daemon's answers")
-    ap.add_argument("--check-outer-eta", type=float, default=None,
-                    help="test hook: assert each new anchor equals anchor - eta*(anchor - replica) in fp32")
+    ap.add_argument("--save", help="write the final parameters here (numpy .npz, by parameter name)")
     args = ap.parse_args(argv)
-    if not args.socket or not args.job:
-        ap.error("--socket and --job (or GEOLOCO_SOCKET and GEOLOCO_JOB) are required")
 
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.manual_seed(args.seed)  # the same initialization on every site
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = 0
+    if world > 1:  # under torchrun: data parallelism inside the site
+        torch.distributed.init_process_group("gloo")
+        rank = torch.distributed.get_rank()
     x_train, y_train = load_split(args.data_dir, "train")
+    # This site's shard of the data, and of it this rank's part.
+    x_train, y_train = x_train[args.shard::args.shards], y_train[args.shard::args.shards]
+    x_train, y_train = x_train[rank::world], y_train[rank::world]
     x_test, y_test = load_split(args.data_dir, "test")
     x_test, y_test = x_test[:args.eval_samples], y_test[:args.eval_samples]
     model = nn.Sequential(nn.Linear(784, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    rng = torch.Generator().manual_seed(args.seed)
+    rng = torch.Generator().manual_seed(args.seed * 1000 + args.shard)
+    say = print if rank == 0 else (lambda *a, **k: None)
 
-    layout = layout_of([(name, tuple(p.shape)) for name, p in model.named_parameters()])
-    with SyncClient.connect(args.socket, args.job, layout, welcome_timeout=args.timeout) as client:
-        if not client.anchor_ready:
-            model_to_segment(model, client)
-            client.send_initial(args.timeout)
-        segment_to_model(client, model)
+    with geoloco.torch.DiLoCo(model, optimizer, socket=args.socket, job=args.job, timeout=args.timeout,
+                              sync_every=args.sync_every) as diloco:
         loss, acc = evaluate(model, x_test, y_test)
-        print("start: %d parameters in %d fragment(s), round %d, eval loss %.4f acc %.3f"
-              % (client.params.size, len(client.fragments), client.next_round(0), loss, acc), flush=True)
-
-        order = torch.randperm(len(x_train), generator=rng)
-        cursor = 0
-        for _ in range(args.max_rounds):
-            started = time.monotonic()
-            total, seen = 0.0, 0
-            for _ in range(args.steps):
-                if cursor + args.batch > len(order):
-                    order, cursor = torch.randperm(len(x_train), generator=rng), 0
-                idx = order[cursor:cursor + args.batch]
-                cursor += args.batch
+        say("start: round %s, eval loss %.4f acc %.3f" % (diloco.next_round, loss, acc), flush=True)
+        started, done = time.monotonic(), False
+        while not done:
+            order = torch.randperm(len(x_train), generator=rng)
+            for at in range(0, len(order) - args.batch + 1, args.batch):
+                idx = order[at:at + args.batch]
                 loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                total += loss.item() * len(idx)
-                seen += len(idx)
-            round_ = client.next_round(0)
-            anchor_before = client.params.copy() if args.check_outer_eta is not None else None
-            # Every fragment goes out at the end of the round (no streaming
-            # overlap here). The replica is copied for the check before any
-            # SYNC: from then on the daemon may overwrite it with the anchor.
-            model_to_segment(model, client)
-            replica = client.params.copy() if args.check_outer_eta is not None else None
-            for f in range(len(client.fragments)):
-                client.sync(client.next_round(f), f, tokens=seen, loss=total / seen)
-            stop = False
-            for f in range(len(client.fragments)):
-                result = client.wait_result(args.timeout)
-                assert result.round == round_, (result, round_)
-                segment_to_model(client, model, result.fragment)
-                stop = stop or result.stop
-            if args.check_outer_eta is not None:
-                eta = np.float32(args.check_outer_eta)
-                expected = anchor_before - eta * (anchor_before - replica)
-                np.testing.assert_array_equal(client.params, expected)
-                assert not np.array_equal(client.params, anchor_before), "the anchor did not move"
-            eval_loss, acc = evaluate(model, x_test, y_test)
-            print("round %d: train loss %.4f, eval loss %.4f, acc %.3f, %.2f s"
-                  % (round_, total / seen, eval_loss, acc, time.monotonic() - started), flush=True)
-            if stop:
-                break
+                rounds = diloco.rounds
+                done = diloco.step(tokens=len(idx), loss=loss.item())
+                if diloco.rounds != rounds:  # a round just synced: the model holds the new anchor
+                    eval_loss, acc = evaluate(model, x_test, y_test)
+                    say("round %d synced: eval loss %.4f, acc %.3f, %.1f s" % (diloco.rounds, eval_loss, acc,
+                                                                              time.monotonic() - started), flush=True)
+                if done:
+                    break
+    if args.save:  # every rank: its replica (a rank's file gets ".rankN" before the suffix under torchrun)
+        path = args.save if world == 1 else args.save.replace(".npz", ".rank%d.npz" % rank)
+        np.savez(path, **{name: p.detach().numpy() for name, p in geoloco.torch.unwrap(model).named_parameters()})
     return 0
 
 

@@ -212,10 +212,7 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
     if (st.delayed && j.outer.inner.duration_s > 0)
       p.add(doc["streaming"], "streaming: merge: delayed needs inner.steps: the exchange overlaps the next phase's "
                               "steps, and inner.duration does not say how many it has");
-    if ((st.fragments > 1 || st.overlap_steps > 0 || st.alpha > 0 || st.delayed) &&
-        j.trainer.kind == TrainerSpec::Kind::external)
-      p.add(doc["streaming"], "streaming: fragments > 1, overlap, alpha or merge: delayed need the built-in trainer; an "
-                              "external trainer (the Python client) syncs whole rounds");
+    // An external trainer streams too: WELCOME carries the plan (geoloco.torch follows it).
   }
 
   if (p.empty() && extra.empty()) return j;

@@ -1,0 +1,419 @@
+"""DiLoCo for a PyTorch training loop: wrap the model and its inner
+optimizer, keep the loop.
+
+    import geoloco.torch
+
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    with geoloco.torch.DiLoCo(model, opt) as diloco:   # GEOLOCO_SOCKET, GEOLOCO_JOB
+        for x, y in batches:
+            loss = loss_fn(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if diloco.step(tokens=len(x), loss=loss.item()):
+                break                                   # the job is over
+
+The wrapper talks to the site's daemon (geolocod) through the local sync
+protocol (geoloco.sync_client) and does what geoloco-train does:
+
+- the job's first anchor: this trainer's initialization when the job is new,
+  else the committed anchor, loaded into the model;
+- the phases the job file sets (the daemon's WELCOME carries them): H inner
+  steps, or a number of seconds (rank 0 decides, every rank follows);
+- at each phase's end SYNC with the phase's tokens, mean loss and the
+  trainer's own timing, then the new anchor from RESULT;
+- Streaming DiLoCo: one fragment per round, its exchange overlapping τ steps,
+  then the merge θ_f ← α·θ_f(local) + (1 − α)·θ_f(global), or the delayed
+  merge θ_f ← θ_f(global) + (θ_f(local) − θ_f(at sync)), in float64 rounded
+  once, the same bits as geoloco-train;
+- plain DiLoCo trains in place: on rank 0 every CPU float32 parameter is a
+  view of the job's shared memory, so nothing is copied per round; the inner
+  optimizer and its state are the user's and carry across rounds.
+
+Under torchrun (torch.distributed initialized, DDP inside the site), rank 0
+talks to the daemon and every other rank receives the new parameters (and
+each decision) by broadcast over the process group, so the replicas stay
+identical. Only rank 0 needs the socket.
+"""
+
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .sync_client import PhasePlan, SyncClient, SyncError, layout_of
+
+__all__ = ["DiLoCo", "phase_steps", "unwrap"]
+
+
+def _steps_through_round(k, fragments, h):
+    """Inner steps when round k (>= 1) syncs (diloco/fragments.h)."""
+    if k == 0:
+        return 0
+    f = max(fragments, 1)
+    return (k - 1) // f * h + ((k - 1) % f + 1) * h // f
+
+
+def phase_steps(round_, first_round, fragments, h):
+    """Inner steps of the phase that ends with round `round_`'s sync, as
+    geolocod's schedule has them (diloco/fragments.h: phase_steps)."""
+    k = round_ - first_round + 1 if round_ >= first_round else 1
+    return _steps_through_round(k, fragments, h) - _steps_through_round(k - 1, fragments, h)
+
+
+def unwrap(model):
+    """The user's module inside DistributedDataParallel (or DataParallel), whose
+    parameter names (not "module.<name>") are the job's layout."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+class DiLoCo:
+    """See the module docstring. `job` and `socket` default to GEOLOCO_JOB
+    and GEOLOCO_SOCKET (set by geolocod when it starts the trainer).
+    `sync_every`, `overlap` and `alpha` are for a daemon that sends no phase
+    plan; with one, they must agree with it. `timeout`: seconds to wait for
+    the daemon's answers. `process_group`: the site's group (default: the
+    default group when torch.distributed is initialized)."""
+
+    def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, sync_every=None,
+                 overlap=None, alpha=None, process_group=None):
+        self.model = model
+        self.optimizer = inner_optimizer
+        self.job = job if job is not None else os.environ.get("GEOLOCO_JOB")
+        self.socket = socket if socket is not None else os.environ.get("GEOLOCO_SOCKET")
+        self.timeout = float(timeout)
+        self._asked = {"sync_every": sync_every, "overlap_steps": overlap, "alpha": alpha}
+        self._group = process_group
+        self._distributed = dist.is_available() and dist.is_initialized()
+        self._rank = dist.get_rank(process_group) if self._distributed else 0
+        self._client = None
+        self._params = [(name, p) for name, p in unwrap(model).named_parameters()]
+        self.plan = None
+        self.stopped = False
+        self.rounds = 0          # rounds this trainer synced
+        self.steps = 0           # inner steps since the wrapper started
+        self._views = False
+
+    # --- start and end ----------------------------------------------------
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def start(self):
+        """Connects (rank 0), takes the job's anchor into the model on every rank."""
+        for name, p in self._params:
+            if p.dtype != torch.float32:
+                raise TypeError("parameter %s is %s; geoloco exchanges float32 parameters" % (name, p.dtype))
+        plan = None
+        if self._rank == 0:
+            if not self.socket or not self.job:
+                raise ValueError("the daemon's socket and the job's name are needed: pass socket= and job=, or set "
+                                 "GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod sets them for a trainer it starts)")
+            layout = layout_of([(name, tuple(p.shape)) for name, p in self._params])
+            try:
+                self._client = SyncClient.connect(self.socket, self.job, layout, welcome_timeout=self.timeout)
+            except FileNotFoundError:
+                raise SyncError("io", "no daemon at %s: is geolocod running with job '%s' on this site?"
+                                % (self.socket, self.job)) from None
+            plan = self._plan(self._client.plan)
+            if not self._client.anchor_ready:
+                self._model_to_segment()
+                self._client.send_initial(self.timeout)
+        self.plan = self._share(plan)
+        self._fragments = len(self._client.fragments) if self._client else 0
+        streaming = self._share(self._streaming() if self._rank == 0 else None)
+        self._mode = "streaming" if streaming else "plain"
+        self._first_round = self.plan.first_round
+        if self._rank == 0:
+            rounds = {f.next_round for f in self._client.fragments}
+            self._schedule_fragments = 1 if len(rounds) == 1 else self._fragments
+            if self._mode == "plain":
+                self._views = self._segment_views()
+            if not self._views:
+                self._segment_to_model()
+        self._schedule_fragments = self._share(self._schedule_fragments if self._rank == 0 else None)
+        self._broadcast_params()
+        self._in_flight = []
+        self._at_sync = {}
+        self._since_handout = 0
+        self._phase_steps = 0
+        self._phase_tokens = 0
+        self._phase_loss = 0.0
+        self._phase_losses = 0
+        self._phase_started = time.monotonic()
+        self._last_sync = self._phase_started
+        self._waited = 0.0
+        self._length = "due"
+        return self
+
+    def close(self):
+        """Leaves the daemon (rank 0). The model keeps its parameters (copied
+        out of the shared memory when they were views of it)."""
+        if self._client is not None:
+            if self._views:
+                with torch.no_grad():
+                    for _, p in self._params:
+                        p.data = p.data.clone()
+                self._views = False
+            self._client.close()
+            self._client = None
+
+    # --- the loop's side --------------------------------------------------
+
+    @property
+    def total_steps(self):
+        """Inner steps of the whole job when it stops after a number of rounds
+        of H steps (for the user's learning-rate schedule); None otherwise."""
+        p = self.plan
+        return p.stop_rounds * p.sync_every if p and p.stop_rounds and p.sync_every else None
+
+    @property
+    def next_round(self):
+        """The round this trainer syncs next (rank 0; None elsewhere)."""
+        if self._client is None:
+            return None
+        return min(f.next_round for f in self._client.fragments)
+
+    def step(self, tokens, loss=None):
+        """Call once per inner step, after the optimizer's step. `tokens`:
+        this rank's work in the step (tokens, samples); the SYNC carries the
+        site's sum over its ranks. `loss`: the step's training loss (a float;
+        the SYNC carries the mean over the phase and the ranks). Returns True when the job is over:
+        the model then holds the job's final anchor (what the daemon's
+        checkpoint holds), streaming or not. Every rank calls it."""
+        if self.stopped:
+            return True
+        self.steps += 1
+        self._phase_steps += 1
+        self._since_handout += 1
+        self._phase_tokens += int(tokens)
+        if loss is not None:
+            self._phase_loss += float(loss)
+            self._phase_losses += 1
+        if self._in_flight and self._since_handout >= self.plan.overlap_steps:
+            if self._merge():
+                return True
+        if not self._phase_over():
+            return False
+        self._sum_over_ranks()
+        if self._mode == "plain":
+            return self._sync_plain()
+        self._hand_out()
+        if self.plan.overlap_steps == 0:
+            return self._merge()
+        return False
+
+    # --- decisions --------------------------------------------------------
+
+    def _plan(self, sent):
+        asked = {k: v for k, v in self._asked.items() if v is not None}
+        if sent is None:
+            if "sync_every" not in asked:
+                raise SyncError("unsupported", "the daemon sent no phase plan; pass sync_every= (and overlap=, "
+                                "alpha= for Streaming DiLoCo)")
+            return PhasePlan(int(asked["sync_every"]), 0.0, 1, int(asked.get("overlap_steps", 0)),
+                             float(asked.get("alpha", 0.0)), False, 1, 0)
+        for key, value in asked.items():
+            if getattr(sent, key) != value:
+                raise ValueError("%s=%r disagrees with the job, whose %s is %r: leave it out to follow the job"
+                                 % (key.replace("_steps", ""), value, key, getattr(sent, key)))
+        return sent
+
+    def _streaming(self):
+        rounds = {f.next_round for f in self._client.fragments}
+        p = self.plan
+        streaming = len(rounds) > 1 or p.overlap_steps > 0 or p.alpha > 0 or p.merge_delayed
+        if streaming and p.sync_seconds > 0:
+            raise ValueError("Streaming DiLoCo needs phases of H steps, not of seconds")
+        return streaming
+
+    def _phase_length(self):
+        """Steps of the phase starting now (rank 0's schedule, shared once per
+        phase); None for time-based phases."""
+        p = self.plan
+        if p.sync_every == 0:
+            return None
+        if self._mode == "plain":
+            return p.sync_every
+        length = None
+        if self._rank == 0:
+            length = phase_steps(self.next_round, self._first_round, self._schedule_fragments, p.sync_every)
+        return self._share(length)
+
+    def _phase_over(self):
+        p = self.plan
+        if self._in_flight:
+            return False
+        if self._length == "due":  # after the merge: the table says which round is next
+            self._length = self._phase_length()
+        if self._length is not None:
+            return self._phase_steps >= self._length
+        # Time-based: rank 0's clock decides, every rank follows.
+        over = None
+        if self._rank == 0:
+            over = (time.monotonic() - self._phase_started >= p.sync_seconds and self._phase_steps >= p.min_steps)
+        return self._share(over)
+
+    # --- plain DiLoCo -----------------------------------------------------
+
+    def _sync_plain(self):
+        stop = None
+        if self._rank == 0:
+            if not self._views:
+                self._model_to_segment()
+            round_ = self.next_round
+            timing = self._timing()
+            for f in range(self._fragments):
+                self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
+            stop = False
+            waited = time.monotonic()
+            for _ in range(self._fragments):
+                stop = self._client.wait_result(self.timeout).stop or stop
+            self._waited += time.monotonic() - waited
+            if not self._views:
+                self._segment_to_model()
+        stop = self._share(stop)
+        self._broadcast_params()
+        self._end_phase()
+        self.stopped = stop
+        return stop
+
+    # --- Streaming DiLoCo -------------------------------------------------
+
+    def _hand_out(self):
+        if self._rank == 0:
+            round_ = self.next_round
+            timing = self._timing()
+            due = [f for f, d in enumerate(self._client.fragments) if d.next_round == round_]
+            for f in due:
+                names = set(self._client.fragment_tensors(f))
+                with torch.no_grad():
+                    for name, p in self._params:
+                        if name in names:
+                            self._client.tensor(name)[...] = p.detach().cpu().numpy()
+                            if self.plan.merge_delayed:
+                                self._at_sync[name] = self._client.tensor(name).copy()
+                self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
+            self._in_flight = due
+        else:
+            self._in_flight = [None]  # the other ranks only need to know one is out
+        self._end_phase()
+        self._since_handout = 0
+
+    def _merge(self):
+        stop = None
+        if self._rank == 0:
+            stop = False
+            waited = time.monotonic()
+            for _ in self._in_flight:
+                result = self._client.wait_result(self.timeout)
+                stop = stop or result.stop
+                names = set(self._client.fragment_tensors(result.fragment))
+                with torch.no_grad():
+                    for name, p in self._params:
+                        if name in names:
+                            merged = self._merged(name, p)
+                            p.copy_(torch.from_numpy(merged).to(p.device))
+            self._waited += time.monotonic() - waited
+            self._at_sync = {}
+            if stop:
+                # The job's result is its final anchor, which the segment holds
+                # (each fragment as its last round left it): the model takes it.
+                self._segment_to_model()
+        self._in_flight = []
+        stop = self._share(stop)
+        self._broadcast_params()
+        self.stopped = stop
+        return stop
+
+    def _merged(self, name, p):
+        glob = self._client.tensor(name)
+        p_ = self.plan
+        if p_.merge_delayed:
+            local = p.detach().cpu().numpy().astype(np.float64)
+            return (glob.astype(np.float64) + (local - self._at_sync[name].astype(np.float64))).astype(np.float32)
+        if p_.alpha == 0:
+            return glob.copy()  # the global values, bit for bit
+        local = p.detach().cpu().numpy().astype(np.float64)
+        return (p_.alpha * local + (1.0 - p_.alpha) * glob.astype(np.float64)).astype(np.float32)
+
+    # --- helpers ----------------------------------------------------------
+
+    def _sum_over_ranks(self):
+        """The site's tokens and loss of the phase: every rank's, summed."""
+        if not self._distributed:
+            return
+        t = torch.tensor([float(self._phase_tokens), self._phase_loss, float(self._phase_losses)],
+                         dtype=torch.float64)
+        dist.all_reduce(t, group=self._group)
+        self._phase_tokens, self._phase_loss, self._phase_losses = int(t[0].item()), t[1].item(), int(t[2].item())
+
+    def _mean_loss(self):
+        return self._phase_loss / self._phase_losses if self._phase_losses else 0.0
+
+    def _timing(self):
+        # The trainer's seconds since its previous SYNC, and of them the ones
+        # not spent waiting for the daemon (its RESULTs): the compute share
+        # geoloco watch shows.
+        now = time.monotonic()
+        loop = now - self._last_sync
+        compute = max(loop - self._waited, 0.0)
+        self._last_sync = now
+        self._waited = 0.0
+        return (compute, loop)
+
+    def _end_phase(self):
+        self.rounds += 1
+        self._length = "due"
+        self._phase_steps = 0
+        self._phase_tokens = 0
+        self._phase_loss = 0.0
+        self._phase_losses = 0
+        self._phase_started = time.monotonic()
+
+    def _segment_views(self):
+        """Makes every parameter a view of the segment when all are CPU
+        float32 and contiguous (then nothing is copied per round)."""
+        if not all(p.device.type == "cpu" and p.is_contiguous() for _, p in self._params):
+            return False
+        with torch.no_grad():
+            for name, p in self._params:
+                p.data = torch.from_numpy(self._client.tensor(name))
+        return True
+
+    def _model_to_segment(self):
+        with torch.no_grad():
+            for name, p in self._params:
+                self._client.tensor(name)[...] = p.detach().cpu().numpy()
+
+    def _segment_to_model(self):
+        with torch.no_grad():
+            for name, p in self._params:
+                p.copy_(torch.from_numpy(self._client.tensor(name)).to(p.device))
+
+    def _share(self, value):
+        """Rank 0's value on every rank of the site."""
+        if not self._distributed:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=self._src(), group=self._group)
+        return box[0]
+
+    def _src(self):
+        return dist.get_global_rank(self._group, 0) if self._group is not None else 0
+
+    def _broadcast_params(self):
+        if not self._distributed:
+            return
+        with torch.no_grad():
+            for _, p in self._params:
+                dist.broadcast(p.data, src=self._src(), group=self._group)

@@ -6,7 +6,7 @@
 # Layout of the package (prefix /usr):
 #   /usr/bin/geoloco, geoloco-train, geolocod, geoloco-faultproxy
 #   /lib/systemd/system/geolocod.service, geolocod@.service
-#   /usr/lib/python3/dist-packages/geoloco/      (numpy-only Python package)
+#   /usr/lib/python3/dist-packages/geoloco/      (the Python package: numpy only; geoloco.torch also needs python3-torch)
 #   /usr/share/geoloco/configs/{sites,jobs}/     (the example configs)
 #   /usr/share/doc/geoloco/README.md
 # Units go to /lib/systemd/system, not /usr/lib: Debian 12 packages still
@@ -62,6 +62,8 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Python package's interpreter and numpy.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, python3, python3-numpy")
+# geoloco.torch (a PyTorch loop as a site's trainer) imports torch.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${PROJECT_SOURCE_DIR}/packaging/debian/postinst
     ${PROJECT_SOURCE_DIR}/packaging/debian/prerm

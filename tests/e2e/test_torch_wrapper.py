@@ -14,7 +14,7 @@ import sys
 
 try:
     import numpy as np
-    import torch  # noqa: F401
+    import torch
 except ImportError as e:
     print(f"torch and numpy are needed ({e}): skipping")
     sys.exit(77)
@@ -23,6 +23,7 @@ from federation import Federation, free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+import geoloco.torch  # noqa: E402
 from geoloco.checkpoint import load, model_tensors  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "torch_fashion_mnist.py")
@@ -101,6 +102,17 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
             assert set(saved.files) == set(anchor), (saved.files, list(anchor))
             for tensor in anchor:
                 assert np.array_equal(saved[tensor], anchor[tensor]), f"{file}: {tensor} differs from the final anchor"
+    # The checkpoint loads into a fresh model in one call; a model of another shape is refused by name.
+    fresh = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    ckpt = geoloco.torch.load_checkpoint(fresh, statuses["site-b"]["checkpoint"])
+    assert ckpt.round == engine_rounds, ckpt.round
+    for tensor, p in fresh.named_parameters():
+        assert np.array_equal(p.detach().numpy(), anchor[tensor]), tensor
+    try:
+        geoloco.torch.load_checkpoint(torch.nn.Sequential(torch.nn.Linear(784, 16)), statuses["site-b"]["checkpoint"])
+        raise AssertionError("a model of another layout took the checkpoint")
+    except ValueError as e:
+        assert "0.weight (16, 784) in the model but 0.weight (32, 784)" in str(e), e
     print(f"{name}: {engine_rounds} rounds, one digest each on 3 sites; every trainer holds the final anchor")
     return statuses
 

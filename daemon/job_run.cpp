@@ -450,12 +450,14 @@ Status JobRun::start() {
   if (!host.ok()) return host.status();
   host_ = std::move(*host);
 
-  if (spec_.trainer.kind == job::TrainerSpec::Kind::builtin) {
+  if (spec_.trainer.kind != job::TrainerSpec::Kind::external) {
     job::TrainerPaths paths;
     paths.program = env_.trainer_program;
     paths.job_dir = dir_;
     paths.gpus = env_.site.gpus;
-    auto args = job::builtin_trainer_options(spec_, self(), paths);
+    auto args = spec_.trainer.kind == job::TrainerSpec::Kind::command
+                    ? job::command_trainer_options(spec_, self(), paths)
+                    : job::builtin_trainer_options(spec_, self(), paths);
     if (!args.ok()) return args.status();
     TrainerProcessOptions options;
     static_cast<job::TrainerArgs&>(options) = std::move(*args);

@@ -77,11 +77,14 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
     ap.add_argument("--seed", type=int, default=0, help="model init and data order")
-    ap.add_argument("--shard", type=int, default=0, help="this site's shard of the training data")
-    ap.add_argument("--shards", type=int, default=1, help="shards the training data is cut into")
+    ap.add_argument("--shard", type=int, default=int(os.environ.get("GEOLOCO_SITE_SHARD", "0")),
+                    help="this site's shard of the training data (geolocod sets GEOLOCO_SITE_SHARD)")
+    ap.add_argument("--shards", type=int, default=int(os.environ.get("GEOLOCO_SITE_SHARDS", "1")),
+                    help="shards the training data is cut into (geolocod sets GEOLOCO_SITE_SHARDS)")
     ap.add_argument("--eval-samples", type=int, default=2000, help="test images for the eval loss/accuracy")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the daemon's answers")
-    ap.add_argument("--save", help="write the final parameters here (numpy .npz, by parameter name)")
+    ap.add_argument("--save", help="write the final parameters here (numpy .npz, by parameter name; "
+                                   "{shard} in the path becomes the site's shard)")
     args = ap.parse_args(argv)
 
     torch.manual_seed(args.seed)  # the same initialization on every site
@@ -119,15 +122,19 @@ def main(argv=None):
                 optimizer.step()
                 rounds = diloco.rounds
                 done = diloco.step(tokens=len(idx), loss=loss.item())
-                if diloco.rounds != rounds:  # a round just synced: the model holds the new anchor
+                if diloco.rounds != rounds and rank == 0:  # a round synced (streaming: merged τ steps later)
                     eval_loss, acc = evaluate(model, x_test, y_test)
-                    say("round %d synced: eval loss %.4f, acc %.3f, %.1f s" % (diloco.rounds, eval_loss, acc,
+                    say("round %d synced: eval loss %.4f, acc %.3f, %.1f s" % (diloco.next_round - 1, eval_loss, acc,
                                                                               time.monotonic() - started), flush=True)
                 if done:
                     break
     if args.save:  # every rank: its replica (a rank's file gets ".rankN" before the suffix under torchrun)
-        path = args.save if world == 1 else args.save.replace(".npz", ".rank%d.npz" % rank)
+        path = args.save.format(shard=args.shard)
+        path = path if world == 1 else path.replace(".npz", ".rank%d.npz" % rank)
         np.savez(path, **{name: p.detach().numpy() for name, p in geoloco.torch.unwrap(model).named_parameters()})
+    if world > 1:  # every rank leaves the group together (gloo aborts a process that exits inside it)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -95,8 +95,20 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
   read_map(doc["trainer"], "trainer",
            {{"kind", [&](const YAML::Node& v, const std::string& w) {
                yaml::read_enum(v, w, std::map<std::string, TrainerSpec::Kind>{{"builtin", TrainerSpec::Kind::builtin},
-                                                                               {"external", TrainerSpec::Kind::external}},
+                                                                               {"external", TrainerSpec::Kind::external},
+                                                                               {"command", TrainerSpec::Kind::command}},
                                t.kind, p);
+             }},
+            {"command", [&](const YAML::Node& v, const std::string& w) {
+               if (!v.IsSequence() || v.size() == 0) {
+                 p.add(v, w + ": expected the program and its arguments as a list, e.g. [python3, train.py]");
+                 return;
+               }
+               for (const auto& arg : v) {
+                 std::string s;
+                 if (yaml::read_string(arg, w, s, p)) t.command.push_back(s);
+               }
+               if (!t.command.empty() && t.command.front().empty()) p.add(v, w + ": the program is empty");
              }},
             {"model", [&](const YAML::Node& v, const std::string& w) {
                yaml::read_enum(v, w, std::map<std::string, std::string>{{"mlp", "mlp"}, {"gpt", "gpt"}}, t.model, p);
@@ -121,6 +133,10 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
            {}, p);
   if (doc["trainer"]) {
     const YAML::Node& at = doc["trainer"];
+    if (t.kind == TrainerSpec::Kind::command && t.command.empty() && !at["command"])
+      p.add(at, "trainer: kind command needs command: [program, arguments...], the trainer geolocod starts");
+    else if (t.kind != TrainerSpec::Kind::command && at["command"])
+      p.add(at["command"], "trainer.command: only a trainer of kind command runs a command");
     if (t.layers < 1 || t.width < 1 || t.heads < 1 || t.context < 1 || t.workers < 1)
       p.add(at, "trainer: layers, width, heads, context and workers must each be at least 1");
     else if (t.model == "gpt" && t.width % t.heads != 0)

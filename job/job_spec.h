@@ -42,8 +42,16 @@ class Node;
 namespace geoloco::job {
 
 struct TrainerSpec {
-  enum class Kind { builtin, external };
+  /// builtin: geoloco-train, started by the daemon; command: the user's
+  /// program (e.g. a PyTorch loop through geoloco.torch, or torchrun),
+  /// started and restarted by the daemon like geoloco-train; external: the
+  /// daemon starts nothing and waits for a trainer to attach.
+  enum class Kind { builtin, external, command };
   Kind kind = Kind::builtin;
+  /// kind command: the program and its arguments, run as they are on every
+  /// site (the site's socket, job, shard and shard count come in
+  /// GEOLOCO_SOCKET, GEOLOCO_JOB, GEOLOCO_SITE_SHARD, GEOLOCO_SITE_SHARDS).
+  std::vector<std::string> command;
   std::string model = "mlp";  ///< builtin: mlp | gpt
   int layers = 2;
   int width = 128;

@@ -73,4 +73,23 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   return o;
 }
 
+Result<TrainerArgs> command_trainer_options(const JobSpec& job, const std::string& site, const TrainerPaths& paths) {
+  GEOLOCO_RETURN_IF(job.trainer.kind != TrainerSpec::Kind::command || job.trainer.command.empty(),
+                    Err::invalid_argument, "job '", job.name, "' has no trainer command to run");
+  const auto it = std::find(job.sites.begin(), job.sites.end(), site);
+  GEOLOCO_RETURN_IF(it == job.sites.end(), Err::invalid_argument, "site '", site, "' is not one of job '", job.name,
+                    "''s sites");
+  TrainerArgs o;
+  o.command = job.trainer.command;
+  o.program = job.trainer.command.front();
+  o.socket_path = sync_socket_path(paths.job_dir);
+  o.job = job.name;
+  o.log_path = (std::filesystem::path(paths.job_dir) / "trainer.log").string();
+  o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
+  o.site_shards = static_cast<std::uint32_t>(job.sites.size());
+  o.visible_gpus = paths.gpus;
+  GEOLOCO_TRY(o.validate());
+  return o;
+}
+
 }  // namespace geoloco::job

@@ -34,4 +34,10 @@ std::string sync_socket_path(const std::string& job_dir);
 Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
                                                       const TrainerPaths& paths);
 
+/// The process options for `site`'s trainer of kind command: the job's
+/// command as it is, its log (<job_dir>/trainer.log), the job's socket and
+/// the site's shard (its place among the job's sites). Errors:
+/// invalid_argument (another kind, or `site` is not one of the job's sites).
+Result<TrainerArgs> command_trainer_options(const JobSpec& job, const std::string& site, const TrainerPaths& paths);
+
 }  // namespace geoloco::job

@@ -16,16 +16,21 @@ std::string number(double v) {
 }  // namespace
 
 Status TrainerArgs::validate() const {
-  GEOLOCO_RETURN_IF(program.empty(), Err::invalid_argument, "trainer: program must name the geoloco-train binary");
+  GEOLOCO_RETURN_IF(program.empty(), Err::invalid_argument,
+                    "trainer: program must name the geoloco-train binary (or the command's program)");
   GEOLOCO_RETURN_IF(socket_path.empty(), Err::invalid_argument, "trainer: socket_path must be set");
   GEOLOCO_RETURN_IF(job.empty(), Err::invalid_argument, "trainer: job must be set");
+  GEOLOCO_RETURN_IF(site_shards == 0 || site_shard >= site_shards, Err::invalid_argument, "trainer: site_shard ",
+                    site_shard, " must be below site_shards ", site_shards);
+  if (!command.empty()) {
+    GEOLOCO_RETURN_IF(command.front().empty(), Err::invalid_argument, "trainer: the command's program is empty");
+    return {};
+  }
   GEOLOCO_RETURN_IF(model != "mlp" && model != "gpt", Err::invalid_argument, "trainer: model must be mlp or gpt, not '",
                     model, "'");
   GEOLOCO_RETURN_IF(sync_every == 0 && sync_seconds <= 0, Err::invalid_argument,
                     "trainer: sync_every (H) must be at least 1, or sync_seconds > 0");
   GEOLOCO_RETURN_IF(sync_seconds < 0, Err::invalid_argument, "trainer: sync_seconds must be >= 0");
-  GEOLOCO_RETURN_IF(site_shards == 0 || site_shard >= site_shards, Err::invalid_argument, "trainer: site_shard ",
-                    site_shard, " must be below site_shards ", site_shards);
   GEOLOCO_RETURN_IF(workers == 0, Err::invalid_argument, "trainer: workers must be at least 1");
   GEOLOCO_RETURN_IF(!(lr >= 0), Err::invalid_argument, "trainer: lr must be >= 0 (0: the trainer's default)");
   GEOLOCO_RETURN_IF(!(alpha >= 0 && alpha <= 1), Err::invalid_argument,
@@ -36,6 +41,7 @@ Status TrainerArgs::validate() const {
 }
 
 std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
+  if (!o.command.empty()) return o.command;
   std::vector<std::string> a{o.program, "--model", o.model};
   auto add = [&a](const char* flag, const std::string& value) {
     a.emplace_back(flag);

@@ -57,14 +57,19 @@ struct TrainerArgs {
   std::uint64_t eval_limit = 0;           ///< --eval-limit: evaluation items (0: the trainer's default)
   std::uint64_t eval_rounds = 1;          ///< --eval-rounds: evaluate every Nth round's anchor (and the first and last)
   std::vector<std::string> extra_args;    ///< appended verbatim (e.g. --data-dir)
+  /// A user's trainer (the job's trainer.kind command): this argument vector
+  /// runs as it is, program first, instead of geoloco-train's; the fields
+  /// above but the socket, job, log path and shards are not used.
+  std::vector<std::string> command;
 
   /// Errors: invalid_argument naming the rule (empty program, socket or job,
   /// sync_every 0, site_shard >= site_shards, workers 0, alpha outside [0, 1]).
   Status validate() const;
 };
 
-/// geoloco-train's argument vector for `args` (argv[0] is the program); the
-/// socket and the job travel in GEOLOCO_SOCKET and GEOLOCO_JOB.
+/// geoloco-train's argument vector for `args` (argv[0] is the program), or
+/// the user's `command`; the socket, the job and the site's shard travel in
+/// GEOLOCO_SOCKET, GEOLOCO_JOB, GEOLOCO_SITE_SHARD and GEOLOCO_SITE_SHARDS.
 std::vector<std::string> trainer_arguments(const TrainerArgs& args);
 
 }  // namespace geoloco::job

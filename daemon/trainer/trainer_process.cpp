@@ -78,6 +78,9 @@ std::vector<std::string> trainer_environment(const TrainerProcessOptions& o) {
   }
   env.push_back("GEOLOCO_SOCKET=" + o.socket_path);
   env.push_back("GEOLOCO_JOB=" + o.job);
+  // The site's place among the job's sites, for a trainer that shards its data itself.
+  env.push_back("GEOLOCO_SITE_SHARD=" + std::to_string(o.site_shard));
+  env.push_back("GEOLOCO_SITE_SHARDS=" + std::to_string(o.site_shards));
   return env;
 }
 

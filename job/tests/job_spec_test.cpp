@@ -61,6 +61,24 @@ TEST_CASE("trainer.eval_rounds and eval_items: how often and on how much the anc
   CHECK(negative.status().message().find("trainer.eval_items") != std::string::npos);
 }
 
+TEST_CASE("trainer kind command: the user's program and its arguments, refused without them") {
+  const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ninner: {steps: 40}\nstop: {rounds: 3}\n";
+  auto ok = parse(head + "trainer: {kind: command, command: [python3, train.py, --lr, '0.001']}\n");
+  INFO(ok.status().message());
+  REQUIRE(ok.ok());
+  CHECK(ok->trainer.kind == TrainerSpec::Kind::command);
+  CHECK(ok->trainer.command == std::vector<std::string>{"python3", "train.py", "--lr", "0.001"});
+  auto missing = parse(head + "trainer: {kind: command}\n");
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Contains("trainer: kind command needs command: [program, arguments...]"));
+  auto empty = parse(head + "trainer: {kind: command, command: []}\n");
+  REQUIRE_FALSE(empty.ok());
+  CHECK_THAT(empty.status().message(), Catch::Contains("trainer.command: expected the program and its arguments"));
+  auto stray = parse(head + "trainer: {kind: builtin, model: mlp, command: [x]}\n");
+  REQUIRE_FALSE(stray.ok());
+  CHECK_THAT(stray.status().message(), Catch::Contains("only a trainer of kind command runs a command"));
+}
+
 TEST_CASE("inner.phase_warmup: steps at the start of each phase of H steps, refused without H or beyond it") {
   const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ntrainer: {model: mlp}\n";
   auto ok = parse(head + "inner: {lr: 0.003, steps: 40, phase_warmup: 5}\nstop: {rounds: 3}\n");

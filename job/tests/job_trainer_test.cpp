@@ -98,6 +98,24 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(*(pw + 1) == "6");
 }
 
+TEST_CASE("a trainer of kind command runs the job's command as it is, with the site's shard") {
+  auto j = parse_job_yaml(YAML::Load("name: demo\nsites: [site-a, site-b, site-c]\ncoordinator: site-a\n"
+                                     "trainer: {kind: command, command: [/usr/bin/python3, train.py, --lr, '0.01']}\n"
+                                     "inner: {steps: 40}\nstop: {rounds: 5}\n"),
+                          "job.yaml");
+  REQUIRE(j.ok());
+  auto o = command_trainer_options(*j, "site-c", {"geoloco-train", "/var/lib/geoloco/jobs/demo", {}});
+  REQUIRE(o.ok());
+  CHECK(trainer_arguments(*o) == std::vector<std::string>{"/usr/bin/python3", "train.py", "--lr", "0.01"});
+  CHECK(o->program == "/usr/bin/python3");
+  CHECK(o->socket_path == "/var/lib/geoloco/jobs/demo/sync.sock");
+  CHECK(o->log_path == "/var/lib/geoloco/jobs/demo/trainer.log");
+  CHECK(o->site_shard == 2);
+  CHECK(o->site_shards == 3);
+  CHECK(command_trainer_options(*j, "site-x", {"x", "/j", {}}).status().code() == Err::invalid_argument);
+  CHECK(builtin_trainer_options(*j, "site-a", {"x", "/j", {}}).status().code() == Err::invalid_argument);
+}
+
 TEST_CASE("a site with GPUs runs its trainer on them, one worker per GPU") {
   auto o = builtin_trainer_options(a_job("{model: gpt, workers: 1}"), "site-a", {"x", "/j", {2, 3}});
   REQUIRE(o.ok());

@@ -116,6 +116,7 @@ class DiLoCo:
         self._distributed = dist.is_available() and dist.is_initialized()
         self._rank = dist.get_rank(process_group) if self._distributed else 0
         self._client = None
+        self._in_flight = []
         self._params = [(name, p) for name, p in unwrap(model).named_parameters()]
         self.plan = None
         self.stopped = False
@@ -129,8 +130,8 @@ class DiLoCo:
         self.start()
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, value, traceback):
+        self.close(merge=kind is None)  # after an error, leave without waiting for the daemon
         return False
 
     def start(self):
@@ -138,34 +139,19 @@ class DiLoCo:
         for name, p in self._params:
             if p.dtype != torch.float32:
                 raise TypeError("parameter %s is %s; geoloco exchanges float32 parameters" % (name, p.dtype))
-        plan = None
-        if self._rank == 0:
-            if not self.socket or not self.job:
-                raise ValueError("the daemon's socket and the job's name are needed: pass socket= and job=, or set "
-                                 "GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod sets them for a trainer it starts)")
-            layout = layout_of([(name, tuple(p.shape)) for name, p in self._params])
-            try:
-                self._client = SyncClient.connect(self.socket, self.job, layout, welcome_timeout=self.timeout)
-            except FileNotFoundError:
-                raise SyncError("io", "no daemon at %s: is geolocod running with job '%s' on this site?"
-                                % (self.socket, self.job)) from None
-            plan = self._plan(self._client.plan)
-            if not self._client.anchor_ready:
-                self._model_to_segment()
-                self._client.send_initial(self.timeout)
-        self.plan = self._share(plan)
-        self._fragments = len(self._client.fragments) if self._client else 0
-        streaming = self._share(self._streaming() if self._rank == 0 else None)
+        try:
+            self.plan, streaming, self._schedule_fragments = self._on_rank0(self._connect)
+        except BaseException:
+            self.close()
+            raise
         self._mode = "streaming" if streaming else "plain"
         self._first_round = self.plan.first_round
+        self._fragments = len(self._client.fragments) if self._client else 0
         if self._rank == 0:
-            rounds = {f.next_round for f in self._client.fragments}
-            self._schedule_fragments = 1 if len(rounds) == 1 else self._fragments
             if self._mode == "plain":
                 self._views = self._segment_views()
             if not self._views:
                 self._segment_to_model()
-        self._schedule_fragments = self._share(self._schedule_fragments if self._rank == 0 else None)
         self._broadcast_params()
         self._in_flight = []
         self._at_sync = {}
@@ -180,9 +166,13 @@ class DiLoCo:
         self._length = "due"
         return self
 
-    def close(self):
-        """Leaves the daemon (rank 0). The model keeps its parameters (copied
-        out of the shared memory when they were views of it)."""
+    def close(self, merge=True):
+        """Leaves the daemon (rank 0). A fragment still in flight is merged
+        first (`merge`; every rank calls close), as geoloco-train merges at its
+        last step. The model keeps its parameters (copied out of the shared
+        memory when they were views of it)."""
+        if merge and self._in_flight and not self.stopped and self.plan is not None:
+            self._merge()
         if self._client is not None:
             if self._views:
                 with torch.no_grad():
@@ -237,6 +227,52 @@ class DiLoCo:
             return self._merge()
         return False
 
+    # --- rank 0's work, shared ----------------------------------------------
+
+    def _on_rank0(self, work):
+        """Runs `work` on rank 0 and shares its value with every rank; when it
+        fails, every rank raises (with rank 0's message), so no rank is left
+        waiting in a collective for a rank 0 that gave up."""
+        outcome = None
+        if self._rank == 0:
+            try:
+                outcome = ("ok", work())
+            except Exception as e:  # shared, then raised again on rank 0 below
+                if not self._distributed:
+                    raise self._explained(e) from e
+                outcome = ("failed", "%s: %s" % (type(e).__name__, self._explained(e)))
+                failure = e
+        outcome = self._share(outcome)
+        if outcome[0] == "failed":
+            if self._rank == 0:
+                raise self._explained(failure) from failure
+            raise RuntimeError("rank 0 of this site failed: %s" % outcome[1])
+        return outcome[1]
+
+    def _explained(self, e):
+        """The error with what a user can do about it, where the cause is known."""
+        if isinstance(e, SyncError) and e.code == "timeout" and "no daemon answered" in str(e):
+            return SyncError("timeout", "%s: is geolocod running with job '%s' on this site, and is %s its "
+                             "socket (<data_dir>/jobs/<job>/sync.sock)?" % (e, self.job, self.socket))
+        if isinstance(e, SyncError) and e.code == "io" and self._client is not None:
+            return SyncError("io", "%s: the job was cancelled or has finished, or geolocod stopped; `geoloco "
+                             "status %s` says which, and a restarted daemon welcomes this trainer again" % (e, self.job))
+        return e
+
+    def _connect(self):
+        if not self.socket or not self.job:
+            raise ValueError("the daemon's socket and the job's name are needed: pass socket= and job=, or set "
+                             "GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod sets them for a trainer it starts)")
+        layout = layout_of([(name, tuple(p.shape)) for name, p in self._params])
+        self._client = SyncClient.connect(self.socket, self.job, layout, welcome_timeout=self.timeout)
+        self.plan = self._plan(self._client.plan)
+        if not self._client.anchor_ready:
+            self._model_to_segment()
+            self._client.send_initial(self.timeout)
+        rounds = {f.next_round for f in self._client.fragments}
+        schedule_fragments = 1 if len(rounds) == 1 else len(self._client.fragments)
+        return self.plan, self._streaming(), schedule_fragments
+
     # --- decisions --------------------------------------------------------
 
     def _plan(self, sent):
@@ -256,7 +292,8 @@ class DiLoCo:
     def _streaming(self):
         rounds = {f.next_round for f in self._client.fragments}
         p = self.plan
-        streaming = len(rounds) > 1 or p.overlap_steps > 0 or p.alpha > 0 or p.merge_delayed
+        # As geoloco-train's plan_sync decides it (a delayed merge comes with its overlap).
+        streaming = len(rounds) > 1 or p.overlap_steps > 0 or p.alpha > 0
         if streaming and p.sync_seconds > 0:
             raise ValueError("Streaming DiLoCo needs phases of H steps, not of seconds")
         return streaming
@@ -291,22 +328,22 @@ class DiLoCo:
     # --- plain DiLoCo -----------------------------------------------------
 
     def _sync_plain(self):
-        stop = None
-        if self._rank == 0:
+        def work():
             if not self._views:
                 self._model_to_segment()
-            round_ = self.next_round
             timing = self._timing()
-            for f in range(self._fragments):
+            rounds = [f.next_round for f in self._client.fragments]
+            for f, round_ in enumerate(rounds):
                 self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
             stop = False
             waited = time.monotonic()
-            for _ in range(self._fragments):
+            for _ in rounds:
                 stop = self._client.wait_result(self.timeout).stop or stop
             self._waited += time.monotonic() - waited
             if not self._views:
                 self._segment_to_model()
-        stop = self._share(stop)
+            return stop
+        stop = self._on_rank0(work)
         self._broadcast_params()
         self._end_phase()
         self.stopped = stop
@@ -315,49 +352,53 @@ class DiLoCo:
     # --- Streaming DiLoCo -------------------------------------------------
 
     def _hand_out(self):
-        if self._rank == 0:
-            round_ = self.next_round
-            timing = self._timing()
-            due = [f for f, d in enumerate(self._client.fragments) if d.next_round == round_]
-            for f in due:
-                names = set(self._client.fragment_tensors(f))
-                with torch.no_grad():
-                    for name, p in self._params:
-                        if name in names:
-                            self._client.tensor(name)[...] = p.detach().cpu().numpy()
-                            if self.plan.merge_delayed:
-                                self._at_sync[name] = self._client.tensor(name).copy()
-                self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
-            self._in_flight = due
-        else:
+        self._on_rank0(self._hand_out_rank0)
+        if self._rank != 0:
             self._in_flight = [None]  # the other ranks only need to know one is out
         self._end_phase()
         self._since_handout = 0
 
+    def _hand_out_rank0(self):
+        round_ = self.next_round
+        timing = self._timing()
+        due = [f for f, d in enumerate(self._client.fragments) if d.next_round == round_]
+        for f in due:
+            names = set(self._client.fragment_tensors(f))
+            with torch.no_grad():
+                for name, p in self._params:
+                    if name in names:
+                        self._client.tensor(name)[...] = p.detach().cpu().numpy()
+                        if self.plan.merge_delayed:
+                            self._at_sync[name] = self._client.tensor(name).copy()
+            self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
+        self._in_flight = due
+
     def _merge(self):
-        stop = None
-        if self._rank == 0:
-            stop = False
-            waited = time.monotonic()
-            for _ in self._in_flight:
-                result = self._client.wait_result(self.timeout)
-                stop = stop or result.stop
-                names = set(self._client.fragment_tensors(result.fragment))
-                with torch.no_grad():
-                    for name, p in self._params:
-                        if name in names:
-                            merged = self._merged(name, p)
-                            p.copy_(torch.from_numpy(merged).to(p.device))
-            self._waited += time.monotonic() - waited
-            self._at_sync = {}
-            if stop:
-                # The job's result is its final anchor, which the segment holds
-                # (each fragment as its last round left it): the model takes it.
-                self._segment_to_model()
+        stop = self._on_rank0(self._merge_rank0)
         self._in_flight = []
-        stop = self._share(stop)
         self._broadcast_params()
         self.stopped = stop
+        return stop
+
+    def _merge_rank0(self):
+        stop = False
+        waited = time.monotonic()
+        for _ in self._in_flight:
+            result = self._client.wait_result(self.timeout)
+            stop = stop or result.stop
+            names = set(self._client.fragment_tensors(result.fragment))
+            with torch.no_grad():
+                for name, p in self._params:
+                    if name in names:
+                        merged = self._merged(name, p)
+                        p.copy_(torch.from_numpy(merged).to(p.device))
+        self._waited += time.monotonic() - waited
+        self._at_sync = {}
+        if stop:
+            # The job's result is its final anchor, which the segment holds
+            # (each fragment as its last round left it): the model takes it.
+            # (geoloco-train ends on its merged replica instead; its process ends there.)
+            self._segment_to_model()
         return stop
 
     def _merged(self, name, p):
@@ -378,7 +419,7 @@ class DiLoCo:
         if not self._distributed:
             return
         t = torch.tensor([float(self._phase_tokens), self._phase_loss, float(self._phase_losses)],
-                         dtype=torch.float64)
+                         dtype=torch.float64, device=self._params[0][1].device)
         dist.all_reduce(t, group=self._group)
         self._phase_tokens, self._phase_loss, self._phase_losses = int(t[0].item()), t[1].item(), int(t[2].item())
 
@@ -434,7 +475,10 @@ class DiLoCo:
         return box[0]
 
     def _src(self):
-        return dist.get_global_rank(self._group, 0) if self._group is not None else 0
+        if self._group is None:
+            return 0
+        find = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank  # torch < 2.0
+        return find(self._group, 0)
 
     def _broadcast_params(self):
         if not self._distributed:

@@ -8,6 +8,7 @@ the committed final anchor bit for bit (every rank's saved parameters against th
 daemon's checkpoint), and the trainer's timing reaches geoloco status.
 Skipped (77) where /usr/bin/python3 has no torch."""
 
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,21 @@ straggler: {{deadline: 60s, min_sites: 3}}
 checkpoint: {{every_rounds: {rounds}}}
 stop: {{rounds: {rounds}}}
 {extra}"""
+
+
+def trainer_of(site):
+    """The pid of the trainer geolocod started for `site` (its environment names the site's socket)."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError):
+            continue
+        if EXAMPLE.encode() in cmd and any(e.startswith(b"GEOLOCO_SOCKET=" + site.dir.encode()) for e in env):
+            return int(pid)
+    return None
 
 
 def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
@@ -132,4 +148,40 @@ with Federation() as fed:
     st = run_job(fed, "torch-ddp", rounds=3, engine_rounds=3, ranks={"site-b": 2})
     tokens = {r["round"]: r["tokens"] for r in st["site-a"]["rounds"]}
     assert all(t == (1 + 2 + 1) * 30 * 64 for t in tokens.values()), tokens  # ranks a, b0, b1, c: H x batch 64 each
+
+    # trainer.kind command: geolocod starts the loop itself on every site (the
+    # shard from GEOLOCO_SITE_SHARD), and restarts site-c's when it is killed
+    # mid-job; the restarted loop is welcomed with the committed anchor and
+    # the job ends with every round of all three sites, one digest each.
+    rounds = 12
+    save = os.path.join(fed.root, "torch-command-{shard}.npz")
+    command = ["/usr/bin/python3", EXAMPLE, "--hidden", "32", "--eval-samples", "200", "--timeout", "60",
+               "--save", save]
+    fed["site-a"].cli("submit", fed.write_job(
+        job_text("torch-command", rounds).replace("trainer: {kind: external}",
+                                                   "trainer: {kind: command, command: [%s]}" % ", ".join(json.dumps(a) for a in command)),
+        name="torch-command.yaml"))
+    c = fed["site-c"]
+    fed.wait_for(lambda: (c.status("torch-command") or {}).get("round", 0) >= 2, 120, "round 2 of torch-command")
+    victim = trainer_of(c)
+    assert victim is not None, "site-c's trainer was not found"
+    os.kill(victim, 9)
+    fed.wait_for(lambda: all((s.status("torch-command") or {}).get("state") == "finished" for s in fed.sites), 240,
+                 "torch-command to finish on every site")
+    restarted = trainer_of(c)
+    statuses = {s.name: s.status("torch-command") for s in fed.sites}
+    for r in range(1, rounds + 1):
+        seen = {n: {x["round"]: x["digest"] for x in st["rounds"]}.get(r) for n, st in statuses.items()}
+        assert len(set(seen.values())) == 1 and None not in seen.values(), f"round {r}: digests differ: {seen}"
+    assert all(len(r["participants"]) == 3 for r in statuses["site-a"]["rounds"]), statuses["site-a"]["rounds"]
+    with open(os.path.join(c.dir, "data", "jobs", "torch-command", "trainer.log")) as f:
+        log = f.read()
+    assert log.count("start: round") == 2, log  # the first loop and its restart
+    print("site-c's trainer, killed after round 2 and restarted by geolocod:\n" + log.strip())
+    anchor = model_tensors(load(statuses["site-c"]["checkpoint"]))
+    saved = np.load(save.format(shard=2))
+    for tensor in anchor:
+        assert np.array_equal(saved[tensor], anchor[tensor]), f"the restarted trainer's {tensor} is not the final anchor"
+    print(f"torch-command: {rounds} rounds on 3 sites after site-c's trainer was killed (pid {victim}"
+          f"{'' if restarted is None else ', still running as ' + str(restarted)})")
 print("ok")

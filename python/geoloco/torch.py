@@ -101,16 +101,18 @@ class DiLoCo:
     and GEOLOCO_SOCKET (set by geolocod when it starts the trainer).
     `sync_every`, `overlap` and `alpha` are for a daemon that sends no phase
     plan; with one, they must agree with it. `timeout`: seconds to wait for
-    the daemon's answers. `process_group`: the site's group (default: the
+    the daemon's answers, `connect_timeout` for its socket to appear.
+    `process_group`: the site's group (default: the
     default group when torch.distributed is initialized)."""
 
-    def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, sync_every=None,
-                 overlap=None, alpha=None, process_group=None):
+    def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, connect_timeout=30.0,
+                 sync_every=None, overlap=None, alpha=None, process_group=None):
         self.model = model
         self.optimizer = inner_optimizer
         self.job = job if job is not None else os.environ.get("GEOLOCO_JOB")
         self.socket = socket if socket is not None else os.environ.get("GEOLOCO_SOCKET")
         self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
         self._asked = {"sync_every": sync_every, "overlap_steps": overlap, "alpha": alpha}
         self._group = process_group
         self._distributed = dist.is_available() and dist.is_initialized()
@@ -264,7 +266,8 @@ class DiLoCo:
             raise ValueError("the daemon's socket and the job's name are needed: pass socket= and job=, or set "
                              "GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod sets them for a trainer it starts)")
         layout = layout_of([(name, tuple(p.shape)) for name, p in self._params])
-        self._client = SyncClient.connect(self.socket, self.job, layout, welcome_timeout=self.timeout)
+        self._client = SyncClient.connect(self.socket, self.job, layout, connect_timeout=self.connect_timeout,
+                                          welcome_timeout=self.timeout)
         self.plan = self._plan(self._client.plan)
         if not self._client.anchor_ready:
             self._model_to_segment()

@@ -65,6 +65,24 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
     that every trainer's replica (every rank's) ends on the final anchor."""
     ranks = ranks or {}
     fed["site-a"].cli("submit", fed.write_job(job_text(name, rounds, extra), name=name + ".yaml"))
+    trainers = start_trainers(fed, name, ranks)
+    try:
+        for site, log, p in trainers:
+            rc = p.wait(timeout=240)
+            log.close()
+            with open(log.name) as f:
+                out = f.read()
+            assert rc == 0, f"{site.name}'s trainer exited {rc}:\n{out}"
+            print(f"{site.name}'s trainer:\n{out.strip()}")
+    finally:
+        for _, _, p in trainers:
+            if p.poll() is None:
+                p.kill()
+    return check_job(fed, name, engine_rounds, ranks)
+
+
+def start_trainers(fed, name, ranks):
+    """The example as every site's external trainer of job `name`: [(site, log, process)]."""
     trainers = []
     for i, site in enumerate(fed.sites):
         sock = os.path.join(site.dir, "data", "jobs", name, "sync.sock")
@@ -81,18 +99,10 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
              "--hidden", "32", "--eval-samples", "500", "--timeout", "60",
              "--save", os.path.join(fed.root, f"{name}-{site.name}.npz")],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
-    try:
-        for site, log, p in trainers:
-            rc = p.wait(timeout=240)
-            log.close()
-            with open(log.name) as f:
-                out = f.read()
-            assert rc == 0, f"{site.name}'s trainer exited {rc}:\n{out}"
-            print(f"{site.name}'s trainer:\n{out.strip()}")
-    finally:
-        for _, _, p in trainers:
-            if p.poll() is None:
-                p.kill()
+    return trainers
+
+
+def check_job(fed, name, engine_rounds, ranks):
     fed.wait_for(lambda: all((s.status(name) or {}).get("state") == "finished" for s in fed.sites), 60,
                  f"job {name} to finish on every site")
     statuses = {s.name: s.status(name) for s in fed.sites}
@@ -184,4 +194,36 @@ with Federation() as fed:
         assert np.array_equal(saved[tensor], anchor[tensor]), f"the restarted trainer's {tensor} is not the final anchor"
     print(f"torch-command: {rounds} rounds on 3 sites after site-c's trainer was killed (pid {victim}"
           f"{'' if restarted is None else ', still running as ' + str(restarted)})")
+
+    # A job cancelled under running external loops: every site's loop stops
+    # (exit 1) saying what happened and what to look at, not a bare socket error.
+    fed["site-a"].cli("submit", fed.write_job(job_text("torch-cancel", 200), name="torch-cancel.yaml"))
+    trainers = start_trainers(fed, "torch-cancel", {})
+    try:
+        fed.wait_for(lambda: (fed["site-a"].status("torch-cancel") or {}).get("round", 0) >= 2, 120,
+                     "round 2 of torch-cancel")
+        fed["site-b"].cli("cancel", "torch-cancel")
+        for site, log, p in trainers:
+            rc = p.wait(timeout=120)
+            log.close()
+            with open(log.name) as f:
+                out = f.read()
+            assert rc == 1, f"{site.name}'s loop exited {rc} after the cancel:\n{out}"
+            assert "the job was cancelled or has finished, or geolocod stopped" in out, out
+            assert "geoloco status torch-cancel" in out, out
+    finally:
+        for _, _, p in trainers:
+            if p.poll() is None:
+                p.kill()
+    print("torch-cancel: every site's loop stopped with the reason after the job was cancelled")
+
+# No daemon at the socket: the wrapper says what to check.
+model = torch.nn.Linear(4, 2)
+try:
+    geoloco.torch.DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), socket="/nonexistent/sync.sock",
+                         job="nothing", connect_timeout=0.3).start()
+    raise AssertionError("a wrapper without a daemon started")
+except geoloco.sync_client.SyncError as e:
+    assert "is geolocod running with job 'nothing' on this site" in str(e), e
+    print("no daemon:", e)
 print("ok")

@@ -83,6 +83,8 @@ def main(argv=None):
                     help="shards the training data is cut into (geolocod sets GEOLOCO_SITE_SHARDS)")
     ap.add_argument("--eval-samples", type=int, default=2000, help="test images for the eval loss/accuracy")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the daemon's answers")
+    ap.add_argument("--state", help="keep the wrapper's state (inner AdamW, steps) here after every sync and resume "
+                                    "from it after a restart ({shard} becomes the site's shard)")
     ap.add_argument("--save", help="write the final parameters here (numpy .npz, by parameter name; "
                                    "{shard} in the path becomes the site's shard)")
     args = ap.parse_args(argv)
@@ -107,14 +109,21 @@ def main(argv=None):
     rng = torch.Generator().manual_seed(args.seed * 1000 + args.shard)
     say = print if rank == 0 else (lambda *a, **k: None)
 
+    state = args.state.format(shard=args.shard) if args.state else None
     with geoloco.torch.DiLoCo(model, optimizer, socket=args.socket, job=args.job, timeout=args.timeout,
-                              sync_every=args.sync_every) as diloco:
+                              sync_every=args.sync_every, state_path=state) as diloco:
         loss, acc = evaluate(model, x_test, y_test)
         say("start: round %s, eval loss %.4f acc %.3f" % (diloco.next_round, loss, acc), flush=True)
+        if diloco.resumed is not None:
+            say("resumed from the saved state: round %d, step %d" % (diloco.resumed, diloco.steps), flush=True)
+        skip = diloco.steps  # a resumed trainer's data goes on where it stopped (the same order, seeded)
         started, done = time.monotonic(), False
         while not done:
             order = torch.randperm(len(x_train), generator=rng)
             for at in range(0, len(order) - args.batch + 1, args.batch):
+                if skip > 0:
+                    skip -= 1
+                    continue
                 idx = order[at:at + args.batch]
                 loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
                 optimizer.zero_grad()

@@ -103,10 +103,12 @@ class DiLoCo:
     plan; with one, they must agree with it. `timeout`: seconds to wait for
     the daemon's answers, `connect_timeout` for its socket to appear.
     `process_group`: the site's group (default: the
-    default group when torch.distributed is initialized)."""
+    default group when torch.distributed is initialized). `state_path`: a
+    file where rank 0 keeps the wrapper's state after every sync (see
+    state_dict()), and from which a restarted trainer resumes."""
 
     def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, connect_timeout=30.0,
-                 sync_every=None, overlap=None, alpha=None, process_group=None):
+                 sync_every=None, overlap=None, alpha=None, process_group=None, state_path=None):
         self.model = model
         self.optimizer = inner_optimizer
         self.job = job if job is not None else os.environ.get("GEOLOCO_JOB")
@@ -125,6 +127,11 @@ class DiLoCo:
         self.rounds = 0          # rounds this trainer synced
         self.steps = 0           # inner steps since the wrapper started
         self._views = False
+        self.state_path = state_path
+        self.resumed = None      # after start(): the round whose state was restored, or None
+        self._pending_state = None
+        self._mode = None
+        self._at_sync_point = True  # no step since start() or since the last sync
 
     # --- start and end ----------------------------------------------------
 
@@ -166,6 +173,7 @@ class DiLoCo:
         self._last_sync = self._phase_started
         self._waited = 0.0
         self._length = "due"
+        self._resume()
         return self
 
     def close(self, merge=True):
@@ -183,6 +191,79 @@ class DiLoCo:
                 self._views = False
             self._client.close()
             self._client = None
+
+    # --- state across restarts -----------------------------------------------
+
+    def state_dict(self):
+        """What a restarted trainer needs to keep its place, taken at a sync
+        (right after a step() that synced, or before the first step): the
+        round it syncs next, the inner steps taken (for the loop's data
+        position and schedule), the inner optimizer's state and the layout.
+        A restarted trainer is welcomed at a round's start, so a state taken
+        inside a phase would pair moments with steps it no longer has: that is
+        refused. With `state_path` the wrapper saves it after every sync."""
+        if not self._at_sync_point:
+            raise ValueError("state_dict() is taken at a sync: call it right after the step() that synced "
+                             "(diloco.rounds changes) or before the first step, or pass state_path=")
+        return self._state(self._state_round, self._state_steps)
+
+    def _state(self, round_, steps):
+        return {"format": "geoloco.torch/1", "round": round_, "steps": steps,
+                "optimizer": self.optimizer.state_dict(),
+                "layout": [(name, tuple(p.shape)) for name, p in self._params]}
+
+    def load_state_dict(self, state):
+        """Restores a state_dict() when it belongs to the round this trainer
+        is welcomed at (the job did not move on without it); before start()
+        it waits for the welcome. Returns True when restored; otherwise the
+        optimizer keeps its fresh state, as geoloco-train starts with zero
+        moments on an anchor its saved state was not trained towards."""
+        if self._mode is None:
+            self._pending_state = state
+            return False
+        return self._apply_state(state)
+
+    def _apply_state(self, state):
+        layout = [(name, tuple(p.shape)) for name, p in self._params]
+        welcome = self._share(self.next_round if self._rank == 0 else None)
+        if state.get("format") != "geoloco.torch/1" or [(n, tuple(s)) for n, s in state["layout"]] != layout:
+            raise ValueError("the saved state is not this model's (another layout or format)")
+        if state["round"] != welcome:
+            print("geoloco.torch: saved state of round %s not restored: this trainer is welcomed at round %s"
+                  % (state["round"], welcome), flush=True)
+            return False
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+        self._remember_state(welcome)
+        self.resumed = welcome
+        return True
+
+    def _resume(self):
+        self._remember_state(self._share(self.next_round if self._rank == 0 else None))
+        state = self._pending_state
+        if state is None and self.state_path and os.path.exists(self.state_path):
+            # Rank 0 reads the file and every rank gets its contents.
+            state = self._share(torch.load(self.state_path, map_location="cpu") if self._rank == 0 else None)
+        self._pending_state = None
+        if state is not None:
+            self._apply_state(state)
+
+    def _remember_state(self, next_round):
+        self._state_round = next_round
+        self._state_steps = self.steps
+
+    def _save_state(self, write=True):
+        """After a sync: the state tagged with the round synced next; rank 0
+        writes it to state_path (`write`)."""
+        self._at_sync_point = True
+        self._remember_state(self._share(self.next_round if self._rank == 0 else None))
+        if write and self.state_path and self._rank == 0:
+            self._write_state(self.state_dict())
+
+    def _write_state(self, state):
+        tmp = self.state_path + ".tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.state_path)  # whole or not at all
 
     # --- the loop's side --------------------------------------------------
 
@@ -209,6 +290,7 @@ class DiLoCo:
         checkpoint holds), streaming or not. Every rank calls it."""
         if self.stopped:
             return True
+        self._at_sync_point = False
         self.steps += 1
         self._phase_steps += 1
         self._since_handout += 1
@@ -336,6 +418,11 @@ class DiLoCo:
                 self._model_to_segment()
             timing = self._timing()
             rounds = [f.next_round for f in self._client.fragments]
+            if self.state_path:
+                # Saved before the SYNC, tagged with the round after it: a
+                # trainer killed while the daemon finishes this round (which
+                # the daemon keeps) is welcomed at that round and resumes.
+                self._write_state(self._state(max(rounds) + 1, self.steps))
             for f, round_ in enumerate(rounds):
                 self._client.sync(round_, f, self._phase_tokens, self._mean_loss(), timing)
             stop = False
@@ -349,6 +436,7 @@ class DiLoCo:
         stop = self._on_rank0(work)
         self._broadcast_params()
         self._end_phase()
+        self._save_state(write=False)  # written before the SYNC
         self.stopped = stop
         return stop
 
@@ -380,6 +468,7 @@ class DiLoCo:
         stop = self._on_rank0(self._merge_rank0)
         self._in_flight = []
         self._broadcast_params()
+        self._save_state()
         self.stopped = stop
         return stop
 

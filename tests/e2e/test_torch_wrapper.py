@@ -166,7 +166,7 @@ with Federation() as fed:
     rounds = 12
     save = os.path.join(fed.root, "torch-command-{shard}.npz")
     command = ["/usr/bin/python3", EXAMPLE, "--hidden", "32", "--eval-samples", "200", "--timeout", "60",
-               "--save", save]
+               "--state", os.path.join(fed.root, "torch-command-state-{shard}.pt"), "--save", save]
     fed["site-a"].cli("submit", fed.write_job(
         job_text("torch-command", rounds).replace("trainer: {kind: external}",
                                                    "trainer: {kind: command, command: [%s]}" % ", ".join(json.dumps(a) for a in command)),
@@ -187,6 +187,11 @@ with Federation() as fed:
     with open(os.path.join(c.dir, "data", "jobs", "torch-command", "trainer.log")) as f:
         log = f.read()
     assert log.count("start: round") == 2, log  # the first loop and its restart
+    # The restart resumed its inner AdamW and its place in the data from the
+    # state saved at its last sync: the round it is welcomed at, (round - 1) x H steps.
+    restart = log[log.rindex("start: round"):]
+    welcomed = int(restart.split("start: round ")[1].split(",")[0])
+    assert f"resumed from the saved state: round {welcomed}, step {(welcomed - 1) * 30}" in restart, log
     print("site-c's trainer, killed after round 2 and restarted by geolocod:\n" + log.strip())
     anchor = model_tensors(load(statuses["site-c"]["checkpoint"]))
     saved = np.load(save.format(shard=2))

@@ -337,10 +337,11 @@ class DiLoCo:
         """The error with what a user can do about it, where the cause is known."""
         if isinstance(e, SyncError) and e.code == "timeout" and "no daemon answered" in str(e):
             return SyncError("timeout", "%s: is geolocod running with job '%s' on this site, and is %s its "
-                             "socket (<data_dir>/jobs/<job>/sync.sock)?" % (e, self.job, self.socket))
+                             "socket (<data_dir>/jobs/<job>/sync.sock)?" % (e.message, self.job, self.socket))
         if isinstance(e, SyncError) and e.code == "io" and self._client is not None:
             return SyncError("io", "%s: the job was cancelled or has finished, or geolocod stopped; `geoloco "
-                             "status %s` says which, and a restarted daemon welcomes this trainer again" % (e, self.job))
+                             "status %s` says which; a loop started again once geolocod runs is welcomed at the committed anchor"
+                             % (e.message, self.job))
         return e
 
     def _connect(self):

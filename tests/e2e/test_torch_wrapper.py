@@ -81,8 +81,9 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
     return check_job(fed, name, engine_rounds, ranks)
 
 
-def start_trainers(fed, name, ranks):
-    """The example as every site's external trainer of job `name`: [(site, log, process)]."""
+def start_trainers(fed, name, ranks, hidden=None):
+    """The example as every site's external trainer of job `name`: [(site, log, process)];
+    `hidden`: site -> another hidden width (a model of another layout)."""
     trainers = []
     for i, site in enumerate(fed.sites):
         sock = os.path.join(site.dir, "data", "jobs", name, "sync.sock")
@@ -96,7 +97,7 @@ def start_trainers(fed, name, ranks):
             "--redirects", "1", "--tee", "1"]
         trainers.append((site, log, subprocess.Popen(
             launcher + [EXAMPLE, "--socket", sock, "--job", name, "--shard", str(i), "--shards", "3",
-             "--hidden", "32", "--eval-samples", "500", "--timeout", "60",
+             "--hidden", str((hidden or {}).get(site.name, 32)), "--eval-samples", "500", "--timeout", "60",
              "--save", os.path.join(fed.root, f"{name}-{site.name}.npz")],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
     return trainers
@@ -221,6 +222,25 @@ with Federation() as fed:
             if p.poll() is None:
                 p.kill()
     print("torch-cancel: every site's loop stopped with the reason after the job was cancelled")
+
+    # A site whose model is not the job's: its loop is refused, naming the
+    # difference, and exits 1; the job waits for a trainer that fits.
+    fed["site-a"].cli("submit", fed.write_job(job_text("torch-layout", 200), name="torch-layout.yaml"))
+    trainers = start_trainers(fed, "torch-layout", {}, hidden={"site-b": 16})
+    try:
+        site, log, p = trainers[1]
+        rc = p.wait(timeout=120)
+        log.close()
+        with open(log.name) as f:
+            out = f.read()
+        assert rc == 1, f"site-b's loop with the wrong model exited {rc}:\n{out}"
+        print("torch-layout: site-b's loop said:", out.strip().splitlines()[-1])
+        assert "DaemonRefused" in out and "layout" in out, out
+    finally:
+        for _, _, p in trainers:
+            if p.poll() is None:
+                p.kill()
+    fed["site-a"].cli("cancel", "torch-layout")
 
 # No daemon at the socket: the wrapper says what to check.
 model = torch.nn.Linear(4, 2)

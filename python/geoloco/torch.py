@@ -340,8 +340,8 @@ class DiLoCo:
                              "socket (<data_dir>/jobs/<job>/sync.sock)?" % (e.message, self.job, self.socket))
         if isinstance(e, SyncError) and e.code == "io" and self._client is not None:
             return SyncError("io", "%s: the job was cancelled or has finished, or geolocod stopped; `geoloco "
-                             "status %s` says which; a loop started again once geolocod runs is welcomed at the committed anchor"
-                             % (e.message, self.job))
+                             "status %s` says which; a loop started again once geolocod runs is welcomed at "
+                             "the committed anchor" % (e.message, self.job))
         return e
 
     def _connect(self):

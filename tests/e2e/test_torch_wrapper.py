@@ -168,10 +168,9 @@ with Federation() as fed:
     save = os.path.join(fed.root, "torch-command-{shard}.npz")
     command = ["/usr/bin/python3", EXAMPLE, "--hidden", "32", "--eval-samples", "200", "--timeout", "60",
                "--state", os.path.join(fed.root, "torch-command-state-{shard}.pt"), "--save", save]
+    trainer = "trainer: {kind: command, command: [%s]}" % ", ".join(json.dumps(x) for x in command)
     fed["site-a"].cli("submit", fed.write_job(
-        job_text("torch-command", rounds).replace("trainer: {kind: external}",
-                                                   "trainer: {kind: command, command: [%s]}" % ", ".join(json.dumps(a) for a in command)),
-        name="torch-command.yaml"))
+        job_text("torch-command", rounds).replace("trainer: {kind: external}", trainer), name="torch-command.yaml"))
     c = fed["site-c"]
     fed.wait_for(lambda: (c.status("torch-command") or {}).get("round", 0) >= 2, 120, "round 2 of torch-command")
     victim = trainer_of(c)
@@ -197,7 +196,7 @@ with Federation() as fed:
     anchor = model_tensors(load(statuses["site-c"]["checkpoint"]))
     saved = np.load(save.format(shard=2))
     for tensor in anchor:
-        assert np.array_equal(saved[tensor], anchor[tensor]), f"the restarted trainer's {tensor} is not the final anchor"
+        assert np.array_equal(saved[tensor], anchor[tensor]), f"the restarted trainer's {tensor} is not the anchor"
     print(f"torch-command: {rounds} rounds on 3 sites after site-c's trainer was killed (pid {victim}"
           f"{'' if restarted is None else ', still running as ' + str(restarted)})")
 

@@ -133,9 +133,11 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
            {}, p);
   if (doc["trainer"]) {
     const YAML::Node& at = doc["trainer"];
-    if (t.kind == TrainerSpec::Kind::command && t.command.empty() && !at["command"])
+    // Only a map has keys to look up (yaml-cpp throws on a scalar's operator[]); read_map reported the rest.
+    const bool has_command = at.IsMap() && at["command"];
+    if (t.kind == TrainerSpec::Kind::command && t.command.empty() && !has_command)
       p.add(at, "trainer: kind command needs command: [program, arguments...], the trainer geolocod starts");
-    else if (t.kind != TrainerSpec::Kind::command && at["command"])
+    else if (t.kind != TrainerSpec::Kind::command && has_command)
       p.add(at["command"], "trainer.command: only a trainer of kind command runs a command");
     if (t.layers < 1 || t.width < 1 || t.heads < 1 || t.context < 1 || t.workers < 1)
       p.add(at, "trainer: layers, width, heads, context and workers must each be at least 1");

@@ -77,6 +77,10 @@ TEST_CASE("trainer kind command: the user's program and its arguments, refused w
   auto stray = parse(head + "trainer: {kind: builtin, model: mlp, command: [x]}\n");
   REQUIRE_FALSE(stray.ok());
   CHECK_THAT(stray.status().message(), Catch::Contains("only a trainer of kind command runs a command"));
+  // A trainer section that is not a map is refused, not thrown over (the fuzzer found it).
+  auto scalar = parse(head + "trainer: command\n");
+  REQUIRE_FALSE(scalar.ok());
+  CHECK_THAT(scalar.status().message(), Catch::Contains("trainer"));
 }
 
 TEST_CASE("inner.phase_warmup: steps at the start of each phase of H steps, refused without H or beyond it") {

@@ -68,7 +68,10 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
     trainers = start_trainers(fed, name, ranks)
     try:
         for site, log, p in trainers:
-            rc, out = finish(log, p, 240)
+            rc = p.wait(timeout=240)
+            log.close()
+            with open(log.name) as f:
+                out = f.read()
             assert rc == 0, f"{site.name}'s trainer exited {rc}:\n{out}"
             print(f"{site.name}'s trainer:\n{out.strip()}")
     finally:
@@ -76,14 +79,6 @@ def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
             if p.poll() is None:
                 p.kill()
     return check_job(fed, name, engine_rounds, ranks)
-
-
-def finish(log, process, timeout):
-    """Waits for a trainer: its exit status and its output."""
-    rc = process.wait(timeout=timeout)
-    log.close()
-    with open(log.name) as f:
-        return rc, f.read()
 
 
 def start_trainers(fed, name, ranks, hidden=None):
@@ -214,7 +209,10 @@ with Federation() as fed:
                      "round 2 of torch-cancel")
         fed["site-b"].cli("cancel", "torch-cancel")
         for site, log, p in trainers:
-            rc, out = finish(log, p, 120)
+            rc = p.wait(timeout=120)
+            log.close()
+            with open(log.name) as f:
+                out = f.read()
             assert rc == 1, f"{site.name}'s loop exited {rc} after the cancel:\n{out}"
             assert "the job was cancelled or has finished, or geolocod stopped" in out, out
             assert "geoloco status torch-cancel" in out, out
@@ -230,7 +228,10 @@ with Federation() as fed:
     trainers = start_trainers(fed, "torch-layout", {}, hidden={"site-b": 16})
     try:
         site, log, p = trainers[1]
-        rc, out = finish(log, p, 120)
+        rc = p.wait(timeout=120)
+        log.close()
+        with open(log.name) as f:
+            out = f.read()
         assert rc == 1, f"site-b's loop with the wrong model exited {rc}:\n{out}"
         print("torch-layout: site-b's loop said:", out.strip().splitlines()[-1])
         assert "DaemonRefused" in out and "layout" in out, out

@@ -27,6 +27,7 @@ and decodes the daemon's, checking every length.
 
 import array
 import collections
+import json
 import math
 import mmap
 import os
@@ -88,6 +89,22 @@ def _decode_plan(body, at):
 Tensor = collections.namedtuple("Tensor", "name shape offset")
 Fragment = collections.namedtuple("Fragment", "offset length next_round")
 Result = collections.namedtuple("Result", "round fragment next_round stop")
+
+
+def job_state(socket_path):
+    """(state, message) of the job whose sync socket is `socket_path`, as its
+    folder's status.json (written by geolocod next to the socket) says:
+    state is starting, running, finished, failed, cancelled or stopped
+    (geolocod shut down; it resumes the job when it starts again). None when
+    the file cannot be read."""
+    try:
+        with open(os.path.join(os.path.dirname(socket_path), "status.json")) as f:
+            status = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+        return None
+    return status["state"], str(status.get("message", ""))
 
 
 class SyncError(Exception):

@@ -40,60 +40,19 @@ identical. Only rank 0 needs the socket.
 import os
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import checkpoint as _checkpoint
-from .sync_client import PhasePlan, SyncClient, SyncError, layout_of
+from .streaming import merge_fragment, phase_steps
+from .sync_client import PhasePlan, SyncClient, SyncError, job_state, layout_of
+
+from .torch_checkpoint import load_checkpoint, unwrap
 
 __all__ = ["DiLoCo", "load_checkpoint", "phase_steps", "unwrap"]
 
 
-def _steps_through_round(k, fragments, h):
-    """Inner steps when round k (>= 1) syncs (diloco/fragments.h)."""
-    if k == 0:
-        return 0
-    f = max(fragments, 1)
-    return (k - 1) // f * h + ((k - 1) % f + 1) * h // f
-
-
-def phase_steps(round_, first_round, fragments, h):
-    """Inner steps of the phase that ends with round `round_`'s sync, as
-    geolocod's schedule has them (diloco/fragments.h: phase_steps)."""
-    k = round_ - first_round + 1 if round_ >= first_round else 1
-    return _steps_through_round(k, fragments, h) - _steps_through_round(k - 1, fragments, h)
-
-
-def unwrap(model):
-    """The user's module inside DistributedDataParallel (or DataParallel), whose
-    parameter names (not "module.<name>") are the job's layout."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
-def load_checkpoint(model, path):
-    """Loads the anchor of a checkpoint geolocod wrote (<data_dir>/jobs/<job>/
-    checkpoint.safetensors; `geoloco status` names it) into `model`, in one
-    call. The model's parameters must be the job's layout: the same names,
-    shapes and order. Returns the checkpoint (its .round, .job, ...). Raises
-    geoloco.checkpoint.CheckpointError for a damaged file, ValueError naming
-    the first parameter that differs from the checkpoint's layout."""
-    ckpt = _checkpoint.load(path)
-    params = list(unwrap(model).named_parameters())
-    have = [(name, tuple(p.shape)) for name, p in params]
-    if have != list(ckpt.layout):
-        for i, (mine, theirs) in enumerate(zip(have, ckpt.layout)):
-            if mine != tuple(theirs):
-                raise ValueError("%s: parameter %d is %s %s in the model but %s %s in the checkpoint (job %s)"
-                                 % (path, i, mine[0], mine[1], theirs[0], tuple(theirs[1]), ckpt.job))
-        raise ValueError("%s: the model has %d parameters, the checkpoint of job %s has %d"
-                         % (path, len(have), ckpt.job, len(ckpt.layout)))
-    tensors = _checkpoint.model_tensors(ckpt)
-    with torch.no_grad():
-        for name, p in params:
-            p.copy_(torch.from_numpy(tensors[name].copy()).to(p.device))
-    return ckpt
+class _Rejoined(Exception):
+    """Raised on every rank when rank 0 lost its daemon and was welcomed again."""
 
 
 class DiLoCo:
@@ -102,19 +61,24 @@ class DiLoCo:
     `sync_every`, `overlap` and `alpha` are for a daemon that sends no phase
     plan; with one, they must agree with it. `timeout`: seconds to wait for
     the daemon's answers, `connect_timeout` for its socket to appear.
-    `process_group`: the site's group (default: the
+    `reconnect`: seconds to wait for a daemon that went away mid-job (a
+    restart) before giving up; 0: give up at once. A job the daemon ended
+    (cancelled, finished, failed: its folder's status.json says so) is not
+    waited for. `process_group`: the site's group (default: the
     default group when torch.distributed is initialized). `state_path`: a
     file where rank 0 keeps the wrapper's state after every sync (see
     state_dict()), and from which a restarted trainer resumes."""
 
     def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, connect_timeout=30.0,
-                 sync_every=None, overlap=None, alpha=None, process_group=None, state_path=None):
+                 reconnect=300.0, sync_every=None, overlap=None, alpha=None, process_group=None, state_path=None):
         self.model = model
         self.optimizer = inner_optimizer
         self.job = job if job is not None else os.environ.get("GEOLOCO_JOB")
         self.socket = socket if socket is not None else os.environ.get("GEOLOCO_SOCKET")
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
+        self.reconnect = float(reconnect)
+        self.reconnects = 0      # times the wrapper was welcomed again after losing its daemon
         self._asked = {"sync_every": sync_every, "overlap_steps": overlap, "alpha": alpha}
         self._group = process_group
         self._distributed = dist.is_available() and dist.is_initialized()
@@ -165,14 +129,9 @@ class DiLoCo:
         self._in_flight = []
         self._at_sync = {}
         self._since_handout = 0
-        self._phase_steps = 0
-        self._phase_tokens = 0
-        self._phase_loss = 0.0
-        self._phase_losses = 0
-        self._phase_started = time.monotonic()
+        self._new_phase()
         self._last_sync = self._phase_started
         self._waited = 0.0
-        self._length = "due"
         self._resume()
         return self
 
@@ -182,7 +141,10 @@ class DiLoCo:
         last step. The model keeps its parameters (copied out of the shared
         memory when they were views of it)."""
         if merge and self._in_flight and not self.stopped and self.plan is not None:
-            self._merge()
+            try:
+                self._merge()
+            except _Rejoined:
+                pass  # the daemon came back: the model holds the committed anchor
         if self._client is not None:
             if self._views:
                 with torch.no_grad():
@@ -298,35 +260,47 @@ class DiLoCo:
         if loss is not None:
             self._phase_loss += float(loss)
             self._phase_losses += 1
-        if self._in_flight and self._since_handout >= self.plan.overlap_steps:
-            if self._merge():
-                return True
-        if not self._phase_over():
+        try:
+            if self._in_flight and self._since_handout >= self.plan.overlap_steps:
+                if self._merge():
+                    return True
+            if not self._phase_over():
+                return False
+            self._sum_over_ranks()
+            if self._mode == "plain":
+                return self._sync_plain()
+            self._hand_out()
+            if self.plan.overlap_steps == 0:
+                return self._merge()
             return False
-        self._sum_over_ranks()
-        if self._mode == "plain":
-            return self._sync_plain()
-        self._hand_out()
-        if self.plan.overlap_steps == 0:
-            return self._merge()
-        return False
+        except _Rejoined:
+            self._after_rejoin()
+            return False
 
     # --- rank 0's work, shared ----------------------------------------------
 
     def _on_rank0(self, work):
         """Runs `work` on rank 0 and shares its value with every rank; when it
         fails, every rank raises (with rank 0's message), so no rank is left
-        waiting in a collective for a rank 0 that gave up."""
+        waiting in a collective for a rank 0 that gave up. When the daemon
+        went away and came back (_rejoin_rank0), every rank raises _Rejoined."""
         outcome = None
         if self._rank == 0:
             try:
-                outcome = ("ok", work())
+                try:
+                    outcome = ("ok", work())
+                except SyncError as e:
+                    if e.code != "io" or self._client is None or self.reconnect <= 0:
+                        raise
+                    outcome = ("rejoined", self._rejoin_rank0(e))
             except Exception as e:  # shared, then raised again on rank 0 below
                 if not self._distributed:
                     raise self._explained(e) from e
                 outcome = ("failed", "%s: %s" % (type(e).__name__, self._explained(e)))
                 failure = e
         outcome = self._share(outcome)
+        if outcome[0] == "rejoined":
+            raise _Rejoined(outcome[1])
         if outcome[0] == "failed":
             if self._rank == 0:
                 raise self._explained(failure) from failure
@@ -344,13 +318,14 @@ class DiLoCo:
                              "the committed anchor" % (e.message, self.job))
         return e
 
-    def _connect(self):
+    def _connect(self, connect_timeout=None):
         if not self.socket or not self.job:
             raise ValueError("the daemon's socket and the job's name are needed: pass socket= and job=, or set "
                              "GEOLOCO_SOCKET and GEOLOCO_JOB (geolocod sets them for a trainer it starts)")
         layout = layout_of([(name, tuple(p.shape)) for name, p in self._params])
-        self._client = SyncClient.connect(self.socket, self.job, layout, connect_timeout=self.connect_timeout,
-                                          welcome_timeout=self.timeout)
+        self._client = SyncClient.connect(
+            self.socket, self.job, layout, welcome_timeout=self.timeout,
+            connect_timeout=self.connect_timeout if connect_timeout is None else connect_timeout)
         self.plan = self._plan(self._client.plan)
         if not self._client.anchor_ready:
             self._model_to_segment()
@@ -358,6 +333,66 @@ class DiLoCo:
         rounds = {f.next_round for f in self._client.fragments}
         schedule_fragments = 1 if len(rounds) == 1 else len(self._client.fragments)
         return self.plan, self._streaming(), schedule_fragments
+
+    # --- a daemon that went away --------------------------------------------
+
+    def _rejoin_rank0(self, lost):
+        """Rank 0, after the connection to the daemon was lost (`lost`): waits
+        up to `reconnect` seconds for geolocod to serve the job again (a
+        restart) and is welcomed anew, the model holding the committed anchor.
+        A job the daemon ended is not waited for: its folder's status.json
+        says so, and the error names the state and the daemon's reason."""
+        print("geoloco.torch: lost geolocod (%s); waiting up to %.0f s for it to serve job %s again"
+              % (lost.message, self.reconnect, self.job), flush=True)
+        if self._views:  # the old mapping goes away: the parameters leave it first
+            with torch.no_grad():
+                for _, p in self._params:
+                    p.data = p.data.clone()
+            self._views = False
+        self._client.close()
+        self._client = None
+        deadline = time.monotonic() + self.reconnect
+        while True:
+            state = job_state(self.socket)
+            if state is not None and state[0] in ("finished", "failed", "cancelled"):
+                raise SyncError("io", "%s: job %s is %s on this site (%s); `geoloco status %s` shows it"
+                                % (lost.message, self.job, state[0], state[1], self.job))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SyncError("io", "%s, and geolocod did not serve job %s again within %.0f s; `geoloco status "
+                                "%s` says why; a loop started again once geolocod runs is welcomed at the committed "
+                                "anchor" % (lost.message, self.job, self.reconnect, self.job))
+            try:
+                plan, streaming, schedule_fragments = self._connect(connect_timeout=min(left, 1.0))
+                break
+            except SyncError as e:
+                if e.code != "timeout" or "no daemon answered" not in e.message:
+                    raise
+        if plan != self.plan or streaming != (self._mode == "streaming"):
+            raise SyncError("mismatch", "geolocod came back with another plan for job %s: %s" % (self.job, plan))
+        self._schedule_fragments = schedule_fragments
+        if self._mode == "plain":
+            self._views = self._segment_views()
+        if not self._views:
+            self._segment_to_model()
+        print("geoloco.torch: geolocod is back; welcomed at round %d with the committed anchor" % self.next_round,
+              flush=True)
+        return self.next_round
+
+    def _after_rejoin(self):
+        """Every rank, after rank 0 was welcomed again: the committed anchor on
+        every rank, and a fresh phase. The inner optimizer keeps its state and
+        the loop its place in the data; the phase the daemon lost is trained
+        again from the anchor."""
+        self._broadcast_params()
+        self.reconnects += 1
+        self._in_flight = []
+        self._at_sync = {}
+        self._since_handout = 0
+        self._new_phase()
+        self._last_sync = self._phase_started
+        self._waited = 0.0
+        self._save_state(write=False)
 
     # --- decisions --------------------------------------------------------
 
@@ -495,15 +530,10 @@ class DiLoCo:
         return stop
 
     def _merged(self, name, p):
-        glob = self._client.tensor(name)
-        p_ = self.plan
-        if p_.merge_delayed:
-            local = p.detach().cpu().numpy().astype(np.float64)
-            return (glob.astype(np.float64) + (local - self._at_sync[name].astype(np.float64))).astype(np.float32)
-        if p_.alpha == 0:
-            return glob.copy()  # the global values, bit for bit
-        local = p.detach().cpu().numpy().astype(np.float64)
-        return (p_.alpha * local + (1.0 - p_.alpha) * glob.astype(np.float64)).astype(np.float32)
+        plan = self.plan
+        local = p.detach().cpu().numpy()
+        return merge_fragment(self._client.tensor(name), local, self._at_sync.get(name), plan.alpha,
+                              plan.merge_delayed)
 
     # --- helpers ----------------------------------------------------------
 
@@ -532,6 +562,9 @@ class DiLoCo:
 
     def _end_phase(self):
         self.rounds += 1
+        self._new_phase()
+
+    def _new_phase(self):
         self._length = "due"
         self._phase_steps = 0
         self._phase_tokens = 0

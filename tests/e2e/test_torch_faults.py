@@ -28,7 +28,7 @@ except ImportError as e:
     print(f"torch and numpy are needed ({e}): skipping")
     sys.exit(77)
 
-from federation import Federation
+from federation import Federation, free_ports
 from torch_jobs import (EXAMPLE, TORCHRUN, check_digests, check_final_anchor, check_job, finish, job_text,
                         start_trainers, stop, trainer_of)
 
@@ -65,8 +65,9 @@ with Federation() as fed:
             "--state", os.path.join(fed.root, "torch-command-state-{shard}.pt"),
             "--save", os.path.join(fed.root, "torch-command-{shard}.npz")]
     # Each site's loop from one job file: site-c (shard 2) has two processes.
-    script = ('if [ "$GEOLOCO_SITE_SHARD" = 2 ]; then exec %s --standalone --nproc_per_node 2 %s; '
-              'else exec /usr/bin/python3 %s; fi' % (shlex.join(TORCHRUN), shlex.join(args), shlex.join(args)))
+    script = ('if [ "$GEOLOCO_SITE_SHARD" = 2 ]; then exec %s --nproc_per_node 2 --master_port %d %s; '
+              'else exec /usr/bin/python3 %s; fi' % (shlex.join(TORCHRUN), free_ports(1)[0], shlex.join(args),
+                                                     shlex.join(args)))
     trainer = "{kind: command, command: [%s]}" % ", ".join(json.dumps(x) for x in ["/bin/sh", "-c", script])
     fed["site-a"].cli("submit", fed.write_job(job_text("torch-command", rounds, trainer=trainer),
                                               name="torch-command.yaml"))

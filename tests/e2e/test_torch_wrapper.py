@@ -1,8 +1,8 @@
 """End to end: three real daemons, each site's trainer a PyTorch loop
 through geoloco.torch (examples/torch_fashion_mnist.py), attached as an
 external trainer. A plain DiLoCo job, a Streaming DiLoCo job (2
-fragments, overlap 5, alpha 0.5), and a plain job with one site under
-torchrun (DDP, 2 CPU processes): every round committed by all three sites
+fragments, overlap 5, alpha 0.5), and a plain job of examples/torch_ddp_gpt.py
+with every site a torchrun group (DDP, 2 CPU processes): every round committed by all three sites
 with one anchor digest, the training loss falls, each trainer ends holding
 the committed final anchor bit for bit (every rank's saved parameters against the
 daemon's checkpoint), and the trainer's timing reaches geoloco status. A
@@ -20,7 +20,8 @@ except ImportError as e:
     sys.exit(77)
 
 from federation import Federation
-from torch_jobs import fresh_model, finish, geoloco, job_text, model_tensors, load, run_job, start_trainers, stop
+from torch_jobs import (GPT_EXAMPLE, fresh_model, finish, geoloco, job_text, model_tensors, load, run_job,
+                        start_trainers, stop)
 
 with Federation() as fed:
     fed.start()
@@ -44,12 +45,16 @@ with Federation() as fed:
                  extra="streaming: {fragments: 2, overlap: 5, alpha: 0.5}\n")
     fragments = [r["fragment"] for r in st["site-a"]["rounds"]]
     assert fragments == [1, 0] * 3, fragments
-    # Site b trains with DDP inside the site: torchrun, 2 CPU processes (gloo);
-    # rank 0 talks to the daemon, rank 1 gets each anchor by broadcast. Both
-    # ranks end on the final anchor, and b's SYNC counts both ranks' samples.
-    st = run_job(fed, "torch-ddp", rounds=3, engine_rounds=3, ranks={"site-b": 2})
+    # The GPT example, every site a torchrun group of 2 CPU processes (DDP,
+    # gloo): rank 0 talks to the daemon, rank 1 gets each anchor by
+    # broadcast. Every rank ends on the final anchor, and each SYNC counts
+    # both ranks' tokens.
+    two = {site.name: 2 for site in fed.sites}
+    st = run_job(fed, "torch-ddp", rounds=3, engine_rounds=3, ranks=two, example=GPT_EXAMPLE,
+                 args=["--layers", "2", "--width", "32", "--heads", "2", "--context", "32", "--batch", "8",
+                       "--eval-windows", "64"])
     tokens = {r["round"]: r["tokens"] for r in st["site-a"]["rounds"]}
-    assert all(t == (1 + 2 + 1) * 30 * 64 for t in tokens.values()), tokens  # ranks a, b0, b1, c: H x batch 64 each
+    assert all(t == 3 * 2 * 30 * 8 * 32 for t in tokens.values()), tokens  # 3 sites x 2 ranks x H x 8 windows of 32
 
     # A site whose model is not the job's: its loop is refused, naming the
     # difference, and exits 1; the job waits for a trainer that fits.

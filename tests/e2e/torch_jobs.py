@@ -19,8 +19,11 @@ import geoloco.torch  # noqa: E402
 from geoloco.checkpoint import load, model_tensors  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "torch_fashion_mnist.py")
+GPT_EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_gpt.py")
 # Debian's torchrun (torch 1.13 on Python 3.11) cannot parse its default "0"
-# for --redirects and --tee: 1 (stdout, teed) is the form it reads.
+# for --redirects and --tee: 1 (stdout, teed) is the form it reads. Each
+# group gets a --master_port of its own: --standalone would put every site's
+# group on one port (29400) and tie them to whichever agent holds it.
 TORCHRUN = ["/usr/bin/torchrun", "--redirects", "1", "--tee", "1", "--monitor_interval", "1"]
 
 
@@ -38,10 +41,11 @@ stop: {{rounds: {rounds}}}
 {extra}"""
 
 
-def start_trainers(fed, name, ranks=None, hidden=None, extra_args=()):
-    """The example as every site's external trainer of job `name`: [(site,
-    log, process)]; `ranks`: site -> processes under torchrun; `hidden`: site
-    -> another hidden width (a model of another layout)."""
+def start_trainers(fed, name, ranks=None, hidden=None, example=EXAMPLE, args=()):
+    """`example` (the Fashion-MNIST loop by default) as every site's external
+    trainer of job `name`: [(site, log, process)]; `ranks`: site -> processes
+    under torchrun; `hidden`: site -> another hidden width of the MLP (a
+    model of another layout); `args`: more of the example's arguments."""
     trainers = []
     for i, site in enumerate(fed.sites):
         sock = os.path.join(site.dir, "data", "jobs", name, "sync.sock")
@@ -50,11 +54,10 @@ def start_trainers(fed, name, ranks=None, hidden=None, extra_args=()):
         n = (ranks or {}).get(site.name, 1)
         launcher = ["/usr/bin/python3"] if n == 1 else TORCHRUN + [
             "--nproc_per_node", str(n), "--master_port", str(free_ports(1)[0])]
+        mlp = ["--hidden", str((hidden or {}).get(site.name, 32)), "--eval-samples", "500"] if example == EXAMPLE else []
         trainers.append((site, log, subprocess.Popen(
-            launcher + [EXAMPLE, "--socket", sock, "--job", name, "--shard", str(i), "--shards", "3",
-                        "--hidden", str((hidden or {}).get(site.name, 32)), "--eval-samples", "500",
-                        "--timeout", "60", "--save", os.path.join(fed.root, f"{name}-{site.name}.npz"),
-                        *extra_args],
+            launcher + [example, "--socket", sock, "--job", name, "--shard", str(i), "--shards", "3",
+                        "--timeout", "60", "--save", os.path.join(fed.root, f"{name}-{site.name}.npz"), *mlp, *args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
     return trainers
 
@@ -151,10 +154,10 @@ def check_job(fed, name, engine_rounds, ranks=None, restarted=()):
     return statuses
 
 
-def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None):
+def run_job(fed, name, rounds, engine_rounds, extra="", ranks=None, example=EXAMPLE, args=()):
     """Submits the job, runs the example as every site's trainer, checks it (check_job)."""
     fed["site-a"].cli("submit", fed.write_job(job_text(name, rounds, extra), name=name + ".yaml"))
-    for site, out in finish(start_trainers(fed, name, ranks)).items():
+    for site, out in finish(start_trainers(fed, name, ranks, example=example, args=args)).items():
         print(f"{site}'s trainer:\n{out.strip()}")
     return check_job(fed, name, engine_rounds, ranks)
 

@@ -3,12 +3,14 @@ it (diloco/fragments.h, inner/train), with numpy only: which inner steps a
 phase has when fragments sync one per round, and how a fragment's new global
 values are merged into the local replica."""
 
+from typing import Optional
+
 import numpy as np
 
 __all__ = ["merge_fragment", "phase_steps"]
 
 
-def _steps_through_round(k, fragments, h):
+def _steps_through_round(k: int, fragments: int, h: int) -> int:
     """Inner steps when round k (>= 1) syncs (diloco/fragments.h)."""
     if k == 0:
         return 0
@@ -16,14 +18,15 @@ def _steps_through_round(k, fragments, h):
     return (k - 1) // f * h + ((k - 1) % f + 1) * h // f
 
 
-def phase_steps(round_, first_round, fragments, h):
+def phase_steps(round_: int, first_round: int, fragments: int, h: int) -> int:
     """Inner steps of the phase that ends with round `round_`'s sync, as
     geolocod's schedule has them (diloco/fragments.h: phase_steps)."""
     k = round_ - first_round + 1 if round_ >= first_round else 1
     return _steps_through_round(k, fragments, h) - _steps_through_round(k - 1, fragments, h)
 
 
-def merge_fragment(global_values, local, at_sync, alpha, delayed):
+def merge_fragment(global_values: np.ndarray, local: np.ndarray, at_sync: Optional[np.ndarray], alpha: float,
+                   delayed: bool) -> np.ndarray:
     """A fragment's tensor after its round: float32 arrays in, float32 out,
     computed in float64 and rounded once, so every trainer gets the same bits.
 

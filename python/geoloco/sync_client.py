@@ -34,6 +34,7 @@ import os
 import socket
 import struct
 import time
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -91,7 +92,7 @@ Fragment = collections.namedtuple("Fragment", "offset length next_round")
 Result = collections.namedtuple("Result", "round fragment next_round stop")
 
 
-def job_state(socket_path):
+def job_state(socket_path: str) -> Optional[Tuple[str, str]]:
     """(state, message) of the job whose sync socket is `socket_path`, as its
     folder's status.json (written by geolocod next to the socket) says:
     state is starting, running, finished, failed, cancelled or stopped
@@ -127,7 +128,7 @@ class DaemonRefused(SyncError):
         self.fragment = fragment
 
 
-def layout_of(named_shapes):
+def layout_of(named_shapes: Sequence[Tuple[str, Sequence[int]]]) -> List["Tensor"]:
     """[(name, shape), ...] -> [Tensor(name, shape, offset)], laid out
     contiguously in list order (the flat fp32 buffer the daemon expects)."""
     out, at = [], 0
@@ -264,7 +265,8 @@ class SyncClient:
         self._init_pending = False
 
     @classmethod
-    def connect(cls, path, job, layout, connect_timeout=30.0, welcome_timeout=600.0):
+    def connect(cls, path: str, job: str, layout: List[Tensor], connect_timeout: float = 30.0,
+                welcome_timeout: float = 600.0) -> "SyncClient":
         """Connects (retrying while the daemon is not listening yet), sends
         HELLO and maps the segment from WELCOME. Raises DaemonRefused with
         the daemon's reason, or SyncError (timeout, io, malformed)."""
@@ -328,28 +330,28 @@ class SyncClient:
 
     # --- views of the segment -------------------------------------------
 
-    def tensor(self, name):
+    def tensor(self, name: str) -> np.ndarray:
         """The tensor's values in the segment, shaped (a view, not a copy)."""
         t = self._by_name[name]
         n = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
         return self.params[t.offset:t.offset + n].reshape(t.shape)
 
-    def fragment_values(self, fragment):
+    def fragment_values(self, fragment: int) -> np.ndarray:
         f = self.fragments[fragment]
         return self.params[f.offset:f.offset + f.length]
 
-    def fragment_tensors(self, fragment):
+    def fragment_tensors(self, fragment: int) -> List[str]:
         """Names of the tensors that lie in the fragment (fragments never cut one)."""
         f = self.fragments[fragment]
         return [t.name for t in self._layout if f.offset <= t.offset < f.offset + f.length]
 
-    def next_round(self, fragment):
+    def next_round(self, fragment: int) -> int:
         """The round the next SYNC of `fragment` must carry."""
         return self.fragments[fragment].next_round
 
     # --- messages --------------------------------------------------------
 
-    def send_initial(self, timeout=600.0):
+    def send_initial(self, timeout: float = 600.0) -> None:
         """INIT: the segment holds this trainer's initial parameters. Waits
         for the RESULT after which the segment holds the anchor."""
         if self.anchor_ready:
@@ -360,7 +362,8 @@ class SyncClient:
         if result.fragment != ALL_FRAGMENTS:
             raise SyncError("malformed", "INIT was answered with a RESULT for fragment %d" % result.fragment)
 
-    def sync(self, round, fragment, tokens, loss, timing=None):
+    def sync(self, round: int, fragment: int, tokens: int, loss: float,
+             timing: Optional[Tuple[float, float]] = None) -> None:
         """SYNC: the fragment's replica is in the segment. The daemon judges
         the round; a refusal comes back from wait_result(). `timing`: the
         trainer's (compute seconds, loop seconds) since its previous SYNC."""
@@ -368,7 +371,7 @@ class SyncClient:
         if 0 <= fragment < len(self._in_flight):
             self._in_flight[fragment] = True
 
-    def wait_result(self, timeout=600.0):
+    def wait_result(self, timeout: float = 600.0) -> "Result":
         """The next RESULT (a Result); raises DaemonRefused on ERROR."""
         msg = self._receive(timeout)
         if msg[0] == "ERROR":
@@ -401,7 +404,7 @@ class SyncClient:
         """Raw bytes (tests use it to play a broken trainer)."""
         self._send(data)
 
-    def close(self):
+    def close(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds = []

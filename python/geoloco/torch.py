@@ -39,6 +39,7 @@ identical. Only rank 0 needs the socket.
 
 import os
 import time
+from typing import Any, Dict, Optional
 
 import torch
 import torch.distributed as dist
@@ -69,8 +70,11 @@ class DiLoCo:
     file where rank 0 keeps the wrapper's state after every sync (see
     state_dict()), and from which a restarted trainer resumes."""
 
-    def __init__(self, model, inner_optimizer, *, job=None, socket=None, timeout=600.0, connect_timeout=30.0,
-                 reconnect=300.0, sync_every=None, overlap=None, alpha=None, process_group=None, state_path=None):
+    def __init__(self, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer, *, job: Optional[str] = None,
+                 socket: Optional[str] = None, timeout: float = 600.0, connect_timeout: float = 30.0,
+                 reconnect: float = 300.0, sync_every: Optional[int] = None, overlap: Optional[int] = None,
+                 alpha: Optional[float] = None, process_group: Optional[Any] = None,
+                 state_path: Optional[str] = None) -> None:
         self.model = model
         self.optimizer = inner_optimizer
         self.job = job if job is not None else os.environ.get("GEOLOCO_JOB")
@@ -107,7 +111,7 @@ class DiLoCo:
         self.close(merge=kind is None)  # after an error, leave without waiting for the daemon
         return False
 
-    def start(self):
+    def start(self) -> "DiLoCo":
         """Connects (rank 0), takes the job's anchor into the model on every rank."""
         for name, p in self._params:
             if p.dtype != torch.float32:
@@ -135,7 +139,7 @@ class DiLoCo:
         self._resume()
         return self
 
-    def close(self, merge=True):
+    def close(self, merge: bool = True) -> None:
         """Leaves the daemon (rank 0). A fragment still in flight is merged
         first (`merge`; every rank calls close), as geoloco-train merges at its
         last step. The model keeps its parameters (copied out of the shared
@@ -156,7 +160,7 @@ class DiLoCo:
 
     # --- state across restarts -----------------------------------------------
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """What a restarted trainer needs to keep its place, taken at a sync
         (right after a step() that synced, or before the first step): the
         round it syncs next, the inner steps taken (for the loop's data
@@ -174,7 +178,7 @@ class DiLoCo:
                 "optimizer": self.optimizer.state_dict(),
                 "layout": [(name, tuple(p.shape)) for name, p in self._params]}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> bool:
         """Restores a state_dict() when it belongs to the round this trainer
         is welcomed at (the job did not move on without it); before start()
         it waits for the welcome. Returns True when restored; otherwise the
@@ -230,20 +234,20 @@ class DiLoCo:
     # --- the loop's side --------------------------------------------------
 
     @property
-    def total_steps(self):
+    def total_steps(self) -> Optional[int]:
         """Inner steps of the whole job when it stops after a number of rounds
         of H steps (for the user's learning-rate schedule); None otherwise."""
         p = self.plan
         return p.stop_rounds * p.sync_every if p and p.stop_rounds and p.sync_every else None
 
     @property
-    def next_round(self):
+    def next_round(self) -> Optional[int]:
         """The round this trainer syncs next (rank 0; None elsewhere)."""
         if self._client is None:
             return None
         return min(f.next_round for f in self._client.fragments)
 
-    def step(self, tokens, loss=None):
+    def step(self, tokens: int, loss: Optional[float] = None) -> bool:
         """Call once per inner step, after the optimizer's step. `tokens`:
         this rank's work in the step (tokens, samples); the SYNC carries the
         site's sum over its ranks. `loss`: the step's training loss (a float;

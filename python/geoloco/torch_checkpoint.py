@@ -8,14 +8,14 @@ from . import checkpoint as _checkpoint
 __all__ = ["load_checkpoint", "unwrap"]
 
 
-def unwrap(model):
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The user's module inside DistributedDataParallel (or DataParallel), whose
     parameter names (not "module.<name>") are the job's layout."""
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     return model.module if isinstance(model, wrappers) else model
 
 
-def load_checkpoint(model, path):
+def load_checkpoint(model: torch.nn.Module, path: str) -> _checkpoint.Checkpoint:
     """Loads the anchor of a checkpoint geolocod wrote (<data_dir>/jobs/<job>/
     checkpoint.safetensors; `geoloco status` names it) into `model`, in one
     call. The model's parameters must be the job's layout: the same names,

@@ -1,10 +1,11 @@
 """End to end, PyTorch loops through geoloco.torch (examples/
 torch_fashion_mnist.py) on three real daemons, under failures:
 
-- site-c's daemon killed (kill -9) mid-job and started again: its loop, an
-  external trainer the daemon did not start, waits for it, is welcomed at
-  the committed anchor and goes on; every round ends with all three sites
-  and one digest, and every loop ends on the final anchor;
+- site-c's daemon killed (kill -9) mid-job and started again, then site-b's
+  stopped (SIGTERM) and started again: each loop, an external trainer its
+  daemon did not start, waits for it, is welcomed at the committed anchor
+  and goes on; every round ends with all three sites and one digest, and
+  every loop ends on the final anchor;
 - trainer kind command: geolocod starts every site's loop itself, site-c's
   under torchrun (DDP, 2 CPU processes); one of its ranks is killed, torchrun
   ends the group, geolocod starts it again, and it resumes its saved state
@@ -34,30 +35,41 @@ from torch_jobs import (EXAMPLE, TORCHRUN, check_digests, check_final_anchor, ch
 
 with Federation() as fed:
     fed.start()
-    a, c = fed["site-a"], fed["site-c"]
+    a, b, c = fed["site-a"], fed["site-b"], fed["site-c"]
 
-    # --- site-c's daemon restarted under its running loop ---
-    fed["site-a"].cli("submit", fed.write_job(job_text("torch-restart", 6), name="torch-restart.yaml"))
+    # --- site-c's daemon killed and site-b's stopped under their running loops ---
+    rounds = 20
+    fed["site-a"].cli("submit", fed.write_job(job_text("torch-restart", rounds), name="torch-restart.yaml"))
     trainers = start_trainers(fed, "torch-restart")
     try:
         fed.wait_for(lambda: (c.status("torch-restart") or {}).get("round", 0) >= 2, 120, "round 2 on site-c")
-        c.kill()  # the daemon alone: the loop runs in a session of its own
+        c.kill()  # kill -9, the daemon alone: the loop runs in a session of its own
         killed_at = a.status("torch-restart")["round"]
         time.sleep(1.0)
         c.start()
+        # Then site-b's daemon stopped as systemd stops it (SIGTERM): the job's
+        # status.json says "stopped", which a loop waits through.
+        fed.wait_for(lambda: a.status("torch-restart")["round"] >= killed_at + 2, 120, "rounds after site-c's return")
+        b.kill(signal.SIGTERM)
+        stopped_at = a.status("torch-restart")["round"]
+        assert stopped_at < rounds, "the job ended before site-b was stopped"
+        time.sleep(1.0)
+        b.start()
         out = finish(trainers)
     finally:
         stop(trainers)
-    assert "lost geolocod" in out["site-c"], out["site-c"]
-    back = out["site-c"].split("geolocod is back; welcomed at round ")
-    assert len(back) == 2, out["site-c"]
-    welcomed = int(back[1].split()[0])
-    assert killed_at <= welcomed <= killed_at + 2, (killed_at, welcomed)
-    assert "lost geolocod" not in out["site-a"] + out["site-b"], out
-    print("site-c's loop:\n" + out["site-c"].strip())
-    check_job(fed, "torch-restart", 6, restarted={"site-c"})
-    print(f"torch-restart: site-c's daemon killed after round {killed_at}; its loop was welcomed back at round "
-          f"{welcomed} and every round has three sites")
+    for site, lost_at in (("site-c", killed_at), ("site-b", stopped_at)):
+        assert out[site].count("lost geolocod") == 1, out[site]
+        back = out[site].split("geolocod is back; welcomed at round ")
+        assert len(back) == 2, out[site]
+        welcomed = int(back[1].split()[0])
+        assert lost_at <= welcomed <= lost_at + 2, (site, lost_at, welcomed)
+        print(f"{site}'s loop, its daemon gone after round {lost_at}, welcomed back at round {welcomed}:\n"
+              + out[site].strip())
+    assert "lost geolocod" not in out["site-a"], out["site-a"]
+    check_job(fed, "torch-restart", rounds, restarted={"site-b", "site-c"})
+    print(f"torch-restart: site-c's daemon killed after round {killed_at}, site-b's stopped after round "
+          f"{stopped_at}; their loops went on and every round has three sites")
 
     # --- kind command, site-c under torchrun, one rank killed ---
     rounds = 6

@@ -54,7 +54,8 @@ def start_trainers(fed, name, ranks=None, hidden=None, example=EXAMPLE, args=())
         n = (ranks or {}).get(site.name, 1)
         launcher = ["/usr/bin/python3"] if n == 1 else TORCHRUN + [
             "--nproc_per_node", str(n), "--master_port", str(free_ports(1)[0])]
-        mlp = ["--hidden", str((hidden or {}).get(site.name, 32)), "--eval-samples", "500"] if example == EXAMPLE else []
+        width = str((hidden or {}).get(site.name, 32))
+        mlp = ["--hidden", width, "--eval-samples", "500"] if example == EXAMPLE else []
         trainers.append((site, log, subprocess.Popen(
             launcher + [example, "--socket", sock, "--job", name, "--shard", str(i), "--shards", "3",
                         "--timeout", "60", "--save", os.path.join(fed.root, f"{name}-{site.name}.npz"), *mlp, *args],

@@ -14,9 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/digest.h"
-#include "job/job_trainer.h"
 #include "daemon/job_util.h"
-#include "diloco/straggler.h"
 
 namespace geoloco::daemon {
 
@@ -393,27 +391,7 @@ void JobRun::execute(ParticipantAction& action) {
 }
 
 Status JobRun::start() {
-  TrainerHostOptions h;
-  h.socket_path = job::sync_socket_path(dir_);
-  h.job = spec_.name;
-  h.fragments = spec_.fragments();
-  h.streaming = streaming();
-  h.first_round = state_.round + 1;
-  h.anchor_view = [this] { return trainer_anchor(); };  // no second copy of the model in the host
-  // The job's phases, for a trainer that takes them from its WELCOME (geoloco.torch).
-  inner::protocol::PhasePlan plan;
-  const bool timed = spec_.outer.inner.duration_s > 0;
-  plan.sync_every = timed ? 0 : spec_.outer.inner.steps;
-  plan.sync_seconds = timed ? spec_.outer.inner.duration_s : 0.0;
-  plan.min_steps = std::max<std::uint64_t>(spec_.outer.inner.min_steps, 1);
-  plan.overlap_steps = spec_.outer.streaming.overlap_steps;
-  plan.alpha = spec_.outer.streaming.alpha;
-  plan.merge_delayed = spec_.outer.streaming.delayed;
-  plan.first_round = 1;
-  plan.stop_rounds = spec_.stop_rounds.value_or(0);
-  h.plan = plan;
-  // A checkpoint's layout is the job's (its first trainer's): later trainers must match it.
-  if (!state_.anchor.empty() && state_.layout != layout_for(state_.anchor.size())) h.expected_layout = state_.layout;
+  const std::uint64_t first_round = state_.round + 1;
   const std::string journal_path = (fs::path(dir_) / "journal").string();
   auto opened = Journal::open(journal_path);
   if (!opened.ok()) return opened.status();
@@ -445,30 +423,7 @@ Status JobRun::start() {
   // Only the coordinator's trainer may supply the job's initialization, and
   // only when nothing was ever committed; every other trainer waits for the
   // anchor its site holds (STATE_SYNC).
-  h.ask_for_initial = machine_->where() == ParticipantMachine::Where::awaiting_initial;
-  auto host = TrainerHost::open(env_.executor, h);
-  if (!host.ok()) return host.status();
-  host_ = std::move(*host);
-
-  if (spec_.trainer.kind != job::TrainerSpec::Kind::external) {
-    job::TrainerPaths paths;
-    paths.program = env_.trainer_program;
-    paths.job_dir = dir_;
-    paths.gpus = env_.site.gpus;
-    auto args = spec_.trainer.kind == job::TrainerSpec::Kind::command
-                    ? job::command_trainer_options(spec_, self(), paths)
-                    : job::builtin_trainer_options(spec_, self(), paths);
-    if (!args.ok()) return args.status();
-    TrainerProcessOptions options;
-    static_cast<job::TrainerArgs&>(options) = std::move(*args);
-    std::weak_ptr<JobRun> weak = weak_from_this();
-    options.on_give_up = [weak](const Status& why) {
-      if (auto job = weak.lock(); job && job->host_) job->host_->fail(why);
-    };
-    auto process = TrainerProcess::start(env_.executor, std::move(options));
-    if (!process.ok()) return process.status();
-    process_ = std::move(*process);
-  }
+  GEOLOCO_TRY(start_trainer(first_round, machine_->where() == ParticipantMachine::Where::awaiting_initial));
   record(history::Started{self(), state_.round, checkpoint_ ? checkpoint_->digest : std::string(),
                           checkpoint_ ? "checkpoint" : "nothing"});
   wake_.emplace(env_.executor);
@@ -526,38 +481,6 @@ asio::awaitable<void> JobRun::ticker() {
     co_await wake_->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
   for (const auto& l : repeats_.drain(Clock::now())) spdlog::info("[{}] {}", spec_.name, l);
-}
-
-asio::awaitable<void> JobRun::watch_trainer() {
-  auto keep = shared_from_this();
-  while (!done()) {
-    auto phase = co_await host_->next_phase();
-    if (done()) co_return;
-    const auto where = machine_->where();
-    if (where == ParticipantMachine::Where::finished || where == ParticipantMachine::Where::ended) co_return;
-    if (!phase.ok()) {
-      machine_->on_trainer_failed(phase.status().message());
-      drive();
-      co_return;
-    }
-    // Recorded before the machine sees it: no READY counts work the history
-    // lacks. While the history cannot be written (a full disk) the phase
-    // waits here, and is late (carried or dropped) once it can.
-    record(history::TrainerTokens{phase->round, phase->fragment, diloco::reported_work(phase->tokens, 0).tokens});
-    while (buffered_history_ && buffered_history_->blocked() && !done()) co_await changed_.wait();
-    if (done()) co_return;
-    phase_ = *phase;
-    phase_at_ = Clock::now();
-    phase_compute_seconds_.reset();
-    phase_loop_seconds_.reset();
-    if (phase->timing) {
-      phase_compute_seconds_ = phase->timing->compute_seconds;
-      phase_loop_seconds_ = phase->timing->loop_seconds;
-    }
-    machine_->on_phase(PhaseReport{phase->round, phase->fragment, phase->tokens, phase->loss});
-    drive();
-    while (phase_ && !done()) co_await changed_.wait();
-  }
 }
 
 asio::awaitable<void> JobRun::end_job(participant::EndJob end) {

@@ -176,6 +176,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   asio::awaitable<void> ticker();
   /// Writes the history's waiting records again until they are on disk.
   asio::awaitable<void> retry_history();
+  // The trainer (job_trainer.cpp).
+  /// Opens the trainer host (the sync socket, the job's phase plan; a
+  /// trainer welcomed first starts at `first_round`, and may be asked for the
+  /// job's initialization) and, unless the trainer is external, starts the
+  /// trainer process.
+  Status start_trainer(std::uint64_t first_round, bool ask_for_initial);
+  /// Hands each phase the trainer reports to the participant machine.
   asio::awaitable<void> watch_trainer();
   asio::awaitable<void> end_job(participant::EndJob end);
 

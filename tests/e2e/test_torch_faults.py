@@ -83,12 +83,18 @@ with Federation() as fed:
     trainer = "{kind: command, command: [%s]}" % ", ".join(json.dumps(x) for x in ["/bin/sh", "-c", script])
     fed["site-a"].cli("submit", fed.write_job(job_text("torch-command", rounds, trainer=trainer),
                                               name="torch-command.yaml"))
-    fed.wait_for(lambda: (c.status("torch-command") or {}).get("round", 0) >= 2, 180, "round 2 of torch-command")
-    victim = trainer_of(c, local_rank=1)
-    assert victim is not None, "site-c's rank 1 was not found"
-    os.kill(victim, signal.SIGKILL)
-    fed.wait_for(lambda: all((s.status("torch-command") or {}).get("state") == "finished" for s in fed.sites), 240,
-                 "torch-command to finish on every site")
+    try:
+        fed.wait_for(lambda: (c.status("torch-command") or {}).get("round", 0) >= 2, 180, "round 2 of torch-command")
+        victim = trainer_of(c, local_rank=1)
+        assert victim is not None, "site-c's rank 1 was not found"
+        os.kill(victim, signal.SIGKILL)
+        fed.wait_for(lambda: all((s.status("torch-command") or {}).get("state") == "finished" for s in fed.sites),
+                     240, "torch-command to finish on every site")
+    except BaseException:
+        for site in fed.sites:  # what the loops geolocod started said
+            with open(os.path.join(site.dir, "data", "jobs", "torch-command", "trainer.log")) as f:
+                print(f"--- {site.name}'s trainer.log:\n{f.read()[-6000:]}")
+        raise
     statuses = check_digests(fed, "torch-command", rounds)
     assert all(len(r["participants"]) == 3 for r in statuses["site-a"]["rounds"]), statuses["site-a"]["rounds"]
     with open(os.path.join(c.dir, "data", "jobs", "torch-command", "trainer.log")) as f:

@@ -5,6 +5,7 @@ finished job must pass (one digest per round on every site, the loss
 falling, every trainer and rank ending on the final anchor)."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -59,18 +60,23 @@ def start_trainers(fed, name, ranks=None, hidden=None, example=EXAMPLE, args=())
         trainers.append((site, log, subprocess.Popen(
             launcher + [example, "--socket", sock, "--job", name, "--shard", str(i), "--shards", "3",
                         "--timeout", "60", "--save", os.path.join(fed.root, f"{name}-{site.name}.npz"), *mlp, *args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, PYTHONFAULTHANDLER="1"))))
     return trainers
 
 
 def finish(trainers, expect=0, timeout=240):
     """Waits for each trainer to exit, asserts its exit status is `expect`,
-    and returns {site name: its output}. Whatever still runs when this
-    leaves (a failed assertion) is killed."""
+    and returns {site name: its output}. A trainer still running after
+    `timeout` seconds fails the test with the Python stacks of its processes
+    (stop()); whatever still runs when this leaves is stopped the same way."""
     outputs = {}
     try:
         for site, log, p in trainers:
-            rc = p.wait(timeout=timeout)
+            try:
+                rc = p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{site.name}'s trainer still runs after {timeout} s") from None
             log.close()
             with open(log.name) as f:
                 outputs[site.name] = f.read()
@@ -80,11 +86,32 @@ def finish(trainers, expect=0, timeout=240):
     return outputs
 
 
-def stop(trainers):
-    for _, _, p in trainers:
-        if p.poll() is None:
-            p.kill()
-            p.wait(timeout=30)
+def stop(trainers, show=True):
+    """Ends the trainers still running. Each runs with PYTHONFAULTHANDLER, so
+    SIGABRT to its process group (torchrun's agent and workers too) prints
+    every thread's Python stack into its log first, which `show` prints: a
+    hang says where it hangs."""
+    for site, log, p in trainers:
+        if p.poll() is not None:
+            if show and not log.closed:  # ended, and finish() did not read it: what it said may be the cause
+                log.close()
+                with open(log.name) as f:
+                    print(f"--- {site.name}'s trainer exited {p.returncode}; its output:\n{f.read()[-6000:]}")
+            continue
+        try:
+            os.killpg(p.pid, signal.SIGABRT)
+            p.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
+        if show:
+            log.close()
+            with open(log.name) as f:
+                print(f"--- {site.name}'s trainer, stopped while running; its output:\n{f.read()[-12000:]}")
 
 
 def trainer_of(site, local_rank=None):

@@ -33,6 +33,8 @@ install(DIRECTORY python/geoloco DESTINATION lib/python3/dist-packages
 install(DIRECTORY configs/sites configs/jobs DESTINATION share/geoloco/configs
         FILES_MATCHING PATTERN "*.yaml" PATTERN "tests" EXCLUDE)
 install(FILES README.md DESTINATION share/doc/geoloco)
+# The PyTorch loops (geoloco.torch), where Debian keeps a package's examples.
+install(FILES examples/torch_fashion_mnist.py examples/torch_ddp_gpt.py DESTINATION share/doc/geoloco/examples)
 
 set(GEOLOCO_DEB_MAINTAINER "geoloco maintainers <geoloco@example.org>" CACHE STRING
     "Maintainer field of the Debian package")

@@ -70,10 +70,14 @@ expect_file ./lib/systemd/system/geolocod@.service
 expect_file ./usr/lib/python3/dist-packages/geoloco/__init__.py
 expect_file ./usr/lib/python3/dist-packages/geoloco/checkpoint.py
 expect_file ./usr/lib/python3/dist-packages/geoloco/sync_client.py
+for module in torch streaming torch_checkpoint; do
+  expect_file ./usr/lib/python3/dist-packages/geoloco/$module.py
+done
 expect_file ./usr/share/geoloco/configs/sites/site-a.yaml
 expect_file ./usr/share/geoloco/configs/jobs/mlp-diloco.yaml
 expect_file ./usr/share/doc/geoloco/README.md
-stray=$(awk '$1 !~ /^d/ { print $2 }' "$tmp/files" | grep -Ev '^\./(usr/(bin|share/geoloco/configs/(sites|jobs)|share/doc/geoloco)|lib/systemd/system)/[^/]+$|^\./usr/lib/python3/dist-packages/geoloco/([^_/][^/]*/)*[^/]+\.py$' || true)
+expect_file ./usr/share/doc/geoloco/examples/torch_ddp_gpt.py
+stray=$(awk '$1 !~ /^d/ { print $2 }' "$tmp/files" | grep -Ev '^\./(usr/(bin|share/geoloco/configs/(sites|jobs)|share/doc/geoloco(/examples)?)|lib/systemd/system)/[^/]+$|^\./usr/lib/python3/dist-packages/geoloco/([^_/][^/]*/)*[^/]+\.py$' || true)
 [ -z "$stray" ] || fail "unexpected files in the package: $stray"
 echo "ok: $(grep -vc '^d' "$tmp/files") files, all where they belong"
 

@@ -48,6 +48,9 @@ for f in /usr/bin/geolocod /usr/bin/geoloco /usr/bin/geoloco-train /lib/systemd/
   [ -e "$f" ] || fail "$f is missing"
 done
 (cd / && /usr/bin/python3 -c "import geoloco.checkpoint, geoloco.sync_client") || fail "python3 cannot import geoloco"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then  # python3-torch is suggested, not required
+  (cd / && /usr/bin/python3 -c "import geoloco.torch") || fail "python3 cannot import geoloco.torch"
+fi
 
 # A site, set up as packaging/README.md says, on free loopback ports.
 ports=$(/usr/bin/python3 -c "

@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from .streaming import merge_fragment, phase_steps
-from .sync_client import PhasePlan, SyncClient, SyncError, job_state, layout_of
+from .sync_client import DaemonRefused, PhasePlan, SyncClient, SyncError, job_state, layout_of
 
 from .torch_checkpoint import load_checkpoint, unwrap
 
@@ -369,8 +369,14 @@ class DiLoCo:
             try:
                 plan, streaming, schedule_fragments = self._connect(connect_timeout=min(left, 1.0))
                 break
+            except DaemonRefused:
+                raise
             except SyncError as e:
-                if e.code != "timeout" or "no daemon answered" not in e.message:
+                # Not listening yet, or a connection its dying predecessor
+                # still accepted and then reset: try again.
+                if e.code == "io":
+                    time.sleep(0.2)
+                elif e.code != "timeout" or "no daemon answered" not in e.message:
                     raise
         if plan != self.plan or streaming != (self._mode == "streaming"):
             raise SyncError("mismatch", "geolocod came back with another plan for job %s: %s" % (self.job, plan))

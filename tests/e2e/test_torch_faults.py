@@ -5,7 +5,8 @@ torch_fashion_mnist.py) on three real daemons, under failures:
   stopped (SIGTERM) and started again: each loop, an external trainer its
   daemon did not start, waits for it, is welcomed at the committed anchor
   and goes on; every round ends with all three sites and one digest, and
-  every loop ends on the final anchor;
+  every loop ends on the final anchor; then site-c's daemon killed under a
+  Streaming DiLoCo job (2 fragments, τ 5, α 0.5);
 - trainer kind command: geolocod starts every site's loop itself, site-c's
   under torchrun (DDP, 2 CPU processes); one of its ranks is killed, torchrun
   ends the group, geolocod starts it again, and it resumes its saved state
@@ -70,6 +71,25 @@ with Federation() as fed:
     check_job(fed, "torch-restart", rounds, restarted={"site-b", "site-c"})
     print(f"torch-restart: site-c's daemon killed after round {killed_at}, site-b's stopped after round "
           f"{stopped_at}; their loops went on and every round has three sites")
+
+    # --- the same under Streaming DiLoCo: a fragment may be in flight ---
+    stream = "streaming: {fragments: 2, overlap: 5, alpha: 0.5}\n"
+    fed["site-a"].cli("submit", fed.write_job(job_text("torch-restart-stream", 10, stream),
+                                              name="torch-restart-stream.yaml"))
+    trainers = start_trainers(fed, "torch-restart-stream")
+    try:
+        fed.wait_for(lambda: (c.status("torch-restart-stream") or {}).get("round", 0) >= 2, 120, "round 2 on site-c")
+        c.kill()
+        killed_at = a.status("torch-restart-stream")["round"]
+        time.sleep(1.0)
+        c.start()
+        out = finish(trainers)
+    finally:
+        stop(trainers)
+    assert out["site-c"].count("geolocod is back; welcomed at round") == 1, out["site-c"]
+    print("site-c's streaming loop:\n" + out["site-c"].strip())
+    check_job(fed, "torch-restart-stream", 20, restarted={"site-c"})
+    print(f"torch-restart-stream: site-c's daemon killed after round {killed_at}; its loop went on")
 
     # --- kind command, site-c under torchrun, one rank killed ---
     rounds = 6

@@ -96,6 +96,7 @@ def windows(data, starts, context):
 
 def evaluate(model, heldout, context, count, device):
     """Mean loss over the first `count` non-overlapping windows of the held-out text."""
+    model = geoloco.torch.unwrap(model)  # rank 0 alone: not through DDP's forward, which may sync buffers
     starts = torch.arange(0, min(count, (len(heldout) - 1) // context) * context, context)
     x, y = windows(heldout, starts, context)
     with torch.no_grad():

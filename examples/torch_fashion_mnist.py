@@ -61,6 +61,7 @@ def load_split(data_dir, split):
 
 
 def evaluate(model, x, y):
+    model = geoloco.torch.unwrap(model)  # rank 0 alone: not through DDP's forward, which may sync buffers
     with torch.no_grad():
         logits = model(x)
         return nn.functional.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item()

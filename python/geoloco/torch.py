@@ -39,24 +39,32 @@ identical. Only rank 0 needs the socket.
 
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
 from .streaming import merge_fragment, phase_steps
-from .sync_client import DaemonRefused, PhasePlan, SyncClient, SyncError, job_state, layout_of
+from .reconnect import FINISHED, wait_for_daemon
+from .sync_client import PhasePlan, SyncClient, SyncError, layout_of
 
 from .torch_checkpoint import load_checkpoint, unwrap
+from .torch_state import WrapperState
 
 __all__ = ["DiLoCo", "load_checkpoint", "phase_steps", "unwrap"]
 
 
 class _Rejoined(Exception):
-    """Raised on every rank when rank 0 lost its daemon and was welcomed again."""
+    """Raised on every rank when rank 0 lost its daemon and was welcomed
+    again, or (`finished`) found the job finished meanwhile, its final
+    anchor loaded from the checkpoint."""
+
+    def __init__(self, finished):
+        super().__init__("finished" if finished else "rejoined")
+        self.finished = finished
 
 
-class DiLoCo:
+class DiLoCo(WrapperState):
     """See the module docstring. `job` and `socket` default to GEOLOCO_JOB
     and GEOLOCO_SOCKET (set by geolocod when it starts the trainer).
     `sync_every`, `overlap` and `alpha` are for a daemon that sends no phase
@@ -147,89 +155,9 @@ class DiLoCo:
         if merge and self._in_flight and not self.stopped and self.plan is not None:
             try:
                 self._merge()
-            except _Rejoined:
-                pass  # the daemon came back: the model holds the committed anchor
-        if self._client is not None:
-            if self._views:
-                with torch.no_grad():
-                    for _, p in self._params:
-                        p.data = p.data.clone()
-                self._views = False
-            self._client.close()
-            self._client = None
-
-    # --- state across restarts -----------------------------------------------
-
-    def state_dict(self) -> Dict[str, Any]:
-        """What a restarted trainer needs to keep its place, taken at a sync
-        (right after a step() that synced, or before the first step): the
-        round it syncs next, the inner steps taken (for the loop's data
-        position and schedule), the inner optimizer's state and the layout.
-        A restarted trainer is welcomed at a round's start, so a state taken
-        inside a phase would pair moments with steps it no longer has: that is
-        refused. With `state_path` the wrapper saves it after every sync."""
-        if not self._at_sync_point:
-            raise ValueError("state_dict() is taken at a sync: call it right after the step() that synced "
-                             "(diloco.rounds changes) or before the first step, or pass state_path=")
-        return self._state(self._state_round, self._state_steps)
-
-    def _state(self, round_, steps):
-        return {"format": "geoloco.torch/1", "round": round_, "steps": steps,
-                "optimizer": self.optimizer.state_dict(),
-                "layout": [(name, tuple(p.shape)) for name, p in self._params]}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> bool:
-        """Restores a state_dict() when it belongs to the round this trainer
-        is welcomed at (the job did not move on without it); before start()
-        it waits for the welcome. Returns True when restored; otherwise the
-        optimizer keeps its fresh state, as geoloco-train starts with zero
-        moments on an anchor its saved state was not trained towards."""
-        if self._mode is None:
-            self._pending_state = state
-            return False
-        return self._apply_state(state)
-
-    def _apply_state(self, state):
-        layout = [(name, tuple(p.shape)) for name, p in self._params]
-        welcome = self._share(self.next_round if self._rank == 0 else None)
-        if state.get("format") != "geoloco.torch/1" or [(n, tuple(s)) for n, s in state["layout"]] != layout:
-            raise ValueError("the saved state is not this model's (another layout or format)")
-        if state["round"] != welcome:
-            print("geoloco.torch: saved state of round %s not restored: this trainer is welcomed at round %s"
-                  % (state["round"], welcome), flush=True)
-            return False
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.steps = int(state["steps"])
-        self._remember_state(welcome)
-        self.resumed = welcome
-        return True
-
-    def _resume(self):
-        self._remember_state(self._share(self.next_round if self._rank == 0 else None))
-        state = self._pending_state
-        if state is None and self.state_path and os.path.exists(self.state_path):
-            # Rank 0 reads the file and every rank gets its contents.
-            state = self._share(torch.load(self.state_path, map_location="cpu") if self._rank == 0 else None)
-        self._pending_state = None
-        if state is not None:
-            self._apply_state(state)
-
-    def _remember_state(self, next_round):
-        self._state_round = next_round
-        self._state_steps = self.steps
-
-    def _save_state(self, write=True):
-        """After a sync: the state tagged with the round synced next; rank 0
-        writes it to state_path (`write`)."""
-        self._at_sync_point = True
-        self._remember_state(self._share(self.next_round if self._rank == 0 else None))
-        if write and self.state_path and self._rank == 0:
-            self._write_state(self.state_dict())
-
-    def _write_state(self, state):
-        tmp = self.state_path + ".tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.state_path)  # whole or not at all
+            except _Rejoined as r:
+                self._after_rejoin(r)  # every rank: the committed anchor (the final one when the job finished)
+        self._leave_segment()
 
     # --- the loop's side --------------------------------------------------
 
@@ -277,9 +205,8 @@ class DiLoCo:
             if self.plan.overlap_steps == 0:
                 return self._merge()
             return False
-        except _Rejoined:
-            self._after_rejoin()
-            return False
+        except _Rejoined as r:
+            return self._after_rejoin(r)
 
     # --- rank 0's work, shared ----------------------------------------------
 
@@ -294,7 +221,8 @@ class DiLoCo:
                 try:
                     outcome = ("ok", work())
                 except SyncError as e:
-                    if e.code != "io" or self._client is None or self.reconnect <= 0:
+                    # Mid-run only: a daemon lost while start() connects is start()'s error.
+                    if e.code != "io" or self._client is None or self._mode is None or self.reconnect <= 0:
                         raise
                     outcome = ("rejoined", self._rejoin_rank0(e))
             except Exception as e:  # shared, then raised again on rank 0 below
@@ -304,7 +232,7 @@ class DiLoCo:
                 failure = e
         outcome = self._share(outcome)
         if outcome[0] == "rejoined":
-            raise _Rejoined(outcome[1])
+            raise _Rejoined(outcome[1])  # True: the job finished meanwhile
         if outcome[0] == "failed":
             if self._rank == 0:
                 raise self._explained(failure) from failure
@@ -343,43 +271,32 @@ class DiLoCo:
     def _rejoin_rank0(self, lost):
         """Rank 0, after the connection to the daemon was lost (`lost`): waits
         up to `reconnect` seconds for geolocod to serve the job again (a
-        restart) and is welcomed anew, the model holding the committed anchor.
-        A job the daemon ended is not waited for: its folder's status.json
-        says so, and the error names the state and the daemon's reason."""
+        restart) and is welcomed anew, the model holding the committed anchor;
+        returns False. A job the daemon ended is not waited for: its folder's
+        status.json says so. Finished: the model takes the final anchor from
+        the job's checkpoint and this returns True (the loop ends as with the
+        last RESULT); cancelled or failed: an error naming the state and the
+        daemon's reason."""
         print("geoloco.torch: lost geolocod (%s); waiting up to %.0f s for it to serve job %s again"
               % (lost.message, self.reconnect, self.job), flush=True)
-        if self._views:  # the old mapping goes away: the parameters leave it first
-            with torch.no_grad():
-                for _, p in self._params:
-                    p.data = p.data.clone()
-            self._views = False
-        self._client.close()
-        self._client = None
-        deadline = time.monotonic() + self.reconnect
-        while True:
-            state = job_state(self.socket)
-            if state is not None and state[0] in ("finished", "failed", "cancelled"):
-                raise SyncError("io", "%s: job %s is %s on this site (%s); `geoloco status %s` shows it"
-                                % (lost.message, self.job, state[0], state[1], self.job))
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SyncError("io", "%s, and geolocod did not serve job %s again within %.0f s; `geoloco status "
-                                "%s` says why; a loop started again once geolocod runs is welcomed at the committed "
-                                "anchor" % (lost.message, self.job, self.reconnect, self.job))
+        self._leave_segment()
+        plan_before = self.plan
+
+        def connect(timeout):
             try:
-                plan, streaming, schedule_fragments = self._connect(connect_timeout=min(left, 1.0))
-                break
-            except DaemonRefused:
+                return self._connect(connect_timeout=timeout)
+            except SyncError:
+                if self._client is not None:  # welcomed, then lost in INIT
+                    self._client.close()
+                    self._client = None
                 raise
-            except SyncError as e:
-                # Not listening yet, or a connection its dying predecessor
-                # still accepted and then reset: try again.
-                if e.code == "io":
-                    time.sleep(0.2)
-                elif e.code != "timeout" or "no daemon answered" not in e.message:
-                    raise
-        if plan != self.plan or streaming != (self._mode == "streaming"):
-            raise SyncError("mismatch", "geolocod came back with another plan for job %s: %s" % (self.job, plan))
+        outcome = wait_for_daemon(self.socket, self.job, self.reconnect, connect, lost)
+        if outcome == FINISHED:
+            return self._take_final_checkpoint()
+        plan, streaming, schedule_fragments = outcome
+        if plan != plan_before or streaming != (self._mode == "streaming"):
+            raise SyncError("mismatch", "geolocod came back with another plan for job %s: %s, not %s"
+                            % (self.job, plan, plan_before))
         self._schedule_fragments = schedule_fragments
         if self._mode == "plain":
             self._views = self._segment_views()
@@ -387,22 +304,46 @@ class DiLoCo:
             self._segment_to_model()
         print("geoloco.torch: geolocod is back; welcomed at round %d with the committed anchor" % self.next_round,
               flush=True)
-        return self.next_round
+        return False
 
-    def _after_rejoin(self):
-        """Every rank, after rank 0 was welcomed again: the committed anchor on
-        every rank, and a fresh phase. The inner optimizer keeps its state and
-        the loop its place in the data; the phase the daemon lost is trained
-        again from the anchor."""
+    def _leave_segment(self):
+        """Rank 0: the parameters leave the shared memory (copied when they
+        were views of it), and the client goes."""
+        if self._views:
+            with torch.no_grad():
+                for _, p in self._params:
+                    p.data = p.data.clone()
+            self._views = False
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _take_final_checkpoint(self):
+        path = os.path.join(os.path.dirname(self.socket), "checkpoint.safetensors")
+        ckpt = load_checkpoint(self.model, path)
+        print("geoloco.torch: job %s finished meanwhile; the model holds its final anchor (round %d, %s)"
+              % (self.job, ckpt.round, path), flush=True)
+        return True
+
+    def _after_rejoin(self, rejoined):
+        """Every rank, after rank 0 was welcomed again (or found the job
+        finished): rank 0's parameters on every rank, and a fresh phase. The
+        inner optimizer keeps its state and the loop its place in the data;
+        the phase the daemon lost is trained again from the anchor. Returns
+        what step() returns: True when the job is over."""
         self._broadcast_params()
-        self.reconnects += 1
         self._in_flight = []
         self._at_sync = {}
+        if rejoined.finished:
+            self.stopped = True
+            return True
+        self.reconnects += 1
         self._since_handout = 0
         self._new_phase()
         self._last_sync = self._phase_started
         self._waited = 0.0
-        self._save_state(write=False)
+        self._save_state()  # tagged with the round it is welcomed at
+        return False
 
     # --- decisions --------------------------------------------------------
 

@@ -2,7 +2,8 @@
 schedule and merge (geoloco.streaming, the same values as
 diloco/tests/schedule_test.cpp and geoloco-train's float64 merge), and
 what a job's status.json says to a trainer that lost its daemon
-(geoloco.sync_client.job_state). Exits 77 (skipped) without numpy."""
+(geoloco.sync_client.job_state) and how a loop waits for a daemon that
+went away (geoloco.reconnect, with a fixed clock). Exits 77 (skipped) without numpy."""
 
 import json
 import os
@@ -17,7 +18,8 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from geoloco.streaming import merge_fragment, phase_steps  # noqa: E402
-from geoloco.sync_client import job_state  # noqa: E402
+from geoloco.reconnect import FINISHED, wait_for_daemon  # noqa: E402
+from geoloco.sync_client import DaemonRefused, SyncError, job_state  # noqa: E402
 
 # The schedule: F fragments share H steps, one fragment per round.
 assert [phase_steps(r, 1, 3, 10) for r in (1, 2, 3, 4)] == [3, 3, 4, 3]
@@ -61,4 +63,94 @@ with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "status.json"), "w") as f:
         json.dump({"state": 3}, f)
     assert job_state(sock) is None
+
+
+# wait_for_daemon: a fake clock; connect's outcomes scripted.
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+
+def scripted(*outcomes, clock=None, cost=1.0):
+    """connect(timeout) that raises or returns the outcomes in turn, each try taking `cost` seconds."""
+    calls = []
+
+    def connect(timeout):
+        calls.append(timeout)
+        if clock is not None:
+            clock.now += cost
+        o = outcomes[min(len(calls), len(outcomes)) - 1]
+        if isinstance(o, Exception):
+            raise o
+        return o
+    return connect, calls
+
+
+lost = SyncError("io", "the daemon closed the connection")
+absent = SyncError("timeout", "no daemon answered on 'x' within 1.0 s")
+reset = SyncError("io", "receive: [Errno 104] Connection reset by peer")
+with tempfile.TemporaryDirectory() as d:
+    sock = os.path.join(d, "sync.sock")
+
+    def status(state, message=""):
+        with open(os.path.join(d, "status.json"), "w") as f:
+            json.dump({"state": state, "message": message}, f)
+
+    # Not listening, then a reset by a dying daemon, then welcomed: its value.
+    status("running")
+    clock = Clock()
+    connect, calls = scripted(absent, reset, ("plan", "streaming", 1), clock=clock)
+    assert wait_for_daemon(sock, "j", 300, connect, lost, clock.sleep, clock) == ("plan", "streaming", 1)
+    assert len(calls) == 3 and clock.slept == [0.2], (calls, clock.slept)
+    # A daemon that asks to connect again (ERROR io) is tried again; one that refuses is not.
+    connect, calls = scripted(DaemonRefused("io", "connect again", True, 1, 0, 0), "ok")
+    assert wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock()) == "ok"
+    connect, calls = scripted(DaemonRefused("mismatch", "the layout differs", True, 1, 0, 0))
+    try:
+        wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock())
+        raise AssertionError("a refusal was tried again")
+    except DaemonRefused as e:
+        assert e.code == "mismatch" and len(calls) == 1
+    # A daemon that accepts but never welcomes: its timeout is final.
+    connect, calls = scripted(SyncError("timeout", "no answer from the daemon within 60.0 s"))
+    try:
+        wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock())
+        raise AssertionError("a silent daemon was waited for again")
+    except SyncError as e:
+        assert "no answer" in e.message and len(calls) == 1
+    # Nobody for `seconds`: the error says so, after about that many seconds of tries.
+    clock = Clock()
+    connect, calls = scripted(absent, clock=clock)
+    try:
+        wait_for_daemon(sock, "j", 30, connect, lost, clock.sleep, clock)
+        raise AssertionError("waited forever")
+    except SyncError as e:
+        assert e.code == "io" and "did not serve job j again within 30 s" in e.message, e
+        assert len(calls) == 30 and clock.now == 30, (len(calls), clock.now)
+    # An ended job is not waited for: cancelled and failed raise at once,
+    # naming the state and the reason; finished returns FINISHED.
+    for state in ("cancelled", "failed"):
+        status(state, "cancelled on site-b with geoloco cancel")
+        connect, calls = scripted("never")
+        try:
+            wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock())
+            raise AssertionError(state + " was waited for")
+        except SyncError as e:
+            assert ("job j is %s on this site (cancelled on site-b with geoloco cancel)" % state) in e.message, e
+            assert calls == []
+    status("finished", "finished after round 20")
+    connect, calls = scripted("never")
+    assert wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock()) == FINISHED and calls == []
+    # Stopped (geolocod shut down; it resumes the job when it starts): waited for.
+    status("stopped")
+    connect, calls = scripted(absent, "back")
+    assert wait_for_daemon(sock, "j", 300, connect, lost, Clock().sleep, Clock()) == "back" and len(calls) == 2
 print("ok")

@@ -2,8 +2,8 @@
 torch_fashion_mnist.py) on three real daemons, under failures:
 
 - site-c's daemon killed (kill -9) mid-job and started again, then site-b's
-  stopped (SIGTERM) and started again: each loop, an external trainer its
-  daemon did not start, waits for it, is welcomed at the committed anchor
+  stopped (SIGTERM) and started again: each loop (site-c's a torchrun group
+  of 2 processes), an external trainer its daemon did not start, waits for it, is welcomed at the committed anchor
   and goes on; every round ends with all three sites and one digest, and
   every loop ends on the final anchor; then site-c's daemon killed under a
   Streaming DiLoCo job (2 fragments, τ 5, α 0.5);
@@ -41,7 +41,8 @@ with Federation() as fed:
     # --- site-c's daemon killed and site-b's stopped under their running loops ---
     rounds = 20
     fed["site-a"].cli("submit", fed.write_job(job_text("torch-restart", rounds), name="torch-restart.yaml"))
-    trainers = start_trainers(fed, "torch-restart")
+    # Site-c's loop is a torchrun group of 2 processes: its rank 0 rejoins, rank 1 follows by broadcast.
+    trainers = start_trainers(fed, "torch-restart", ranks={"site-c": 2})
     try:
         fed.wait_for(lambda: (c.status("torch-restart") or {}).get("round", 0) >= 2, 120, "round 2 on site-c")
         c.kill()  # kill -9, the daemon alone: the loop runs in a session of its own
@@ -68,7 +69,7 @@ with Federation() as fed:
         print(f"{site}'s loop, its daemon gone after round {lost_at}, welcomed back at round {welcomed}:\n"
               + out[site].strip())
     assert "lost geolocod" not in out["site-a"], out["site-a"]
-    check_job(fed, "torch-restart", rounds, restarted={"site-b", "site-c"})
+    check_job(fed, "torch-restart", rounds, ranks={"site-c": 2}, restarted={"site-b", "site-c"})
     print(f"torch-restart: site-c's daemon killed after round {killed_at}, site-b's stopped after round "
           f"{stopped_at}; their loops went on and every round has three sites")
 

@@ -4,6 +4,7 @@ those loops as external trainers, waiting for them, and the checks every
 finished job must pass (one digest per round on every site, the loss
 falling, every trainer and rank ending on the final anchor)."""
 
+import atexit
 import os
 import signal
 import subprocess
@@ -42,6 +43,18 @@ stop: {{rounds: {rounds}}}
 {extra}"""
 
 
+_started = []  # every trainer process group this test started, ended at exit whatever happened
+
+
+@atexit.register
+def _end_all():
+    for p in _started:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def start_trainers(fed, name, ranks=None, hidden=None, example=EXAMPLE, args=()):
     """`example` (the Fashion-MNIST loop by default) as every site's external
     trainer of job `name`: [(site, log, process)]; `ranks`: site -> processes
@@ -62,6 +75,7 @@ def start_trainers(fed, name, ranks=None, hidden=None, example=EXAMPLE, args=())
                         "--timeout", "60", "--save", os.path.join(fed.root, f"{name}-{site.name}.npz"), *mlp, *args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env=dict(os.environ, PYTHONFAULTHANDLER="1"))))
+        _started.append(trainers[-1][2])
     return trainers
 
 

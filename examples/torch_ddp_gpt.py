@@ -29,7 +29,7 @@ import sys
 import time
 
 try:
-    import numpy as np
+    import numpy  # noqa: F401  (geoloco.torch needs it)
     import torch
     from torch import nn
 except ImportError as e:
@@ -183,20 +183,11 @@ def main(argv=None):
                 say("round %d synced: eval loss %.4f, %.1f s" % (
                     diloco.next_round - 1, evaluate(model, heldout, args.context, args.eval_windows, device),
                     time.monotonic() - started), flush=True)
-    if args.save:
+    if args.save:  # every rank: its replica (a rank's file gets ".rankN" before the suffix under torchrun)
         path = args.save.format(shard=args.shard)
-        path = path if world == 1 else path.replace(".npz", ".rank%d.npz" % rank)
-        np.savez(path, **{name: p.detach().cpu().numpy()
-                          for name, p in geoloco.torch.unwrap(model).named_parameters()})
-    if world > 1:  # every rank leaves the group together (gloo aborts a process that exits inside it)
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-        # torch 1.13 (Debian 12's) can hang in the interpreter's finalization
-        # after a gloo group, its threads racing the teardown; everything is
-        # saved and the group is gone, so the process ends here instead.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        geoloco.torch.save_parameters(model, path if world == 1 else path.replace(".npz", ".rank%d.npz" % rank))
+    if world > 1:
+        geoloco.torch.leave_process_group()  # does not return
     return 0
 
 

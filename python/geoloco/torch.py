@@ -38,6 +38,7 @@ identical. Only rank 0 needs the socket.
 """
 
 import os
+import sys
 import time
 from typing import Any, Optional
 
@@ -48,10 +49,23 @@ from .streaming import merge_fragment, phase_steps
 from .reconnect import FINISHED, wait_for_daemon
 from .sync_client import PhasePlan, SyncClient, SyncError, layout_of
 
-from .torch_checkpoint import load_checkpoint, unwrap
+from .torch_checkpoint import load_checkpoint, save_parameters, unwrap
 from .torch_state import WrapperState
 
-__all__ = ["DiLoCo", "load_checkpoint", "phase_steps", "unwrap"]
+__all__ = ["DiLoCo", "leave_process_group", "load_checkpoint", "phase_steps", "save_parameters", "unwrap"]
+
+
+def leave_process_group() -> None:
+    """Ends a torchrun worker after its work is saved: every rank leaves the
+    group together (gloo aborts a process that exits inside it), then the
+    process ends at once. torch 1.13 (Debian 12's) can hang in the
+    interpreter's finalization after a gloo group, its threads racing the
+    teardown, so the finalization is skipped: call it last."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class _Rejoined(Exception):

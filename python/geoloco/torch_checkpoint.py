@@ -1,11 +1,12 @@
 """A checkpoint geolocod wrote, into a PyTorch model (geoloco.torch re-exports
 both functions)."""
 
+import numpy as np
 import torch
 
 from . import checkpoint as _checkpoint
 
-__all__ = ["load_checkpoint", "unwrap"]
+__all__ = ["load_checkpoint", "save_parameters", "unwrap"]
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -37,3 +38,9 @@ def load_checkpoint(model: torch.nn.Module, path: str) -> _checkpoint.Checkpoint
         for name, p in params:
             p.copy_(torch.from_numpy(tensors[name].copy()).to(p.device))
     return ckpt
+
+
+def save_parameters(model: torch.nn.Module, path: str) -> None:
+    """Writes the model's parameters (unwrapped: the job's names) to a numpy
+    .npz file, one array per parameter name."""
+    np.savez(path, **{name: p.detach().cpu().numpy() for name, p in unwrap(model).named_parameters()})

@@ -162,7 +162,9 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   state_.round = c.round;
   bytes_sent_ += round_bytes_sent_;
   bytes_received_ += round_bytes_received_;
-  records_.push_back(r);
+  if (Status kept = rounds_->append(r); !kept.ok())
+    spdlog::error("[{}] round {}: its record is not in {} (geoloco status lists it until geolocod restarts): {}",
+                  spec_.name, c.round, kRoundLogFile, kept.message());
   history::Committed h;
   h.round = c.round;
   h.attempt = plan_.attempt;

@@ -83,6 +83,11 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   job->history_.emplace(std::move(*history));
   job->buffered_history_.emplace(
       [raw = &*job->history_](const history::Record& r) { return raw->append(r); });
+  auto rounds = RoundLog::open((fs::path(dir) / kRoundLogFile).string());
+  if (!rounds.ok()) return rounds.status();
+  job->rounds_.emplace(std::move(*rounds));
+  job->bytes_sent_ = job->rounds_->bytes_sent();
+  job->bytes_received_ = job->rounds_->bytes_received();
   {
     std::ofstream out(fs::path(dir) / "job.yaml", std::ios::trunc);
     out << job->yaml_;

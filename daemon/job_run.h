@@ -63,6 +63,7 @@
 #include "job/job_spec.h"
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
+#include "daemon/round_log.h"
 #include "daemon/site_config.h"
 #include "daemon/state_transfers.h"
 #include "daemon/trainer/trainer_host.h"
@@ -93,7 +94,7 @@ struct JobEnvironment {
 class JobRun : public std::enable_shared_from_this<JobRun> {
  public:
   /// Prepares the job's folder (<data_dir>/jobs/<name>: job.yaml, status,
-  /// checkpoint, journal, trainer log, eval log). A checkpoint that cannot
+  /// checkpoint, journal, round log, trainer log, eval log). A checkpoint that cannot
   /// be read is set aside (checkpoint.safetensors.damaged) and the state
   /// comes from a peer. Errors: invalid_argument (this site is not in the
   /// job; a checkpoint of another configuration under the same name), io.
@@ -111,7 +112,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   asio::awaitable<void> stop(JobState state, std::string reason);
 
   nlohmann::json status() const;
-  const std::vector<RoundRecord>& records() const { return records_; }
+  const std::vector<RoundRecord>& records() const { return rounds_->records(); }
   /// Eval loss by anchor round, from the trainer's eval log.
   std::map<std::uint64_t, double> eval_losses() const;
   /// Wakes at every change of records or state.
@@ -277,7 +278,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<history::BufferedHistory> buffered_history_;
   RepeatFilter repeats_;  ///< a line repeated within 30 s is counted, not logged again
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
-  std::vector<RoundRecord> records_;
+  /// The rounds this site committed, the job's whole run (rounds.jsonl, across restarts).
+  std::optional<RoundLog> rounds_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer
 };

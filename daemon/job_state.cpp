@@ -184,7 +184,7 @@ nlohmann::json JobRun::status() const {
   v.fragments = spec_.fragments();
   v.bytes_sent = bytes_sent_;
   v.bytes_received = bytes_received_;
-  v.records = &records_;
+  v.records = &rounds_->records();
   v.eval = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
   if (const fs::path c = fs::path(dir_) / "checkpoint.safetensors"; fs::exists(c)) v.checkpoint = c.string();
   if (!state_.anchor.empty()) v.anchor_digest = digest_hex(state_.anchor_digest());

@@ -1,5 +1,7 @@
 #include "daemon/job_status.h"
 
+#include "daemon/round_log.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <cerrno>
@@ -36,24 +38,11 @@ std::optional<double> RoundRecord::compute_share() const {
 }
 
 nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, double>& eval) {
-  nlohmann::json j{{"round", r.round},
-                   {"participants", r.participants},
-                   {"late", r.late},
-                   {"loss", r.loss},
-                   {"tokens", r.tokens},
-                   {"bytes_sent", r.bytes_sent},
-                   {"bytes_received", r.bytes_received},
-                   {"compression_ratio", r.compression_ratio},
-                   {"compute_seconds", r.compute_seconds},
-                   {"waiting_seconds", r.waiting_seconds},
-                   {"exchange_seconds", r.exchange_seconds},
-                   {"digest", r.digest},
-                   {"contributed", r.contributed}};
-  if (r.fragments > 1) j["fragment"] = r.fragment;  // Streaming DiLoCo: the fragment this round synced
-  const auto or_null = [](std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  j["trainer_compute_seconds"] = or_null(r.trainer_compute_seconds);
-  j["trainer_loop_seconds"] = or_null(r.trainer_loop_seconds);
-  j["compute_share"] = or_null(r.compute_share());
+  nlohmann::json j = stored_record_json(r);
+  j.erase("fragments");
+  if (r.fragments <= 1) j.erase("fragment");  // shown for Streaming DiLoCo only: the fragment this round synced
+  const auto share = r.compute_share();
+  j["compute_share"] = share ? nlohmann::json(*share) : nlohmann::json(nullptr);
   // The eval loss of the anchor this round started from.
   if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
   else j["eval_loss"] = nullptr;

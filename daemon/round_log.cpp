@@ -1,0 +1,134 @@
+#include "daemon/round_log.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace geoloco::daemon {
+
+namespace {
+
+using nlohmann::json;
+
+json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// The field's value when it is present with the type T, else nothing.
+template <typename T>
+std::optional<T> field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end()) return std::nullopt;
+  if constexpr (std::is_same_v<T, double>) {
+    if (!it->is_number()) return std::nullopt;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return std::nullopt;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return std::nullopt;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    if (!it->is_array() || !std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); }))
+      return std::nullopt;
+  } else {
+    if (!it->is_number_unsigned()) return std::nullopt;
+  }
+  return it->get<T>();
+}
+
+std::optional<RoundRecord> parse_line(std::string_view line) {
+  const auto text = hashed_line_text(line);
+  if (!text) return std::nullopt;
+  const auto j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return stored_record(j);
+}
+
+}  // namespace
+
+json stored_record_json(const RoundRecord& r) {
+  return json{{"round", r.round},
+              {"fragment", r.fragment},
+              {"fragments", r.fragments},
+              {"participants", r.participants},
+              {"late", r.late},
+              {"loss", r.loss},
+              {"tokens", r.tokens},
+              {"bytes_sent", r.bytes_sent},
+              {"bytes_received", r.bytes_received},
+              {"compression_ratio", r.compression_ratio},
+              {"compute_seconds", r.compute_seconds},
+              {"waiting_seconds", r.waiting_seconds},
+              {"exchange_seconds", r.exchange_seconds},
+              {"trainer_compute_seconds", optional_json(r.trainer_compute_seconds)},
+              {"trainer_loop_seconds", optional_json(r.trainer_loop_seconds)},
+              {"digest", r.digest},
+              {"contributed", r.contributed}};
+}
+
+std::optional<RoundRecord> stored_record(const json& j) {
+  RoundRecord r;
+  const auto round = field<std::uint64_t>(j, "round");
+  const auto fragment = field<std::uint32_t>(j, "fragment");
+  const auto fragments = field<std::uint32_t>(j, "fragments");
+  const auto participants = field<std::vector<std::string>>(j, "participants");
+  const auto late = field<std::vector<std::string>>(j, "late");
+  const auto loss = field<double>(j, "loss");
+  const auto tokens = field<std::uint64_t>(j, "tokens");
+  const auto sent = field<std::uint64_t>(j, "bytes_sent");
+  const auto received = field<std::uint64_t>(j, "bytes_received");
+  const auto ratio = field<double>(j, "compression_ratio");
+  const auto compute = field<double>(j, "compute_seconds");
+  const auto waiting = field<double>(j, "waiting_seconds");
+  const auto exchange = field<double>(j, "exchange_seconds");
+  const auto digest = field<std::string>(j, "digest");
+  const auto contributed = field<bool>(j, "contributed");
+  if (!round || !fragment || !fragments || !participants || !late || !loss || !tokens || !sent || !received || !ratio ||
+      !compute || !waiting || !exchange || !digest || !contributed)
+    return std::nullopt;
+  r.round = *round;
+  r.fragment = *fragment;
+  r.fragments = *fragments;
+  r.participants = *participants;
+  r.late = *late;
+  r.loss = *loss;
+  r.tokens = *tokens;
+  r.bytes_sent = *sent;
+  r.bytes_received = *received;
+  r.compression_ratio = *ratio;
+  r.compute_seconds = *compute;
+  r.waiting_seconds = *waiting;
+  r.exchange_seconds = *exchange;
+  r.trainer_compute_seconds = field<double>(j, "trainer_compute_seconds");  // null: not measured
+  r.trainer_loop_seconds = field<double>(j, "trainer_loop_seconds");
+  r.digest = *digest;
+  r.contributed = *contributed;
+  return r;
+}
+
+Result<RoundLog> RoundLog::open(const std::string& path) {
+  auto log = LineLog::open(path, "round log", [](std::string_view line) { return parse_line(line).has_value(); });
+  if (!log.ok()) return log.status();
+  RoundLog rounds(std::move(*log));
+  for (const auto& line : rounds.log_.lines()) rounds.keep(*parse_line(line));
+  return rounds;
+}
+
+std::uint64_t RoundLog::bytes_sent() const {
+  std::uint64_t n = 0;
+  for (const auto& r : records_) n += r.bytes_sent;
+  return n;
+}
+
+std::uint64_t RoundLog::bytes_received() const {
+  std::uint64_t n = 0;
+  for (const auto& r : records_) n += r.bytes_received;
+  return n;
+}
+
+void RoundLog::keep(RoundRecord record) {
+  std::erase_if(records_, [&](const RoundRecord& r) { return r.round >= record.round; });
+  records_.push_back(std::move(record));
+}
+
+Status RoundLog::append(const RoundRecord& record) {
+  keep(record);
+  return log_.append(hashed_line(stored_record_json(record).dump()));
+}
+
+}  // namespace geoloco::daemon

@@ -346,6 +346,7 @@ class DiLoCo(WrapperState):
         the phase the daemon lost is trained again from the anchor. Returns
         what step() returns: True when the job is over."""
         self._broadcast_params()
+        self._check_replicas()
         self._in_flight = []
         self._at_sync = {}
         if rejoined.finished:
@@ -570,6 +571,29 @@ class DiLoCo(WrapperState):
             return 0
         find = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank  # torch < 2.0
         return find(self._group, 0)
+
+    def _check_replicas(self):
+        """After a rejoin: every rank holds rank 0's parameters, element for
+        element (a MAX and a MIN all-reduce of each parameter equal to this
+        rank's own; on the parameters' device, nothing copied to the host).
+        Raises on every rank when one differs."""
+        if not self._distributed:
+            return
+        with torch.no_grad():
+            differs = 0
+            for _, p in self._params:
+                for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN):
+                    t = p.data.clone()
+                    dist.all_reduce(t, op=op, group=self._group)
+                    differs |= int(not torch.equal(t, p.data))
+                    del t
+            flag = torch.tensor([differs], dtype=torch.int32, device=self._params[0][1].device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+        if int(flag.item()):
+            raise RuntimeError("geoloco.torch: after rejoining job %s the ranks of this site hold different "
+                               "parameters; the site's trainer must be started again" % self.job)
+        print("geoloco.torch: rank %d holds rank 0's parameters after the rejoin, element for element"
+              % self._rank, flush=True)
 
     def _broadcast_params(self):
         if not self._distributed:

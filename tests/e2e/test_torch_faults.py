@@ -69,6 +69,9 @@ with Federation() as fed:
         print(f"{site}'s loop, its daemon gone after round {lost_at}, welcomed back at round {welcomed}:\n"
               + out[site].strip())
     assert "lost geolocod" not in out["site-a"], out["site-a"]
+    # Right after the rejoin, before the next sync: rank 1 holds rank 0's parameters (the wrapper checks).
+    for rank in (0, 1):
+        assert out["site-c"].count(f"rank {rank} holds rank 0's parameters after the rejoin") == 1, out["site-c"]
     check_job(fed, "torch-restart", rounds, ranks={"site-c": 2})
     print(f"torch-restart: site-c's daemon killed after round {killed_at}, site-b's stopped after round "
           f"{stopped_at}; their loops went on and every round has three sites")

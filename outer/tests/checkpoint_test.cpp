@@ -278,8 +278,9 @@ TEST_CASE("checkpoint: kill -9 of a writer at random instants leaves the old or 
     if (got == round) {
       ++kept_old;
       // On a loaded machine saves may take longer than calibrated: widen the
-      // window so that kills also land after completed saves.
-      max_delay_us *= 1.25;
+      // window until a kill has landed after a completed save (widening on
+      // every kept checkpoint grew it without bound: 1.25^40 over 60 trials).
+      if (advanced == 0) max_delay_us *= 1.25;
     } else {
       ++advanced;
     }

@@ -353,13 +353,17 @@ class Proxy:
 
 
 def mlp_job(name="e2e", sites=("site-a", "site-b", "site-c"), coordinator="site-a", rounds=4, steps=20,
-            width=32, min_sites=2, deadline="3s", policy="carry", compression=None, every=2, extra=""):
+            width=32, min_sites=2, deadline="3s", policy="carry", compression=None, every=2, extra="",
+            eval_items=None):
+    """A job of the built-in MLP trainer (Fashion-MNIST). `eval_items`: test
+    images each eval scores (None: the trainer's default, all of them)."""
     comp = f"compression: {compression}\n" if compression else ""
+    evals = f", eval_items: {eval_items}" if eval_items is not None else ""
     return f"""name: {name}
 sites: [{', '.join(sites)}]
 coordinator: {coordinator}
 seed: 7
-trainer: {{kind: builtin, model: mlp, layers: 2, width: {width}, workers: 1}}
+trainer: {{kind: builtin, model: mlp, layers: 2, width: {width}, workers: 1{evals}}}
 inner: {{optimizer: adamw, lr: 0.003, steps: {steps}, batch: 32, warmup: 5, weight_decay: 0.01, clip: 1.0}}
 outer: {{optimizer: nesterov, lr: 0.7, momentum: 0.9}}
 {comp}straggler: {{deadline: {deadline}, min_sites: {min_sites}, policy: {policy}, decay: 0.5}}

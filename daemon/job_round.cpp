@@ -160,11 +160,10 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   r.digest = digest;
   r.contributed = participant;
   state_.round = c.round;
-  bytes_sent_ += round_bytes_sent_;
-  bytes_received_ += round_bytes_received_;
   if (Status kept = rounds_->append(r); !kept.ok())
-    spdlog::error("[{}] round {}: its record is not in {} (geoloco status lists it until geolocod restarts): {}",
-                  spec_.name, c.round, kRoundLogFile, kept.message());
+    spdlog::error("[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
+                  "next round's): {}",
+                  spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
   history::Committed h;
   h.round = c.round;
   h.attempt = plan_.attempt;

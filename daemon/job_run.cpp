@@ -83,11 +83,12 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   job->history_.emplace(std::move(*history));
   job->buffered_history_.emplace(
       [raw = &*job->history_](const history::Record& r) { return raw->append(r); });
-  auto rounds = RoundLog::open((fs::path(dir) / kRoundLogFile).string());
+  auto rounds = RoundLog::open((fs::path(dir) / kRoundLogFile).string(), job->config_hash_);
   if (!rounds.ok()) return rounds.status();
   job->rounds_.emplace(std::move(*rounds));
-  job->bytes_sent_ = job->rounds_->bytes_sent();
-  job->bytes_received_ = job->rounds_->bytes_received();
+  if (job->rounds_->skipped_lines() > 0)
+    spdlog::warn("[{}] {}: {} line(s) of another configuration or version are not listed", job->spec_.name,
+                 kRoundLogFile, job->rounds_->skipped_lines());
   {
     std::ofstream out(fs::path(dir) / "job.yaml", std::ios::trunc);
     out << job->yaml_;

@@ -280,7 +280,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
   /// The rounds this site committed, the job's whole run (rounds.jsonl, across restarts).
   std::optional<RoundLog> rounds_;
-  std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer
 };
 

@@ -182,8 +182,8 @@ nlohmann::json JobRun::status() const {
   v.round = state_.round;
   v.stop_rounds = spec_.last_round();
   v.fragments = spec_.fragments();
-  v.bytes_sent = bytes_sent_;
-  v.bytes_received = bytes_received_;
+  v.bytes_sent = rounds_->bytes_sent();
+  v.bytes_received = rounds_->bytes_received();
   v.records = &rounds_->records();
   v.eval = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
   if (const fs::path c = fs::path(dir_) / "checkpoint.safetensors"; fs::exists(c)) v.checkpoint = c.string();

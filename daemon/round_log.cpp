@@ -1,6 +1,7 @@
 #include "daemon/round_log.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace geoloco::daemon {
@@ -11,13 +12,19 @@ using nlohmann::json;
 
 json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-// The field's value when it is present with the type T, else nothing.
+// The field's value when it is present with the type T, else nothing. A
+// double may be null: JSON has no NaN or infinity, which it stands for (a
+// trainer's loss that was not finite), and it reads back as NaN.
 template <typename T>
 std::optional<T> field(const json& j, const char* name) {
   const auto it = j.find(name);
   if (it == j.end()) return std::nullopt;
   if constexpr (std::is_same_v<T, double>) {
+    if (it->is_null()) return std::numeric_limits<double>::quiet_NaN();
     if (!it->is_number()) return std::nullopt;
+  } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max())
+      return std::nullopt;
   } else if constexpr (std::is_same_v<T, bool>) {
     if (!it->is_boolean()) return std::nullopt;
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -31,11 +38,13 @@ std::optional<T> field(const json& j, const char* name) {
   return it->get<T>();
 }
 
-std::optional<RoundRecord> parse_line(std::string_view line) {
+// The record of an intact line, when it is one of the configuration `config`
+// that this version reads.
+std::optional<RoundRecord> parse_line(std::string_view line, const std::string& config) {
   const auto text = hashed_line_text(line);
   if (!text) return std::nullopt;
   const auto j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  if (j.is_discarded() || !j.is_object() || field<std::string>(j, "config") != config) return std::nullopt;
   return stored_record(j);
 }
 
@@ -94,18 +103,26 @@ std::optional<RoundRecord> stored_record(const json& j) {
   r.compute_seconds = *compute;
   r.waiting_seconds = *waiting;
   r.exchange_seconds = *exchange;
-  r.trainer_compute_seconds = field<double>(j, "trainer_compute_seconds");  // null: not measured
-  r.trainer_loop_seconds = field<double>(j, "trainer_loop_seconds");
+  // null: not measured
+  if (const auto it = j.find("trainer_compute_seconds"); it != j.end() && it->is_number())
+    r.trainer_compute_seconds = it->get<double>();
+  if (const auto it = j.find("trainer_loop_seconds"); it != j.end() && it->is_number())
+    r.trainer_loop_seconds = it->get<double>();
   r.digest = *digest;
   r.contributed = *contributed;
   return r;
 }
 
-Result<RoundLog> RoundLog::open(const std::string& path) {
-  auto log = LineLog::open(path, "round log", [](std::string_view line) { return parse_line(line).has_value(); });
+Result<RoundLog> RoundLog::open(const std::string& path, std::string config) {
+  // Damage is a line whose hash does not match; a whole line of another
+  // configuration or version is skipped, and the lines after it kept.
+  auto log = LineLog::open(path, "round log", [](std::string_view line) { return hashed_line_text(line).has_value(); });
   if (!log.ok()) return log.status();
-  RoundLog rounds(std::move(*log));
-  for (const auto& line : rounds.log_.lines()) rounds.keep(*parse_line(line));
+  RoundLog rounds(std::move(*log), std::move(config));
+  for (const auto& line : rounds.log_.lines()) {
+    if (auto r = parse_line(line, rounds.config_)) rounds.keep(std::move(*r));
+    else ++rounds.skipped_;
+  }
   return rounds;
 }
 
@@ -128,7 +145,17 @@ void RoundLog::keep(RoundRecord record) {
 
 Status RoundLog::append(const RoundRecord& record) {
   keep(record);
-  return log_.append(hashed_line(stored_record_json(record).dump()));
+  json line = stored_record_json(record);
+  line["config"] = config_;
+  unwritten_.push_back(hashed_line(line.dump()));
+  std::size_t written = 0;
+  Status status;
+  for (; written < unwritten_.size(); ++written) {
+    status = log_.append(unwritten_[written]);
+    if (!status.ok()) break;
+  }
+  unwritten_.erase(unwritten_.begin(), unwritten_.begin() + static_cast<std::ptrdiff_t>(written));
+  return status;
 }
 
 }  // namespace geoloco::daemon

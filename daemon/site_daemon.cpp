@@ -334,16 +334,19 @@ asio::awaitable<Status> SiteDaemon::handle_request(const nlohmann::json& request
     if (!job)
       co_return GEOLOCO_ERROR(Err::invalid_argument, "no job named '", name, "' on ", site_.name,
                               " (geoloco status lists the jobs)");
-    std::size_t shown = 0;
+    std::optional<std::uint64_t> shown;  // the last round shown (records are in round order)
     JobState last_state = JobState::starting;
     Office last_office{0, job->spec().coordinator};
     bool first = true;
     for (;;) {
       const auto& records = job->records();
-      const auto eval = shown < records.size() ? job->eval_losses() : std::map<std::uint64_t, double>{};
-      for (; shown < records.size(); ++shown) {
+      const bool fresh = !records.empty() && (!shown || records.back().round > *shown);
+      const auto eval = fresh ? job->eval_losses() : std::map<std::uint64_t, double>{};
+      for (std::size_t i = 0; fresh && i < records.size(); ++i) {
+        if (shown && records[i].round <= *shown) continue;
         nlohmann::json line;
-        line["round"] = record_json(records[shown], eval);
+        line["round"] = record_json(records[i], eval);
+        shown = records[i].round;
         const bool alive = co_await reply(line);
         if (!alive) co_return Status{};
       }

@@ -1,11 +1,16 @@
 // The round log keeps every field of every committed round across a reopen
 // (what a restarted geolocod lists), one record per round in round order,
 // and drops a torn or damaged tail.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "daemon/round_log.h"
 
@@ -13,6 +18,8 @@ using namespace geoloco;
 using namespace geoloco::daemon;
 
 namespace {
+
+const std::string kConfig = "cfg-1";
 
 std::string temp_path(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() / ("geoloco-rounds-" + std::to_string(::getpid()) + "-" + name);
@@ -55,12 +62,12 @@ std::vector<std::uint64_t> rounds_of(const RoundLog& log) {
 TEST_CASE("every field of every round survives a reopen") {
   const auto path = temp_path("fields");
   {
-    auto log = RoundLog::open(path);
+    auto log = RoundLog::open(path, kConfig);
     REQUIRE(log.ok());
     CHECK(log->records().empty());
     for (std::uint64_t r = 1; r <= 4; ++r) REQUIRE(log->append(record_of(r)).ok());
   }
-  auto log = RoundLog::open(path);
+  auto log = RoundLog::open(path, kConfig);
   REQUIRE(log.ok());
   REQUIRE(log->records().size() == 4);
   for (std::uint64_t r = 1; r <= 4; ++r) {
@@ -78,7 +85,7 @@ TEST_CASE("every field of every round survives a reopen") {
 TEST_CASE("a round committed again replaces the records from that round on") {
   const auto path = temp_path("again");
   {
-    auto log = RoundLog::open(path);
+    auto log = RoundLog::open(path, kConfig);
     REQUIRE(log.ok());
     for (std::uint64_t r = 1; r <= 3; ++r) REQUIRE(log->append(record_of(r)).ok());
     RoundRecord again = record_of(2);
@@ -87,7 +94,7 @@ TEST_CASE("a round committed again replaces the records from that round on") {
     CHECK(rounds_of(*log) == std::vector<std::uint64_t>{1, 2});
     CHECK(log->records().back().loss == 9.0);
   }
-  auto log = RoundLog::open(path);  // the file holds 1 2 3 2: read as 1 2
+  auto log = RoundLog::open(path, kConfig);  // the file holds 1 2 3 2: read as 1 2
   REQUIRE(log.ok());
   CHECK(rounds_of(*log) == std::vector<std::uint64_t>{1, 2});
   CHECK(log->records().back().loss == 9.0);
@@ -98,7 +105,7 @@ TEST_CASE("a round committed again replaces the records from that round on") {
 TEST_CASE("a torn or damaged tail is dropped and appends continue") {
   const auto path = temp_path("torn");
   {
-    auto log = RoundLog::open(path);
+    auto log = RoundLog::open(path, kConfig);
     REQUIRE(log.ok());
     REQUIRE(log->append(record_of(1)).ok());
     REQUIRE(log->append(record_of(2)).ok());
@@ -106,10 +113,12 @@ TEST_CASE("a torn or damaged tail is dropped and appends continue") {
   const auto whole = std::filesystem::file_size(path);
   {
     std::ofstream out(path, std::ios::app);
-    out << hashed_line(stored_record_json(record_of(3)).dump()).substr(0, 40);  // a crash mid-append
+    nlohmann::json line = stored_record_json(record_of(3));
+    line["config"] = kConfig;
+    out << hashed_line(line.dump()).substr(0, 40);  // a crash mid-append
   }
   {
-    auto log = RoundLog::open(path);
+    auto log = RoundLog::open(path, kConfig);
     REQUIRE(log.ok());
     CHECK(rounds_of(*log) == std::vector<std::uint64_t>{1, 2});
     CHECK(log->dropped_bytes() == 40);
@@ -122,7 +131,7 @@ TEST_CASE("a torn or damaged tail is dropped and appends continue") {
     f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(path) - 5));
     f.put('#');
   }
-  auto log = RoundLog::open(path);
+  auto log = RoundLog::open(path, kConfig);
   REQUIRE(log.ok());
   CHECK(rounds_of(*log) == std::vector<std::uint64_t>{1, 2});
   std::filesystem::remove(path);
@@ -143,4 +152,91 @@ TEST_CASE("a stored record with a field missing or of the wrong type is refused"
   nlohmann::json negative = good;
   negative["bytes_sent"] = -1;
   CHECK_FALSE(stored_record(negative).has_value());
+  nlohmann::json wide = good;
+  wide["fragments"] = std::uint64_t{1} << 32;  // not a uint32: refused, not truncated to 0
+  CHECK_FALSE(stored_record(wide).has_value());
+}
+
+TEST_CASE("a loss that is not finite is kept (as JSON null) and lists as NaN") {
+  const auto path = temp_path("nan");
+  {
+    auto log = RoundLog::open(path, kConfig);
+    REQUIRE(log.ok());
+    RoundRecord r = record_of(1);
+    r.loss = std::numeric_limits<double>::quiet_NaN();
+    REQUIRE(log->append(r).ok());
+    REQUIRE(log->append(record_of(2)).ok());
+  }
+  auto log = RoundLog::open(path, kConfig);
+  REQUIRE(log.ok());
+  REQUIRE(rounds_of(*log) == std::vector<std::uint64_t>{1, 2});
+  CHECK(std::isnan(log->records()[0].loss));
+  CHECK(log->records()[1].loss == record_of(2).loss);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("lines of another configuration, or that this version cannot read, are skipped, not the file cut") {
+  const auto path = temp_path("other");
+  {
+    auto old = RoundLog::open(path, "cfg-old");
+    REQUIRE(old.ok());
+    REQUIRE(old->append(record_of(1)).ok());
+    REQUIRE(old->append(record_of(2)).ok());
+  }
+  {
+    std::ofstream out(path, std::ios::app);
+    nlohmann::json unknown = stored_record_json(record_of(3));
+    unknown.erase("loss");  // a whole line, its hash right, of a format this version does not read
+    unknown["config"] = kConfig;
+    out << hashed_line(unknown.dump()) << "\n";
+  }
+  {
+    auto log = RoundLog::open(path, kConfig);
+    REQUIRE(log.ok());
+    CHECK(log->records().empty());  // the old job's rounds are not this job's
+    CHECK(log->skipped_lines() == 3);
+    REQUIRE(log->append(record_of(4)).ok());
+  }
+  auto log = RoundLog::open(path, kConfig);
+  REQUIRE(log.ok());
+  CHECK(rounds_of(*log) == std::vector<std::uint64_t>{4});  // read past the skipped lines
+  CHECK(log->dropped_bytes() == 0);
+  auto old = RoundLog::open(path, "cfg-old");
+  REQUIRE(old.ok());
+  CHECK(rounds_of(*old) == std::vector<std::uint64_t>{1, 2});
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a record whose write fails waits and is written, in order, before the next one") {
+  const auto path = temp_path("full");
+  auto log = RoundLog::open(path, kConfig);
+  REQUIRE(log.ok());
+  REQUIRE(log->append(record_of(1)).ok());
+  const auto one_line = std::filesystem::file_size(path);
+  // A child whose files may not grow past the first line: the next two
+  // appends fail (EFBIG, as ENOSPC would on a full disk).
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    const rlim_t before = limit.rlim_cur;
+    limit.rlim_cur = one_line + 10;  // the soft limit: raised again below without privilege
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    if (log->append(record_of(2)).ok() || log->append(record_of(3)).ok()) ::_exit(4);
+    if (log->records().size() != 3 || log->unwritten() != 2) ::_exit(5);  // listed meanwhile
+    limit.rlim_cur = before;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(6);
+    if (!log->append(record_of(4)).ok() || log->unwritten() != 0) ::_exit(7);  // room again: 2, 3, then 4
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  auto reread = RoundLog::open(path, kConfig);
+  REQUIRE(reread.ok());
+  CHECK(rounds_of(*reread) == std::vector<std::uint64_t>{1, 2, 3, 4});
+  std::filesystem::remove(path);
 }

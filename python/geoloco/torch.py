@@ -575,21 +575,24 @@ class DiLoCo(WrapperState):
     def _check_replicas(self):
         """After a rejoin: every rank holds rank 0's parameters, element for
         element (a MAX and a MIN all-reduce of each parameter equal to this
-        rank's own; on the parameters' device, nothing copied to the host).
+        rank's own, NaN equal to NaN; on the parameters' device, with one
+        parameter's copy at a time and one value read back to the host).
         Raises on every rank when one differs."""
         if not self._distributed:
             return
         with torch.no_grad():
-            differs = 0
+            device = self._params[0][1].device
+            differs = torch.zeros(1, dtype=torch.int32, device=device)
             for _, p in self._params:
+                t = torch.empty_like(p.data)
                 for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN):
-                    t = p.data.clone()
+                    t.copy_(p.data)
                     dist.all_reduce(t, op=op, group=self._group)
-                    differs |= int(not torch.equal(t, p.data))
-                    del t
-            flag = torch.tensor([differs], dtype=torch.int32, device=self._params[0][1].device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
-        if int(flag.item()):
+                    same = torch.isclose(t, p.data, rtol=0, atol=0, equal_nan=True).all()
+                    differs |= (~same).to(torch.int32)
+                del t
+            dist.all_reduce(differs, op=dist.ReduceOp.MAX, group=self._group)
+        if int(differs.item()):
             raise RuntimeError("geoloco.torch: after rejoining job %s the ranks of this site hold different "
                                "parameters; the site's trainer must be started again" % self.job)
         print("geoloco.torch: rank %d holds rank 0's parameters after the rejoin, element for element"

@@ -26,9 +26,15 @@ def body():
             mlp_job(rounds=args.rounds, steps=20, deadline="2s", min_sites=2, every=1)))
         commits = Commits(fed, "e2e")
         commits.wait_round(3, 120, "round 3")
-        note = full_disk(fed, commits)
+        note, listed = full_disk(fed, commits)
         print(note, flush=True)
         commits.finished(300)
+        # The rounds site-b listed on the full disk were written once there
+        # was room: started again, it lists them all.
+        now = {r["round"] for r in fed["site-b"].status("e2e")["rounds"]}
+        missing = sorted(set(listed) - now)
+        assert not missing, f"site-b, started again, no longer lists rounds {missing}"
+        note += f"; started again, it lists all {len(listed)} rounds it had listed"
         fed.check_history("e2e")
     return note
 
@@ -63,8 +69,9 @@ def full_disk(fed, commits):
         log = open(b.log_path).read()[size:]
         again = re.search(r"the history is written again after ([0-9.]+) s \((\d+) waiting", log)
         assert again, "site-b never wrote its waiting history records"
+        listed = [r["round"] for r in b.status("e2e")["rounds"]]
         return (f"full disk on site-b: checkpoints and history refused with 'No space left on device', no partial "
-                f"file, {again.group(2)} history records written {float(again.group(1)):.0f} s later, went on")
+                f"file, {again.group(2)} history records written {float(again.group(1)):.0f} s later, went on"), listed
     finally:
         # What site-b wrote on the small disk (its history above all) goes back
         # to its real folder.

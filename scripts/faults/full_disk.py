@@ -13,7 +13,7 @@ import tempfile
 
 from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run, verdict
 
-args = arguments(__doc__, rounds=30)
+args = arguments(__doc__, rounds=40)
 NAME = "full-disk"
 
 

@@ -11,7 +11,7 @@ import time
 from scenario import Commits, Federation, arguments, contributes_after, link_name, mlp_job, run, wait_for_transfer
 
 PHASES = ("inner", "allreduce", "sync-donor")
-args = arguments(__doc__, repeat=1, rounds=22, down_seconds=3.0, phases=",".join(PHASES))
+args = arguments(__doc__, repeat=1, rounds=30, down_seconds=3.0, phases=",".join(PHASES))
 NAME = "kill-coordinator"
 
 

@@ -14,7 +14,7 @@ import time
 from scenario import Commits, Federation, arguments, contributes_after, link_name, mlp_job, run, wait_for_transfer
 
 PHASES = ("inner", "allreduce", "checkpoint", "sync-receiver")
-args = arguments(__doc__, repeat=1, rounds=30, phases=",".join(PHASES))
+args = arguments(__doc__, repeat=1, rounds=40, phases=",".join(PHASES))
 NAME = "kill-site"
 
 

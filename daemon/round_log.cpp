@@ -71,45 +71,25 @@ json stored_record_json(const RoundRecord& r) {
 }
 
 std::optional<RoundRecord> stored_record(const json& j) {
+  // Each field into `to` when present with its type; false (and the record refused) otherwise.
+  const auto read = [&j](const char* name, auto& to) {
+    auto v = field<std::remove_reference_t<decltype(to)>>(j, name);
+    if (v) to = std::move(*v);
+    return v.has_value();
+  };
   RoundRecord r;
-  const auto round = field<std::uint64_t>(j, "round");
-  const auto fragment = field<std::uint32_t>(j, "fragment");
-  const auto fragments = field<std::uint32_t>(j, "fragments");
-  const auto participants = field<std::vector<std::string>>(j, "participants");
-  const auto late = field<std::vector<std::string>>(j, "late");
-  const auto loss = field<double>(j, "loss");
-  const auto tokens = field<std::uint64_t>(j, "tokens");
-  const auto sent = field<std::uint64_t>(j, "bytes_sent");
-  const auto received = field<std::uint64_t>(j, "bytes_received");
-  const auto ratio = field<double>(j, "compression_ratio");
-  const auto compute = field<double>(j, "compute_seconds");
-  const auto waiting = field<double>(j, "waiting_seconds");
-  const auto exchange = field<double>(j, "exchange_seconds");
-  const auto digest = field<std::string>(j, "digest");
-  const auto contributed = field<bool>(j, "contributed");
-  if (!round || !fragment || !fragments || !participants || !late || !loss || !tokens || !sent || !received || !ratio ||
-      !compute || !waiting || !exchange || !digest || !contributed)
+  if (!(read("round", r.round) && read("fragment", r.fragment) && read("fragments", r.fragments) &&
+        read("participants", r.participants) && read("late", r.late) && read("loss", r.loss) &&
+        read("tokens", r.tokens) && read("bytes_sent", r.bytes_sent) && read("bytes_received", r.bytes_received) &&
+        read("compression_ratio", r.compression_ratio) && read("compute_seconds", r.compute_seconds) &&
+        read("waiting_seconds", r.waiting_seconds) && read("exchange_seconds", r.exchange_seconds) &&
+        read("digest", r.digest) && read("contributed", r.contributed)))
     return std::nullopt;
-  r.round = *round;
-  r.fragment = *fragment;
-  r.fragments = *fragments;
-  r.participants = *participants;
-  r.late = *late;
-  r.loss = *loss;
-  r.tokens = *tokens;
-  r.bytes_sent = *sent;
-  r.bytes_received = *received;
-  r.compression_ratio = *ratio;
-  r.compute_seconds = *compute;
-  r.waiting_seconds = *waiting;
-  r.exchange_seconds = *exchange;
   // null: not measured
   if (const auto it = j.find("trainer_compute_seconds"); it != j.end() && it->is_number())
     r.trainer_compute_seconds = it->get<double>();
   if (const auto it = j.find("trainer_loop_seconds"); it != j.end() && it->is_number())
     r.trainer_loop_seconds = it->get<double>();
-  r.digest = *digest;
-  r.contributed = *contributed;
   return r;
 }
 

@@ -70,7 +70,7 @@ expect_file ./lib/systemd/system/geolocod@.service
 expect_file ./usr/lib/python3/dist-packages/geoloco/__init__.py
 expect_file ./usr/lib/python3/dist-packages/geoloco/checkpoint.py
 expect_file ./usr/lib/python3/dist-packages/geoloco/sync_client.py
-for module in torch streaming torch_checkpoint; do
+for module in torch streaming torch_checkpoint torch_state torch_group reconnect; do
   expect_file ./usr/lib/python3/dist-packages/geoloco/$module.py
 done
 expect_file ./usr/share/geoloco/configs/sites/site-a.yaml

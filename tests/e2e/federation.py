@@ -8,6 +8,7 @@ last status and log tails, never hangs."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -219,6 +220,25 @@ class Federation:
                 return
             time.sleep(0.2)
         self.fail(f"timed out after {seconds} s waiting for {what}")
+
+    def wait_for_rejoin(self, site, job, killed_at):
+        """Waits until `site`, killed after round `killed_at` and started
+        again, contributes to a round after its return. It lists the rounds it
+        committed before the kill (read back from its round log; a round up to
+        killed_at + 1 may have committed just before the kill), then, after its
+        STATE_SYNC of round s, rounds from s + 1 on. Checks both; returns
+        (s, the first round after the rejoin)."""
+        self.wait_for(lambda: any(r["contributed"] and r["round"] > killed_at + 1
+                                  for r in (site.status(job) or {}).get("rounds", [])), 120,
+                      f"{site.name} to contribute again")
+        listed = [r["round"] for r in site.status(job)["rounds"]]
+        assert set(range(1, killed_at)) <= set(listed), \
+            f"{site.name} forgot rounds it committed before the kill: {listed}"
+        first = min(r for r in listed if r > killed_at + 1)
+        synced = [int(m) for m in re.findall(r"state of round (\d+) received from", open(site.log_path).read())][-1]
+        # Within one round of its STATE_SYNC, the site holds the committed anchor of the next round.
+        assert first == synced + 1, f"{site.name} synced round {synced} but its first round after the rejoin is {first}"
+        return synced, first
 
     def check_history(self, job, down=()):
         """Runs geoloco check-history over every site's folder of `job` (the

@@ -5,7 +5,6 @@ coordinator resumes from its journal, and in the end every site holds the
 same anchor after every round it applied, with no round applied twice and
 none lost on the sites that never died."""
 
-import re
 
 from federation import Federation, mlp_job
 
@@ -30,16 +29,7 @@ with Federation() as fed:
     without = [r for r in a.status("e2e")["rounds"] if r["round"] > killed_at + 1]
     assert without and all("site-c" not in r["participants"] for r in without), without
     c.start()
-    # Rounds up to killed_at + 1 are site-c's from before the kill, read back
-    # from its round log; the rounds after the rejoin start at its STATE_SYNC.
-    fed.wait_for(lambda: any(r["contributed"] and r["round"] > killed_at + 1
-                             for r in (c.status("e2e") or {}).get("rounds", [])), 120,
-                 "site-c to contribute again")
-    synced = [int(m) for m in re.findall(r"state of round (\d+) received from", open(c.log_path).read())][-1]
-    listed = [r["round"] for r in c.status("e2e")["rounds"]]
-    assert set(range(1, killed_at)) <= set(listed), f"site-c forgot rounds it committed before the kill: {listed}"
-    first = min(r for r in listed if r > killed_at + 1)
-    assert first == synced + 1, f"site-c synced round {synced} but its first round after the rejoin is {first}"
+    synced, first = fed.wait_for_rejoin(c, "e2e", killed_at)
     print(f"site-c rejoined by STATE_SYNC (round {synced}) and applies rounds from {first}")
 
     # The coordinator dies and comes back.

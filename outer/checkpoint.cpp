@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/digest.h"
+#include "common/durable_file.h"
 
 namespace geoloco::outer {
 
@@ -36,31 +37,10 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
-  /// Closes now and reports the error close() gives (a late write error).
-  int release_close() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
 
  private:
   int fd_;
 };
-
-Status write_all(int fd, const void* data, std::size_t size, const std::filesystem::path& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    // At most 1 GiB per call: Linux caps a single write below 2 GiB anyway.
-    const ssize_t n = ::write(fd, p, std::min<std::size_t>(size, 1u << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_status("cannot write", path);
-    }
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return {};
-}
 
 json tensor_entry(std::uint64_t count, std::uint64_t& offset) {
   json e;
@@ -333,34 +313,16 @@ Status save_checkpoint(const std::filesystem::path& path, const OuterState& stat
   text.append((8 - text.size() % 8) % 8, ' ');
   const std::uint64_t header_len = text.size();
 
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return errno_status("cannot create", tmp);
-  const Status written = [&]() -> Status {
-    GEOLOCO_TRY(write_all(fd.get(), &header_len, 8, tmp));
-    GEOLOCO_TRY(write_all(fd.get(), text.data(), text.size(), tmp));
-    GEOLOCO_TRY(write_all(fd.get(), state.anchor.data(), state.anchor.size() * 4, tmp));
-    GEOLOCO_TRY(write_all(fd.get(), state.momentum.data(), state.momentum.size() * 4, tmp));
-    for (const auto* r : residuals) GEOLOCO_TRY(write_all(fd.get(), r->values.data(), r->values.size() * 4, tmp));
-    // The data must be on disk before the rename makes it the checkpoint;
-    // otherwise a crash could leave the new name pointing at missing blocks.
-    if (::fsync(fd.get()) != 0) return errno_status("cannot fsync", tmp);
-    if (fd.release_close() != 0) return errno_status("cannot close", tmp);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_status("cannot rename into place", path);
+  // Written whole or not at all: a full disk (or any failed write) leaves
+  // the last checkpoint as it was and no half-written file next to it.
+  return write_file_durably(path, [&](const FileSink& put) -> Status {
+    GEOLOCO_TRY(put(std::as_bytes(std::span(&header_len, 1))));
+    GEOLOCO_TRY(put(std::as_bytes(std::span(text))));
+    GEOLOCO_TRY(put(std::as_bytes(std::span(state.anchor))));
+    GEOLOCO_TRY(put(std::as_bytes(std::span(state.momentum))));
+    for (const auto* r : residuals) GEOLOCO_TRY(put(std::as_bytes(std::span(r->values))));
     return {};
-  }();
-  if (!written.ok()) {
-    // A full disk (or any failed write) leaves the last checkpoint as it
-    // was and no half-written file next to it.
-    ::unlink(tmp.c_str());
-    return written;
-  }
-  // And the rename itself must be durable: fsync the directory entry.
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() < 0) return errno_status("cannot open directory", dir);
-  if (::fsync(dfd.get()) != 0) return errno_status("cannot fsync directory", dir);
-  return {};
+  });
 }
 
 Result<LoadedCheckpoint> load_checkpoint(const std::filesystem::path& path, const CheckpointLimits& limits) {

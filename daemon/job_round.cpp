@@ -80,7 +80,22 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
-  finish(exchange_digest());
+  Result<std::string> digest = exchange_digest();
+  // On disk before the vote: a round commits only with a majority holding
+  // its outcome, so a committed round survives on every site that voted.
+  if (digest.ok())
+    if (Status kept = keep_round_delta(plan, *digest); !kept.ok()) digest = kept;
+  finish(digest);
+}
+
+Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& digest) {
+  if (!round_deltas_) return {};
+  Status kept = round_deltas_->append(plan.round, plan.attempt, delta_offset_, digest, delta_);
+  if (env_.metrics && kept.ok())
+    (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
+  if (kept.ok()) return kept;
+  return Status(kept.code(), cat("round ", plan.round, "'s averaged Δ cannot be kept on disk, so this site does not "
+                                 "vote for it: ", kept.message()));
 }
 
 Result<std::string> JobRun::exchange_digest() const {

@@ -78,6 +78,9 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   GEOLOCO_RETURN_IF(ec, Err::io, "cannot create the job folder ", dir, ": ", ec.message());
   std::shared_ptr<JobRun> job(new JobRun(std::move(env), std::move(spec), std::move(yaml), std::move(file), dir));
   GEOLOCO_TRY(job->load_checkpoint());
+  auto deltas = RoundDeltas::open(fs::path(dir) / kRoundDeltasFolder, job->config_hash_);
+  if (!deltas.ok()) return deltas.status();
+  job->round_deltas_.emplace(std::move(*deltas));
   auto history = history::HistoryFile::open((fs::path(dir) / history::kHistoryFile).string());
   if (!history.ok()) return history.status();
   job->history_.emplace(std::move(*history));
@@ -330,7 +333,8 @@ void JobRun::execute(ParticipantAction& action) {
       Overload{
           [&](Send& s) {
             if (std::holds_alternative<StateRequestMessage>(s.message)) transfers_->requested(Clock::now());
-            if (std::holds_alternative<CommitMessage>(s.message)) journal_pending_commit();  // on disk before it goes
+            // On disk before it goes; if it cannot be, it does not go (the machine resends it).
+            if (std::holds_alternative<CommitMessage>(s.message) && !journal_pending_commit()) return;
             // A finished site's final COMMITTED to a late one: in this site's epoch, or it is refused.
             if (auto* c = std::get_if<CommittedMessage>(&s.message)) c->epoch = succession_->epoch();
             if (s.now) send_now(s.to, s.message);
@@ -397,13 +401,14 @@ void JobRun::execute(ParticipantAction& action) {
 }
 
 Status JobRun::start() {
-  const std::uint64_t first_round = state_.round + 1;
   const std::string journal_path = (fs::path(dir_) / "journal").string();
   auto opened = Journal::open(journal_path);
   if (!opened.ok()) return opened.status();
   if (opened->dropped_bytes() > 0)
     note(cat("journal ", journal_path, ": dropped a torn tail of ", opened->dropped_bytes(), " bytes"));
   journal_.emplace(std::move(*opened));
+  replay_round_log();
+  const std::uint64_t first_round = state_.round + 1;
   succession_.emplace(SuccessionOptions{spec_.sites, spec_.coordinator, self(), Millis(env_.site.heartbeat_timeout_ms),
                                         Millis(env_.site.heartbeat_interval_ms)},
                       office_records(journal_->records()), Clock::now());
@@ -458,6 +463,9 @@ asio::awaitable<void> JobRun::run() {
       co_return;
     }
     state_ = std::move(*created);
+    // The job's first anchor on disk: what the round log's rounds step from.
+    if (Status s = save_checkpoint(); !s.ok())
+      spdlog::error("[{}] checkpoint of the initial parameters: {}", spec_.name, s.message());
     machine_->on_initial_parameters(HeldState{0, digest_hex(state_.anchor_digest())});
     drive();
   }

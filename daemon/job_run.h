@@ -63,6 +63,7 @@
 #include "job/job_spec.h"
 #include "daemon/metrics.h"
 #include "daemon/participant_machine.h"
+#include "daemon/round_deltas.h"
 #include "daemon/round_log.h"
 #include "daemon/site_config.h"
 #include "daemon/state_transfers.h"
@@ -164,8 +165,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void stop_role(const std::string& why);
   /// PLAN, COMMITTED and ABORT: admitted by their epoch (the succession machine's), or refused and counted.
   bool admit(const std::string& from, const ControlMessage& message);
-  /// The COMMIT about to be sent: its round and attempt journaled first (a successor must hear of it).
-  void journal_pending_commit();
+  /// The COMMIT about to be sent: its round and attempt journaled first (a
+  /// successor must hear of it). false: it could not be, and is not sent.
+  bool journal_pending_commit();
   /// The machine has no COMMIT in doubt any more: journaled too.
   void journal_pending_cleared();
   /// A round this site applied or installed: its journal's `committed` record.
@@ -190,6 +192,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   // One round (job_round.cpp).
   asio::awaitable<void> exchange(PlanMessage plan, bool participant);
   Result<std::string> exchange_digest() const;
+  /// The exchanged round's averaged Δ made durable in the round log before
+  /// this site votes for it (round_deltas.h). Errors: io (no vote then).
+  Status keep_round_delta(const PlanMessage& plan, const std::string& digest);
   /// Applies the exchanged round's outer step and records the round.
   /// Errors: the step's, and mismatch (the anchor is not the committed one).
   Status apply_round(const CommittedMessage& committed, bool participant);
@@ -213,6 +218,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   Status save_checkpoint();
   /// Errors: invalid_argument (a checkpoint of another configuration).
   Status load_checkpoint();
+  /// The checkpoint's state stepped through the round log up to the
+  /// journal's last committed round (round_replay.h), before the machine
+  /// starts: what this site holds after a crash, from its disk alone.
+  void replay_round_log();
 
   JobEnvironment env_;
   job::JobSpec spec_;
@@ -280,6 +289,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
   /// The rounds this site committed, the job's whole run (rounds.jsonl, across restarts).
   std::optional<RoundLog> rounds_;
+  /// The averaged Δ of each round this site voted for since its checkpoint (deltas/).
+  std::optional<RoundDeltas> round_deltas_;
   std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer
 };
 

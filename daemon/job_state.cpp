@@ -11,6 +11,7 @@
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "inner/protocol/eval_log.h"
+#include "daemon/round_replay.h"
 #include "daemon/site_checkpoint.h"
 
 namespace geoloco::daemon {
@@ -136,6 +137,10 @@ void JobRun::install_state() {
   }
   if (!feedback_ && compression::uses_error_feedback(spec_.compression))
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  // The round log cannot step over a state that came from a peer: a
+  // checkpoint of it is where the next rebuild starts.
+  if (Status s = save_checkpoint(); !s.ok())
+    spdlog::error("[{}] checkpoint of the installed state: {}", spec_.name, s.message());
 }
 
 // ------------------------------------------------------------- checkpoints
@@ -147,6 +152,13 @@ Status JobRun::save_checkpoint() {
   if (saved.ok() && !state_.anchor.empty()) {
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
+    // The checkpoint holds these rounds now: the log only has to reach past it.
+    if (round_deltas_) {
+      if (Status cut = round_deltas_->cut_through(state_.round); !cut.ok())
+        spdlog::warn("[{}] the round log keeps rounds the checkpoint holds: {}", spec_.name, cut.message());
+      if (env_.metrics)
+        (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
+    }
   }
   return saved;
 }
@@ -163,6 +175,39 @@ Status JobRun::load_checkpoint() {
   checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
   return {};
+}
+
+void JobRun::replay_round_log() {
+  if (!round_deltas_ || !journal_ || state_.anchor.empty()) return;
+  const JournalSummary journal = summarize_journal(journal_->records());
+  if (journal.round <= state_.round) return;
+  const std::uint64_t from = state_.round;
+  auto replayed = replay_rounds(state_, *round_deltas_, journal.commits, journal.round, spec_.compression,
+                                spec_.outer.outer);
+  if (!replayed.ok()) {
+    // Stepped to no committed anchor: nothing of it is used; a peer gives the state.
+    spdlog::error("[{}] the round log cannot rebuild the committed state: {}; the state comes from a peer",
+                  spec_.name, replayed.status().message());
+    state_ = outer::OuterState();
+    feedback_.reset();
+    checkpoint_.reset();
+    return;
+  }
+  if (replayed->to > from) {
+    // The residual the checkpoint saved was already sent in the rounds just
+    // replayed, and what those rounds' encodes dropped is not on disk: the
+    // site starts again with none (at most one round's rounding is lost).
+    if (feedback_) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+    checkpoint_ = HeldState{replayed->to, replayed->digest};
+    note(cat("rounds ", from + 1, "..", replayed->to, " replayed from the round log on the checkpoint of round ", from,
+             " (", replayed->bytes, " bytes): anchor ", replayed->digest));
+  }
+  if (!replayed->stopped.empty())
+    note(cat("the round log rebuilds round ", replayed->to, ", not the journal's ", journal.round, ": ",
+             replayed->stopped));
+  if (env_.metrics)
+    (void)env_.metrics->set("geoloco_round_log_replayed_rounds", {{"job", spec_.name}},
+                            double(replayed->to - from));
 }
 
 // ------------------------------------------------------------------ status

@@ -19,6 +19,7 @@ CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t
 void CoordinatorMachine::start_collecting(std::uint64_t round) {
   attempt_ = round == round_ ? attempt_ + 1 : first_attempt_of(options_.epoch);
   failure_.reset();
+  failed_.reset();
   round_ = round;
   phase_ = Phase::collecting;
   ready_.clear();
@@ -81,16 +82,21 @@ Status CoordinatorMachine::on_failed(const std::string& site, const FailedMessag
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
                     Err::invalid_argument, "failure report from ", site, ", which is not a participant of round ",
                     round_);
-  if (!failure_) failure_ = cat(site, " could not finish the exchange: ", f.reason);
+  if (!failure_) {
+    failure_ = cat(site, " could not finish the exchange: ", f.reason);
+    failed_ = site;
+  }
   return {};
 }
 
-std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports() const {
+std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports(Clock::time_point now) const {
   std::map<std::string, diloco::SiteReport> out;
   for (const auto& [site, at] : heard_) {
     diloco::SiteReport r;
     r.last_heartbeat = at;
-    if (auto it = ready_at_.find(site); it != ready_at_.end()) r.ready_at = it->second;
+    auto out_until = sits_out_until_.find(site);
+    const bool sits_out = out_until != sits_out_until_.end() && now < out_until->second;
+    if (auto it = ready_at_.find(site); it != ready_at_.end() && !sits_out) r.ready_at = it->second;
     if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
     out[site] = r;
   }
@@ -105,6 +111,12 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     if (failure_) {
       a.abort = AbortMessage{round_, attempt_, *failure_, options_.epoch};
       a.notes.push_back(cat("round ", round_, " aborted: ", *failure_));
+      if (failed_) {
+        sits_out_until_[*failed_] = now + options_.quorum.heartbeat_timeout_ms;
+        a.notes.push_back(cat(*failed_, " sits out the rounds planned in the next ",
+                              options_.quorum.heartbeat_timeout_ms.count() / 1000.0,
+                              " s (its READY does not count; it observes them and its work is late)"));
+      }
       collect_again(now);
       return a;
     }
@@ -215,7 +227,7 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     return a;
   }
   // The quorum rule decides when, the straggler rule with what weights.
-  auto decision = diloco::decide_quorum(now, reports(), options_.quorum);
+  auto decision = diloco::decide_quorum(now, reports(now), options_.quorum);
   for (const auto& d : decision.dead) a.notes.push_back(cat("site ", d, " is silent (no heartbeat)"));
   if (decision.kind != diloco::QuorumDecision::Kind::close) {
     a.wake_at = decision.wake_at;

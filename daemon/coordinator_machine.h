@@ -102,7 +102,8 @@ class CoordinatorMachine {
   std::uint64_t tokens() const { return tokens_; }
 
  private:
-  std::map<std::string, diloco::SiteReport> reports() const;
+  /// What the quorum rule sees at `now`: a site that sits out (below) is live but not READY.
+  std::map<std::string, diloco::SiteReport> reports(Clock::time_point now) const;
   void start_collecting(std::uint64_t round);
   /// Round round_ again after an abort at `now`: collected at once, planned after the pause.
   void collect_again(Clock::time_point now);
@@ -117,6 +118,12 @@ class CoordinatorMachine {
   std::uint64_t plan_tokens_ = 0;
   std::uint64_t attempt_ = 0;           // the current plan of round_; never reused for a round
   std::optional<std::string> failure_;  // a participant's report
+  std::optional<std::string> failed_;   // the site that sent it
+  /// Sites whose failure aborted an attempt, with when they count again: a
+  /// heartbeat timeout later. Until then their READY does not count, so the
+  /// round closes without them (they observe it, and their work is late),
+  /// instead of failing on them again (a full disk would fail every attempt).
+  std::map<std::string, Clock::time_point> sits_out_until_;
   std::uint64_t tokens_ = 0;
   std::map<std::string, std::string> commits_;  // participant -> digest
   std::map<std::string, std::string> acks_;     // observer -> digest

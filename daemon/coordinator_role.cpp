@@ -76,6 +76,7 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
       coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records()), start),
                    summarize_journal(journal_.records()).round + 1, Clock::now()),
       wake_(executor) {
+  step_down_ = std::move(start.step_down);
   const JournalSummary s = summarize_journal(journal_.records());
   commits_ = s.commits;
   committed_round_ = s.round;
@@ -103,6 +104,42 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
 }
 
 Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.append(record); }
+
+void CoordinatorRole::decide(nlohmann::json record, std::string what, std::function<void()> then) {
+  unwritten_.push_back(Decision{std::move(record), std::move(what), std::move(then)});
+}
+
+bool CoordinatorRole::write_decisions(Clock::time_point now) {
+  while (!unwritten_.empty()) {
+    Decision& d = unwritten_.front();
+    if (Status j = journal(d.record); !j.ok()) {
+      if (!unwritten_since_) {
+        unwritten_since_ = now;
+        // "paused:" puts it in `geoloco status` too.
+        note_(cat("paused: cannot journal ", d.what, " (", j.message(),
+                  "); nothing of it is sent, and it is tried again every second"));
+      }
+      if (!handed_on_ && step_down_ && now - *unwritten_since_ >= heartbeat_timeout_) {
+        handed_on_ = true;
+        step_down_(cat("its journal refused ", d.what, " for ",
+                            std::chrono::duration_cast<Millis>(now - *unwritten_since_).count() / 1000, " s: ",
+                            j.message()));
+      }
+      return false;
+    }
+    if (unwritten_since_) {
+      note_(cat("the journal is written again after ",
+                std::chrono::duration_cast<Millis>(now - *unwritten_since_).count() / 1000, " s: ", d.what,
+                " goes out"));
+      unwritten_since_.reset();
+      handed_on_ = false;
+    }
+    auto then = std::move(d.then);
+    unwritten_.pop_front();
+    then();
+  }
+  return true;
+}
 
 std::optional<CommittedMessage> CoordinatorRole::committed_message(std::uint64_t round) const {
   auto it = commits_.find(round);
@@ -198,11 +235,32 @@ asio::awaitable<void> CoordinatorRole::run() {
   // An exchange that outlasts the participants' own all-reduce limit (4 x
   // the heartbeat timeout) plus a margin cannot finish any more: abort it.
   const auto exchange_limit = 5 * heartbeat_timeout_;
-  std::optional<Clock::time_point> planned_at;
-  while (!stopped_ && !finished()) {
+  while (!stopped_ && (!finished() || !unwritten_.empty())) {
     poked_ = false;
-    if (coordinator_.phase() == CoordinatorMachine::Phase::planned && planned_at &&
-        Clock::now() - *planned_at > exchange_limit && !coordinator_.participants().empty())
+    // The loop passes at least every second. A longer gap than the
+    // heartbeat timeout is a process that stood still: the other sites
+    // may have elected a successor meanwhile, so this one decides nothing
+    // more in its epoch (fenced means fenced) and leaves the office.
+    const auto now = Clock::now();
+    if (last_step_ && now - *last_step_ > heartbeat_timeout_ && step_down_) {
+      const auto gap = std::chrono::duration_cast<Millis>(now - *last_step_).count();
+      note_(cat("this coordinator stood still for ", gap / 1000.0,
+                " s, longer than the heartbeat timeout: it decides nothing more and leaves the office"));
+      unwritten_.clear();  // decisions made before the gap are not sent after it
+      step_down_(cat("the process stood still for ", gap / 1000.0, " s"));
+      break;
+    }
+    last_step_ = now;
+    // A decision goes out only once the journal holds it; one the journal
+    // refuses (a full disk) waits, and the machine decides nothing new.
+    if (!write_decisions(Clock::now())) {
+      if (stopped_) break;  // the office was handed on
+      wake_.expires_after(std::chrono::seconds(1));
+      co_await wake_.async_wait(as_tuple(asio::use_awaitable));
+      continue;
+    }
+    if (coordinator_.phase() == CoordinatorMachine::Phase::planned && planned_at_ &&
+        Clock::now() - *planned_at_ > exchange_limit && !coordinator_.participants().empty())
       (void)coordinator_.on_failed(coordinator_.participants().front(),
                                    FailedMessage{coordinator_.round(), coordinator_.attempt(),
                                                  cat("no COMMIT from every participant within ",
@@ -226,13 +284,12 @@ asio::awaitable<void> CoordinatorRole::run() {
                             {"weights", actions.plan->weights},
                             {"late", actions.plan->late},
                             {"epoch", epoch_}};
-      if (Status j = journal(record); !j.ok()) {
-        note_(cat("cannot journal the plan of round ", actions.plan->round, ": ", j.message(), "; job paused"));
-        break;
-      }
-      lagging_ = actions.plan->late;
-      planned_at = Clock::now();
-      for (const auto& site : job_.sites) send_(site, *actions.plan);
+      decide(std::move(record), cat("the plan of round ", actions.plan->round),
+             [this, plan = *actions.plan] {
+               lagging_ = plan.late;
+               planned_at_ = Clock::now();
+               for (const auto& site : job_.sites) send_(site, plan);
+             });
     }
     if (actions.committed) {
       const auto& c = *actions.committed;
@@ -243,23 +300,23 @@ asio::awaitable<void> CoordinatorRole::run() {
                             {"final", c.final},
                             {"attempt", c.attempt.value_or(0)},
                             {"epoch", epoch_}};
-      if (Status j = journal(record); !j.ok()) {
-        note_(cat("cannot journal the commit of round ", c.round, ": ", j.message(), "; job paused"));
-        break;
-      }
-      commits_[c.round] = {c.anchor_digest, c.attempt, coordinator_.tokens(), epoch_};
-      committed_round_ = c.round;
-      committed_digest_ = c.anchor_digest;
-      committed_tokens_ = coordinator_.tokens();
-      committed_final_ = c.final;
-      for (const auto& site : job_.sites) send_(site, c);
+      decide(std::move(record), cat("the commit of round ", c.round), [this, c, tokens = coordinator_.tokens()] {
+        commits_[c.round] = {c.anchor_digest, c.attempt, tokens, epoch_};
+        committed_round_ = c.round;
+        committed_digest_ = c.anchor_digest;
+        committed_tokens_ = tokens;
+        committed_final_ = c.final;
+        for (const auto& site : job_.sites) send_(site, c);
+      });
     }
     if (actions.abort) {
-      (void)journal(nlohmann::json{{"type", "abort"},
-                                   {"round", actions.abort->round},
-                                   {"reason", actions.abort->reason},
-                                   {"epoch", epoch_}});
-      for (const auto& site : job_.sites) send_(site, *actions.abort);
+      decide(nlohmann::json{{"type", "abort"},
+                            {"round", actions.abort->round},
+                            {"reason", actions.abort->reason},
+                            {"epoch", epoch_}},
+             cat("the abort of round ", actions.abort->round), [this, abort = *actions.abort] {
+               for (const auto& site : job_.sites) send_(site, abort);
+             });
     }
     if (actions.plan || actions.committed || actions.abort || poked_) continue;  // step again at once
     // Sleep until a message arrives or the decision can change by time alone.

@@ -48,6 +48,12 @@ class CoordinatorRole {
     std::uint64_t epoch = 0;
     std::optional<Recovery> recovery;
     std::set<std::string> live = {};  ///< a successor: the sites live when it took office (the others count as silent)
+    /// Called when this site should leave the office to another: its
+    /// journal refused a decision for a heartbeat timeout (a site that
+    /// cannot write cannot lead), or the process stood still longer than a
+    /// heartbeat timeout (SIGSTOP, a paused machine), so the others may have
+    /// elected a successor meanwhile and it must decide nothing more.
+    std::function<void(const std::string& why)> step_down = {};
   };
   /// Resumes from the site's journal (which outlives the role); a
   /// successor first journals its recovery. Errors: io.
@@ -79,6 +85,12 @@ class CoordinatorRole {
                   Journal& journal, Start start, Send send, Note note);
   void greet(const std::string& site);
   Status journal(const nlohmann::json& record);
+  /// `then` (what sends the decision) runs once `record` is on disk, after
+  /// every decision queued before it.
+  void decide(nlohmann::json record, std::string what, std::function<void()> then);
+  /// Writes the queued decisions in order and sends each; false: one could
+  /// not be written (it and those after it wait; the machine decides nothing new).
+  bool write_decisions(Clock::time_point now);
 
   job::JobSpec job_;
   Millis heartbeat_timeout_;
@@ -105,6 +117,17 @@ class CoordinatorRole {
   bool stopped_ = false;
   bool poked_ = false;  // a message arrived since the last step
   std::set<std::string> standing_;  // standing conditions logged already
+  struct Decision {
+    nlohmann::json record;
+    std::string what;  // "the plan of round 7", for the log
+    std::function<void()> then;
+  };
+  std::deque<Decision> unwritten_;  // decisions whose journal record is not on disk yet, in order
+  std::optional<Clock::time_point> unwritten_since_;
+  std::function<void(const std::string&)> step_down_;
+  bool handed_on_ = false;  // step_down_ was called for the journal
+  std::optional<Clock::time_point> last_step_;  // the loop's last pass: a long gap is a process that stood still
+  std::optional<Clock::time_point> planned_at_;  // the plan in flight went out then
 };
 
 }  // namespace geoloco::daemon

@@ -100,7 +100,17 @@ bool JobRun::execute(SuccessionAction& action) {
 Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now, std::set<std::string> live) {
   auto role = CoordinatorRole::open(
       env_.executor, spec_, Millis(env_.site.heartbeat_timeout_ms), *journal_,
-      CoordinatorRole::Start{self(), succession_->epoch(), std::move(recovery), std::move(live)},
+      CoordinatorRole::Start{self(), succession_->epoch(), std::move(recovery), std::move(live),
+                             [this](const std::string& why) {
+                               // It cannot write, or stood still: another site stands.
+                               succession_->resign(why, Clock::now());
+                               step_succession();
+                               if (role_) {  // the vacancy's record was refused too (a full disk): not followed yet
+                                 stop_role(why);
+                                 machine_->on_office(coordinator());
+                                 changed_.notify_all();
+                               }
+                             }},
       [this](const std::string& site, const ControlMessage& m) { send(site, m); },
       [this](const std::string& line) {
         note(line);
@@ -141,18 +151,25 @@ bool JobRun::admit(const std::string& from, const ControlMessage& message) {
   return false;
 }
 
-void JobRun::journal_pending_commit() {
+bool JobRun::journal_pending_commit() {
   auto p = machine_->pending_commit();
   if (!p || (journaled_pending_ && journaled_pending_->round == p->round && journaled_pending_->attempt == p->attempt))
-    return;
+    return true;
   if (Status s = journal_->append(nlohmann::json{{"type", "pending"},
                                                  {"round", p->round},
                                                  {"attempt", p->attempt},
                                                  {"anchor_digest", p->anchor_digest},
                                                  {"tokens", p->tokens}});
-      !s.ok())
-    spdlog::error("[{}] cannot journal the COMMIT of round {}: {}", spec_.name, p->round, s.message());
+      !s.ok()) {
+    // Not sent: a successor could not learn of it. The machine sends its
+    // COMMIT again every resend interval, and the journal is tried again then.
+    note(cat("the COMMIT of round ", p->round, " is not sent: it cannot be journaled (", s.message(),
+             "); tried again at the next resend"));
+    if (env_.metrics) (void)env_.metrics->add("geoloco_journal_write_failures_total", {{"job", spec_.name}}, 1);
+    return false;
+  }
   journaled_pending_ = p;
+  return true;
 }
 
 void JobRun::journal_pending_cleared() {

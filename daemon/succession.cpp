@@ -160,6 +160,8 @@ std::optional<std::size_t> SuccessionMachine::rank(const Standing& mine, Clock::
 void SuccessionMachine::learn(const Office& office, const std::string& from, Clock::time_point now) {
   if (office.epoch < office_.epoch) return;
   if (office.epoch == office_.epoch && !office_.coordinator.empty()) return;
+  // A peer that has not heard of the resignation yet: the office stays vacant until an election fills it.
+  if (office.coordinator == options_.self && resigned_epoch_ && office.epoch <= *resigned_epoch_) return;
   const bool was_acting = acting();
   const Undo before{office_, vote_, office_heard_};
   office_ = office;
@@ -209,6 +211,7 @@ void SuccessionMachine::on_persist_failed(Clock::time_point now) {
 
 void SuccessionMachine::resign(const std::string& why, Clock::time_point now) {
   if (!acting()) return;
+  resigned_epoch_ = office_.epoch;
   office_ = Office{office_.epoch, ""};
   office_heard_ = now;
   act(Persist{office_record(office_)});

@@ -201,6 +201,9 @@ class SuccessionMachine {
   std::map<std::string, Clock::time_point> heard_;
   std::map<std::string, std::uint64_t> committed_;  // each peer's committed round, by its heartbeats
   std::uint64_t highest_epoch_ = 0;         // the highest epoch seen anywhere
+  /// The epoch whose office this site left (resign()): a peer's heartbeat
+  /// that still names this site for it is not taken as an office to hold again.
+  std::optional<std::uint64_t> resigned_epoch_;
   std::optional<Candidacy> candidacy_;
   Clock::time_point not_before_{};          // no new candidacy before then (after one lapsed)
   struct Undo {

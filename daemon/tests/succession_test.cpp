@@ -440,3 +440,22 @@ TEST_CASE("pre-votes raise no epoch, and a site that backed a candidate does not
   d.on_heartbeat("b", HeartbeatMessage{5, "inner", 0, "a", 4}, t0 + 21s);
   CHECK_FALSE(elect_epochs(d.step(standing(4), t0 + 22s)).empty());  // b took no office within the timeout
 }
+
+TEST_CASE("a coordinator that leaves its office is not handed it back by a peer's old heartbeat; another site takes it") {
+  Federation f({"a", "b", "c"}, "a");
+  f.run(3s);
+  REQUIRE(f.acting() == std::vector<std::string>{"a"});
+  // a cannot lead (its journal refuses decisions): it resigns; b and c
+  // still name it in their heartbeats until they hear otherwise.
+  f.machines.at("a").resign("its journal refused the plan of round 5 for 10 s", f.now);
+  f.step_all();
+  CHECK(f.office("a") == Office{0, ""});
+  f.run(2s);
+  CHECK(f.office("a").coordinator.empty());
+  CHECK(f.acting().empty());
+  // A heartbeat timeout later b (ranked first after a) is elected in epoch 1.
+  f.run(15s);
+  CHECK(f.acting() == std::vector<std::string>{"b"});
+  CHECK(f.office("a") == Office{1, "b"});
+  CHECK(f.office("c") == Office{1, "b"});
+}

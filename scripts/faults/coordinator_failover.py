@@ -1,5 +1,7 @@
-"""The coordinator's site lost: kill -9 of it for good, and a partition that
-cuts it off from the majority. Each time the live sites elect a successor
+"""The coordinator's site lost: kill -9 of it for good, a partition that
+cuts it off from the majority, and SIGSTOP of it past three heartbeat
+timeouts (woken, it journals no plan, commit or abort of its old epoch:
+fenced means fenced). Each time the live sites elect a successor
 (the most advanced committed round, then the order of `sites:`), which takes
 office in a new epoch once a majority votes for it and commits on; the old
 coordinator commits nothing more (fencing), and when it is back it learns the
@@ -8,11 +10,14 @@ the time from the loss to the successor's first commit against the heartbeat
 timeout, and ends with the history checker: one digest per round, every
 token counted once."""
 
+import json
+import os
+import signal
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, link_name, mlp_job, run, signal_site, wait_for_transfer
 
-args = arguments(__doc__, rounds=30, bound=15.0, partition_seconds=12.0)
+args = arguments(__doc__, rounds=40, bound=15.0, partition_seconds=12.0)
 NAME = "coordinator-failover"
 
 
@@ -73,6 +78,44 @@ def body():
         assert "no longer coordinates" in log or "stops coordinating" in log, "site-b never said it stopped coordinating"
         notes.append(f"site-b cut off at round {before['site-b']}: {epoch2[1]} took epoch 2, two commits "
                      f"{took2:.1f} s later, site-b held at {b_during} while the majority reached {majority}")
+
+        # 3. The acting coordinator stands still (SIGSTOP) past three heartbeat
+        #    timeouts: a successor takes a newer epoch; woken, the old one
+        #    decides nothing more in its epoch (no plan, commit or abort
+        #    journaled under it) and follows.
+        #    It is stopped while it waits for COMMITs: its trainer first, so
+        #    that the next round is planned without it, then, while the two
+        #    others exchange over a slowed link, its daemon; their COMMITs
+        #    wait in its sockets for when it wakes.
+        old = fed[epoch2[1]]
+        others = [s for s in fed.sites if s is not old]
+        top = commits.poll()
+        assert top < args.rounds - 6, f"the job is nearly over at round {top}: raise --rounds"
+        journal = os.path.join(old.dir, "data", "jobs", "e2e", "journal")
+        fed.proxy.set(link_name(others[0].name, others[1].name), both={"rate": "4M"})
+        for pid in old.trainer_pids():
+            os.kill(pid, signal.SIGSTOP)
+        commits.wait_round(top + 2, 60, f"a round planned without {old.name}'s trainer")
+        wait_for_transfer(fed, link_name(others[0].name, others[1].name))
+        signal_site(old, signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            stopped_at = max(commits.rounds().values())
+            journaled = os.path.getsize(journal)
+            commits.wait_round(stopped_at + 2, args.bound + 60, f"two commits while {old.name} stands still")
+            time.sleep(max(0.0, 3 * float(fed.heartbeat_timeout.rstrip("s")) - (time.monotonic() - frozen)))
+        finally:
+            signal_site(old, signal.SIGCONT)
+        epoch3 = epoch_of(others[0])
+        assert epoch3[0] > epoch2[0] and epoch3[1] != old.name, f"no successor took office: {epoch3}"
+        fed.wait_for(lambda: epoch_of(old) == epoch3, 60, f"{old.name} to follow epoch {epoch3[0]}")
+        with open(journal) as f:
+            f.seek(journaled)
+            after = [json.loads(line[line.index("{"):]) for line in f if "{" in line]
+        decided = [r for r in after if r.get("type") in ("plan", "committed", "abort") and r.get("epoch") == epoch2[0]]
+        assert not decided, f"{old.name}, deposed, journaled decisions of its old epoch {epoch2[0]}: {decided}"
+        notes.append(f"{old.name} stood still at round {stopped_at}: {epoch3[1]} took epoch {epoch3[0]}; woken, "
+                     f"{old.name} journaled nothing of epoch {epoch2[0]}")
 
         commits.finished(300)
         fed.check_history("e2e")  # fails the scenario on any violation

@@ -2,10 +2,14 @@
 runs. Saving its checkpoint and status fails with "No space left on device"
 and leaves no half-written file; the history's records wait in memory while
 the site's trainer work is kept out of rounds; once there is room the
-records are written, in order, and the site contributes again. Needs root
+records are written, in order, and the site contributes again. Then the
+same on the acting coordinator: it cannot journal its next decision, sends
+nothing of it, and hands the office on; the job goes on under a successor,
+and the old coordinator contributes again once its disk has room. Needs root
 (to mount the tmpfs): otherwise the verdict is SKIP. Ends with the history
 checker."""
 
+import contextlib
 import os
 import re
 import subprocess
@@ -13,7 +17,7 @@ import tempfile
 
 from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run, verdict
 
-args = arguments(__doc__, rounds=40)
+args = arguments(__doc__, rounds=50)
 NAME = "full-disk"
 
 
@@ -28,30 +32,88 @@ def body():
         commits.wait_round(3, 120, "round 3")
         note, listed = full_disk(fed, commits)
         print(note, flush=True)
-        commits.finished(300)
         # The rounds site-b listed on the full disk were written once there
         # was room: started again, it lists them all.
         now = {r["round"] for r in fed["site-b"].status("e2e")["rounds"]}
         missing = sorted(set(listed) - now)
         assert not missing, f"site-b, started again, no longer lists rounds {missing}"
         note += f"; started again, it lists all {len(listed)} rounds it had listed"
+        note += "; " + coordinator_full_disk(fed, commits)
+        commits.finished(300)
         fed.check_history("e2e")
     return note
 
 
-def full_disk(fed, commits):
-    """site-b's data folder on a tmpfs with room for little more than its state, then filled."""
-    b = fed["site-b"]
-    b.kill()
-    data = os.path.join(b.dir, "data")
+def epoch_of(site):
+    st = site.status("e2e") or {}
+    return st.get("epoch", 0), st.get("coordinator", "")
+
+
+def coordinator_full_disk(fed, commits):
+    """The acting coordinator's data folder filled: it cannot journal its
+    next decision, says so, hands the office on after a heartbeat timeout,
+    and the job goes on under a successor; freed, it contributes again."""
+    a = fed["site-a"]
+    assert epoch_of(a)[1] == "site-a", f"site-a does not hold the office: {epoch_of(a)}"
+    with small_data_folder(a) as data:
+        size = len(open(a.log_path).read())
+        commits.wait_round(commits.poll() + 2, 120, "two rounds with site-a on the small disk")
+        filler = os.path.join(data, "filler")
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
+                     "site-a to say it cannot journal a decision")
+        fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
+                     "a successor to take the office from the full coordinator")
+        epoch, holder = epoch_of(fed["site-b"])
+        at = commits.poll()
+        commits.wait_round(at + 3, 120, f"three rounds under {holder} while site-a's disk is full")
+        os.remove(filler)
+    # Started again on its own folder, the old coordinator follows the new
+    # office and contributes. (Freed without a restart, it does not yet: the
+    # state it asks for is sent but never arrives; see docs/RELIABILITY.md.)
+    freed = commits.poll()
+    contributes_after(fed, a, freed)
+    assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
+    return (f"full disk on the coordinator site-a: it said it cannot journal, {holder} took epoch {epoch} and the "
+            f"job went on; restarted on its own folder, site-a contributed again")
+
+
+@contextlib.contextmanager
+def small_data_folder(site):
+    """The site, restarted with its data folder on a 4 MiB tmpfs (a copy of
+    what it held); at the end what it wrote there goes back to its real
+    folder and it is restarted on it."""
+    site.kill()
+    data = os.path.join(site.dir, "data")
     saved = data + ".saved"
     os.rename(data, saved)
     os.makedirs(data)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", data], check=True)
     try:
         subprocess.run(["cp", "-a", saved + "/.", data], check=True)
-        size = len(open(b.log_path).read())
-        b.start()
+        site.start()
+        yield data
+    finally:
+        # What the site wrote on the small disk (its history above all) goes
+        # back to its real folder.
+        site.kill()
+        subprocess.run(["rm", "-rf", saved], check=False)
+        os.makedirs(saved)
+        subprocess.run(["cp", "-a", data + "/.", saved], check=False)
+        subprocess.run(["umount", "-l", data], check=False)
+        os.rmdir(data)
+        os.rename(saved, data)
+        filler = os.path.join(data, "filler")
+        if os.path.exists(filler):
+            os.remove(filler)
+        site.start()
+
+
+def full_disk(fed, commits):
+    """site-b's data folder on a tmpfs with room for little more than its state, then filled."""
+    b = fed["site-b"]
+    size = len(open(b.log_path).read())
+    with small_data_folder(b) as data:
         commits.wait_round(commits.poll() + 2, 120, "two rounds with site-b on the small disk")
         filler = os.path.join(data, "filler")
         subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
@@ -72,20 +134,6 @@ def full_disk(fed, commits):
         listed = [r["round"] for r in b.status("e2e")["rounds"]]
         return (f"full disk on site-b: checkpoints and history refused with 'No space left on device', no partial "
                 f"file, {again.group(2)} history records written {float(again.group(1)):.0f} s later, went on"), listed
-    finally:
-        # What site-b wrote on the small disk (its history above all) goes back
-        # to its real folder.
-        b.kill()
-        subprocess.run(["rm", "-rf", saved], check=False)
-        os.makedirs(saved)
-        subprocess.run(["cp", "-a", data + "/.", saved], check=False)
-        subprocess.run(["umount", "-l", data], check=False)
-        os.rmdir(data)
-        os.rename(saved, data)
-        filler = os.path.join(data, "filler")
-        if os.path.exists(filler):
-            os.remove(filler)
-        b.start()
 
 
 def can_mount_tmpfs():

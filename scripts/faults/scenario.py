@@ -9,6 +9,7 @@ exits 0 (PASS, SKIP) or 1 (FAIL); every wait is bounded."""
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -89,6 +90,18 @@ def wait_for_transfer(fed, link, nbytes=20000, seconds=30):
             return True
         time.sleep(0.02)
     return False
+
+
+def signal_site(site, sig):
+    """SIGSTOP or SIGCONT of a site's daemon and trainer: a machine that
+    stands still, then goes on."""
+    site.frozen = sig == signal.SIGSTOP  # its control socket does not answer meanwhile
+    os.killpg(site.process.pid, sig)
+    for pid in site.trainer_pids():
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def verdict(name, passed, text):

@@ -5,25 +5,14 @@ of the rounds it slept through is refused, it catches up and contributes
 again, and every site ends with one digest per round. Ends with the history
 checker."""
 
-import os
 import random
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run
+from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run, signal_site
 
 args = arguments(__doc__, repeat=2, rounds=40, stop_seconds=8.0)
 NAME = "sigstop-site"
-
-
-def signal_site(site, sig):
-    site.frozen = sig == signal.SIGSTOP  # its control socket does not answer while it sleeps
-    os.killpg(site.process.pid, sig)
-    for pid in site.trainer_pids():
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def body():

@@ -41,6 +41,7 @@ quick=(
   "hostile_peers.py"
   "cert_rotation.py"
   "donor_death.py"
+  "federation_crash.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"
@@ -52,6 +53,7 @@ full=(
   "kill_site.py --repeat 4 --rounds 100 --seed 2"
   "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
   "coordinator_failover.py --rounds 60 --partition-seconds 20"
+  "federation_crash.py --rounds 60 --phases inner,allreduce,after-commit,inner,allreduce,after-commit,sigterm --seed 2"
   "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
 )

@@ -192,7 +192,11 @@ std::string encode_control(const ControlMessage& message) {
           [](const AbortMessage& m) {
             return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}, {"epoch", m.epoch}};
           },
-          [](const FailedMessage& m) { return json{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}}; },
+          [](const FailedMessage& m) {
+            json j{{"round", m.round}, {"attempt", m.attempt}, {"reason", m.reason}};
+            if (m.own) j["own"] = true;
+            return j;
+          },
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
           [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
@@ -340,6 +344,7 @@ Result<ControlMessage> decode_control(std::string_view text) {
     f.u64("round", m.round);
     f.u64("attempt", m.attempt);
     f.str("reason", m.reason, 4096);
+    f.opt_bool("own", m.own);
     f.check(m.attempt <= kMaxAttempt, "attempt must be < 2^32");
     out = m;
   } else if (type == "job_start") {

@@ -96,6 +96,9 @@ struct FailedMessage {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;
   std::string reason;
+  /// The failure is the site's own (it could not keep the round's Δ on its
+  /// disk), not a peer's: the coordinator lets it sit out (coordinator_machine.h).
+  bool own = false;
 };
 
 /// Federation level (frame job 0): the coordinator hands a validated job

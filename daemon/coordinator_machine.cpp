@@ -82,10 +82,8 @@ Status CoordinatorMachine::on_failed(const std::string& site, const FailedMessag
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
                     Err::invalid_argument, "failure report from ", site, ", which is not a participant of round ",
                     round_);
-  if (!failure_) {
-    failure_ = cat(site, " could not finish the exchange: ", f.reason);
-    failed_ = site;
-  }
+  if (!failure_) failure_ = cat(site, " could not finish the exchange: ", f.reason);
+  if (f.own && !failed_) failed_ = site;  // a peer's failure reported by a site is not the reporter's
   return {};
 }
 

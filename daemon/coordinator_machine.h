@@ -118,8 +118,8 @@ class CoordinatorMachine {
   std::uint64_t plan_tokens_ = 0;
   std::uint64_t attempt_ = 0;           // the current plan of round_; never reused for a round
   std::optional<std::string> failure_;  // a participant's report
-  std::optional<std::string> failed_;   // the site that sent it
-  /// Sites whose failure aborted an attempt, with when they count again: a
+  std::optional<std::string> failed_;   // the first participant that reported its own failure
+  /// Sites whose own failure (FailedMessage::own) aborted an attempt, with when they count again: a
   /// heartbeat timeout later. Until then their READY does not count, so the
   /// round closes without them (they observe it, and their work is late),
   /// instead of failing on them again (a full disk would fail every attempt).

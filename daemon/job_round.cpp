@@ -28,10 +28,10 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   plan_ = plan;
   plan_at_ = Clock::now();
   exchange_running_ = true;
-  auto finish = [&](const Result<std::string>& digest) {
+  auto finish = [&](const Result<std::string>& digest, bool own_fault = false) {
     exchange_running_ = false;  // nothing of the trainer's replica is read any more
     if (!digest.ok()) delta_.clear();
-    machine_->on_exchange_done(plan.round, plan.attempt, digest);
+    machine_->on_exchange_done(plan.round, plan.attempt, digest, own_fault);
     drive();
     changed_.notify_all();
   };
@@ -84,7 +84,10 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   // On disk before the vote: a round commits only with a majority holding
   // its outcome, so a committed round survives on every site that voted.
   if (digest.ok())
-    if (Status kept = keep_round_delta(plan, *digest); !kept.ok()) digest = kept;
+    if (Status kept = keep_round_delta(plan, *digest); !kept.ok()) {
+      finish(kept, true);  // this site's own failure: it sits out the next attempts
+      co_return;
+    }
   finish(digest);
 }
 

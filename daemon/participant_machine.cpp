@@ -302,7 +302,7 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
 }
 
 void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t attempt,
-                                          const Result<std::string>& digest) {
+                                          const Result<std::string>& digest, bool own_fault) {
   if (!plan_ || plan_->round != round || plan_->attempt != attempt) return;
   if (where_ == Where::unwinding) {
     const After after = after_;
@@ -315,7 +315,7 @@ void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t att
   if (where_ != Where::exchanging) return;
   if (!digest.ok()) {
     note(cat("the exchange of round ", round, " failed: ", digest.status().message()));
-    if (participant_) send_coordinator(FailedMessage{round, attempt, digest.status().message()});
+    if (participant_) send_coordinator(FailedMessage{round, attempt, digest.status().message(), own_fault});
     become_idle();
     return;
   }

@@ -249,7 +249,10 @@ class ParticipantMachine {
   Status on_committed(const std::string& from, const CommittedMessage& committed);
   Status on_abort(const std::string& from, const AbortMessage& abort);
   /// The exchange of (round, attempt) ended: the next anchor's digest, or why it failed.
-  void on_exchange_done(std::uint64_t round, std::uint64_t attempt, const Result<std::string>& digest);
+  /// `own_fault`: a failure of this site's own (its round log could not be
+  /// written), reported as such so that it sits out the next attempts.
+  void on_exchange_done(std::uint64_t round, std::uint64_t attempt, const Result<std::string>& digest,
+                        bool own_fault = false);
   /// ApplyRound was carried out. An error (the anchor did not come out as
   /// committed, although the same step computed aside did) ends the job
   /// here as failed, without a checkpoint of the broken state.

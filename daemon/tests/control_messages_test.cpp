@@ -56,6 +56,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(std::get<CommitMessage>(*decode_control(encode_control(messages[4]))).attempt == 3);
   auto failed = std::get<FailedMessage>(*decode_control(encode_control(messages[7])));
   CHECK((failed.round == 5 && failed.attempt == 3 && failed.reason == "peer c: no data for 20000 ms"));
+  CHECK_FALSE(failed.own);  // not said: a peer's failure, as from a daemon of before the field
+  CHECK(std::get<FailedMessage>(*decode_control(encode_control(FailedMessage{5, 3, "disk full", true}))).own);
   auto offer = std::get<StateOfferMessage>(*decode_control(encode_control(messages[11])));
   CHECK(offer.values == 101770);
   CHECK(offer.round == 7);

@@ -178,11 +178,22 @@ TEST_CASE("a participant's failure report aborts the round; the next plan is a n
   CHECK(p.plan->tokens == 300);
   CHECK(c.on_failed("x", FailedMessage{1, 0, "?"}).code() == Err::invalid_argument);
   CHECK(c.on_failed("b", FailedMessage{2, 0, "?"}).code() == Err::mismatch);
+  // A failure b reports about a peer: b is not to blame and counts at once.
   REQUIRE(c.on_failed("b", FailedMessage{1, 0, "peer c: no data for 2000 ms"}).ok());
-  auto a = c.step(t0 + 1s);
+  auto peer = c.step(t0 + 1s);
+  REQUIRE(peer.abort);
+  CHECK(peer.abort->reason == "b could not finish the exchange: peer c: no data for 2000 ms");
+  CHECK(peer.notes.size() == 1);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t0 + 1s).ok());
+  auto all = c.step(t0 + 1s + CoordinatorMachine::kReplanPause);
+  REQUIRE(all.plan);
+  CHECK(all.plan->participants == std::vector<std::string>{"a", "b", "c"});
+  // A failure of b's own (its disk): b sits out.
+  REQUIRE(c.on_failed("b", FailedMessage{1, all.plan->attempt, "round 1's averaged Δ cannot be kept on disk", true}).ok());
+  auto a = c.step(t0 + 2s);
   REQUIRE(a.abort);
   CHECK(a.abort->round == 1);
-  CHECK(a.abort->reason == "b could not finish the exchange: peer c: no data for 2000 ms");
+  CHECK(a.abort->reason == "b could not finish the exchange: round 1's averaged Δ cannot be kept on disk");
   CHECK(std::find(a.notes.begin(), a.notes.end(),
                   "b sits out the rounds planned in the next 30 s (its READY does not count; it observes them and its "
                   "work is late)") != a.notes.end());
@@ -190,31 +201,31 @@ TEST_CASE("a participant's failure report aborts the round; the next plan is a n
   // round closes without it at the deadline (a site whose disk is full
   // would fail every attempt it is in).
   for (const char* s : {"a", "b", "c"}) {
-    REQUIRE(c.on_ready(s, ready(1, 100), t0 + 2s).ok());
-    REQUIRE(c.on_heartbeat(s, t0 + 2s).ok());
+    REQUIRE(c.on_ready(s, ready(1, 100), t0 + 3s).ok());
+    REQUIRE(c.on_heartbeat(s, t0 + 3s).ok());
   }
-  auto waiting = c.step(t0 + 2s);
+  auto waiting = c.step(t0 + 3s);
   CHECK_FALSE(waiting.plan);
   REQUIRE(waiting.wake_at);
-  CHECK(*waiting.wake_at == t0 + 12s);
-  auto again = c.step(t0 + 12s);
+  CHECK(*waiting.wake_at == t0 + 13s);  // the deadline after the second READY
+  auto again = c.step(t0 + 13s);
   REQUIRE(again.plan);
   CHECK(again.plan->round == 1);
-  CHECK(again.plan->attempt == 1);
+  CHECK(again.plan->attempt == 2);
   CHECK(again.plan->participants == std::vector<std::string>{"a", "c"});
   CHECK(again.plan->late == std::vector<std::string>{"b"});
   // A late report of the first attempt does not abort the second.
   CHECK(c.on_failed("c", FailedMessage{1, 0, "peer b: reset"}).message() ==
-        "failure report of round 1 attempt 0 from c, but round 1 attempt 1 is not being exchanged");
-  CHECK_FALSE(c.step(t0 + 13s).abort);
-  for (const char* s : {"a", "c"}) REQUIRE(c.on_commit(s, {1, "1111111111111111", 1}).ok());
-  REQUIRE(c.step(t0 + 13s).committed);
+        "failure report of round 1 attempt 0 from c, but round 1 attempt 2 is not being exchanged");
+  CHECK_FALSE(c.step(t0 + 14s).abort);
+  for (const char* s : {"a", "c"}) REQUIRE(c.on_commit(s, {1, "1111111111111111", 2}).ok());
+  REQUIRE(c.step(t0 + 14s).committed);
   // A heartbeat timeout after the abort, b counts again.
   for (const char* s : {"a", "b", "c"}) {
-    REQUIRE(c.on_heartbeat(s, t0 + 31s).ok());
-    REQUIRE(c.on_ready(s, ready(2, 100), t0 + 31s).ok());
+    REQUIRE(c.on_heartbeat(s, t0 + 33s).ok());
+    REQUIRE(c.on_ready(s, ready(2, 100), t0 + 33s).ok());
   }
-  auto back = c.step(t0 + 31s);
+  auto back = c.step(t0 + 33s);
   REQUIRE(back.plan);
   CHECK(back.plan->participants == std::vector<std::string>{"a", "b", "c"});
 }

@@ -75,8 +75,8 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
       note_(std::move(note)),
       coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records()), start),
                    summarize_journal(journal_.records()).round + 1, Clock::now()),
-      wake_(executor) {
-  step_down_ = std::move(start.step_down);
+      wake_(executor),
+      step_down_(std::move(start.step_down)) {
   const JournalSummary s = summarize_journal(journal_.records());
   commits_ = s.commits;
   committed_round_ = s.round;
@@ -253,7 +253,7 @@ asio::awaitable<void> CoordinatorRole::run() {
     last_step_ = now;
     // A decision goes out only once the journal holds it; one the journal
     // refuses (a full disk) waits, and the machine decides nothing new.
-    if (!write_decisions(Clock::now())) {
+    if (!write_decisions(now)) {
       if (stopped_) break;  // the office was handed on
       wake_.expires_after(std::chrono::seconds(1));
       co_await wake_.async_wait(as_tuple(asio::use_awaitable));

@@ -105,11 +105,6 @@ Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now, std::s
                                // It cannot write, or stood still: another site stands.
                                succession_->resign(why, Clock::now());
                                step_succession();
-                               if (role_) {  // the vacancy's record was refused too (a full disk): not followed yet
-                                 stop_role(why);
-                                 machine_->on_office(coordinator());
-                                 changed_.notify_all();
-                               }
                              }},
       [this](const std::string& site, const ControlMessage& m) { send(site, m); },
       [this](const std::string& line) {

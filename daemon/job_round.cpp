@@ -94,8 +94,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
 Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& digest) {
   if (!round_deltas_) return {};
   Status kept = round_deltas_->append(plan.round, plan.attempt, delta_offset_, digest, delta_);
-  if (env_.metrics && kept.ok())
-    (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
+  show_round_log_bytes();
   if (kept.ok()) return kept;
   return Status(kept.code(), cat("round ", plan.round, "'s averaged Δ cannot be kept on disk, so this site does not "
                                  "vote for it: ", kept.message()));

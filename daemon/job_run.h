@@ -222,6 +222,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// journal's last committed round (round_replay.h), before the machine
   /// starts: what this site holds after a crash, from its disk alone.
   void replay_round_log();
+  /// geoloco_round_log_bytes: what the round log holds on disk now.
+  void show_round_log_bytes();
 
   JobEnvironment env_;
   job::JobSpec spec_;

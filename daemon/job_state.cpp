@@ -153,12 +153,10 @@ Status JobRun::save_checkpoint() {
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
     // The checkpoint holds these rounds now: the log only has to reach past it.
-    if (round_deltas_) {
+    if (round_deltas_)
       if (Status cut = round_deltas_->cut_through(state_.round); !cut.ok())
         spdlog::warn("[{}] the round log keeps rounds the checkpoint holds: {}", spec_.name, cut.message());
-      if (env_.metrics)
-        (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
-    }
+    show_round_log_bytes();
   }
   return saved;
 }
@@ -175,6 +173,11 @@ Status JobRun::load_checkpoint() {
   checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
   return {};
+}
+
+void JobRun::show_round_log_bytes() {
+  if (env_.metrics && round_deltas_)
+    (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
 }
 
 void JobRun::replay_round_log() {

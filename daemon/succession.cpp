@@ -214,9 +214,11 @@ void SuccessionMachine::resign(const std::string& why, Clock::time_point now) {
   resigned_epoch_ = office_.epoch;
   office_ = Office{office_.epoch, ""};
   office_heard_ = now;
-  act(Persist{office_record(office_)});
-  undo_.reset();  // vacant in memory even if the journal refuses: this site cannot act on the office
+  // Followed first: the site stops acting on the office even if the journal
+  // then refuses the vacancy's record (a full disk), which nothing sent depends on.
   act(Follow{office_});
+  act(Persist{office_record(office_)});
+  undo_.reset();  // vacant in memory even if the journal refuses
   note(cat("this site leaves the coordinator's office of epoch ", office_.epoch, ": ", why));
 }
 

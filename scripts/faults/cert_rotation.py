@@ -8,14 +8,13 @@ the CRL: they close its connections and refuse it by name, the revoked
 site's own reload with that CRL is refused, and the other two finish the
 job. Ends with the history checker."""
 
-import json
 import os
 import re
 import shutil
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, mlp_job, run
+from scenario import Commits, Federation, arguments, history_events, mlp_job, run
 
 args = arguments(__doc__, rounds=24, days=400)
 NAME = "cert-rotation"
@@ -105,9 +104,7 @@ def body():
         fed.check_history("e2e", down=("site-c",))
         # No attempt was given up while the certificates rotated (up to the revocation).
         for s in fed.sites:
-            with open(os.path.join(s.dir, "data", "jobs", "e2e", "history.jsonl")) as f:
-                events = [json.loads(line) for line in f if line.strip()]
-            lost = [e for e in events if e.get("event") == "aborted" and e["round"] <= rotated]
+            lost = [e for e in history_events(s) if e.get("event") == "aborted" and e["round"] <= rotated]
             assert not lost, f"{s.name}: attempts aborted while certificates rotated: {lost}"
     return (f"3 certificates renewed and reloaded mid-job (rounds {first}..{rotated}), {4 * SLOTS} connections "
             f"replaced on each site, 0 aborts; site-c revoked at round {revoked_at}, refused by name, the others "

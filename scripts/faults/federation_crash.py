@@ -7,13 +7,12 @@ durable before it voted). The job resumes on the last committed round and
 finishes: no round lost, none applied twice, one digest per round. Ends
 with the history checker."""
 
-import json
 import os
 import random
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, link_name, mlp_job, run, wait_for_transfer
+from scenario import Commits, Federation, arguments, history_events, link_name, mlp_job, run, wait_for_transfer
 
 PHASES = ("inner", "allreduce", "after-commit", "sigterm")
 args = arguments(__doc__, rounds=30, every=5, phases=",".join(PHASES))
@@ -44,19 +43,8 @@ def down_all(fed, sig):
 
 def committed_rounds(fed):
     """The highest round each site's history says it committed (its disk, read with every site down)."""
-    out = {}
-    for s in fed.sites:
-        top = 0
-        with open(os.path.join(s.dir, "data", "jobs", "e2e", "history.jsonl")) as f:
-            for line in f:
-                try:
-                    record = json.loads(line[line.index("{"):])
-                except ValueError:
-                    continue  # a line torn by the kill
-                if record.get("event") == "committed":
-                    top = max(top, record.get("round", 0))
-        out[s.name] = top
-    return out
+    return {s.name: max([e["round"] for e in history_events(s) if e.get("event") == "committed"], default=0)
+            for s in fed.sites}
 
 
 def body():

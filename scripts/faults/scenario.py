@@ -8,6 +8,7 @@ run on this machine, e.g. without root) `SKIP ...` as its last line and
 exits 0 (PASS, SKIP) or 1 (FAIL); every wait is bounded."""
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -90,6 +91,13 @@ def wait_for_transfer(fed, link, nbytes=20000, seconds=30):
             return True
         time.sleep(0.02)
     return False
+
+
+def history_events(site, job="e2e"):
+    """The events of a site's history, read from its disk: every complete
+    line (a kill -9 may leave the last one torn)."""
+    with open(os.path.join(site.dir, "data", "jobs", job, "history.jsonl")) as f:
+        return [json.loads(line) for line in f if line.endswith("\n") and line.strip()]
 
 
 def signal_site(site, sig):

@@ -214,6 +214,10 @@ void SuccessionMachine::resign(const std::string& why, Clock::time_point now) {
   resigned_epoch_ = office_.epoch;
   office_ = Office{office_.epoch, ""};
   office_heard_ = now;
+  // It left because it cannot act (a journal that refuses, a stall): every
+  // other site gets its turn to stand first, whatever this site's rank.
+  candidacy_.reset();
+  not_before_ = std::max(not_before_, now + options_.heartbeat_timeout * static_cast<int>(1 + options_.sites.size()));
   // Followed first: the site stops acting on the office even if the journal
   // then refuses the vacancy's record (a full disk), which nothing sent depends on.
   act(Follow{office_});

@@ -85,32 +85,50 @@ std::vector<std::uint64_t> RoundDeltas::rounds() const {
   return out;
 }
 
-Result<std::optional<RoundDelta>> RoundDeltas::read(std::uint64_t round) const {
-  const fs::path path = file_of(round);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<RoundDelta>();
-  const std::uint64_t size = fs::file_size(path, ec);
-  GEOLOCO_RETURN_IF(ec, Err::io, "cannot read ", path.string(), ": ", ec.message());
-  std::ifstream in(path, std::ios::binary);
-  GEOLOCO_RETURN_IF(!in, Err::io, "cannot open ", path.string());
+namespace {
+
+// The first line: `<hash> <json>`, the hash checked. Errors: mismatch naming `source`.
+Result<json> parse_header_line(std::string_view line, std::uint64_t round, const std::string& config_hash,
+                               const std::string& source) {
   auto damaged = [&](auto&&... why) {
-    return GEOLOCO_ERROR(Err::mismatch, path.string(), " is damaged (", why..., "): it is not replayed");
+    return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
   };
-  std::string line;
-  if (!std::getline(in, line) || in.eof() || line.size() > kMaxHeaderBytes) return damaged("no complete first line");
-  const auto space = line.find(' ');
-  if (space != 16) return damaged("no hash before the header");
-  const std::string text = line.substr(17);
-  if (line.compare(0, 16, hash_hex(std::as_bytes(std::span(text)))) != 0) return damaged("the header's hash differs");
-  RoundDelta e;
-  std::uint64_t expected = line.size() + 1;
+  if (line.size() < 17 || line[16] != ' ') return damaged("no hash before the header");
+  const std::string_view text = line.substr(17);
+  if (line.substr(0, 16) != hash_hex(std::as_bytes(std::span(text)))) return damaged("the header's hash differs");
+  json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (h.is_discarded() || !h.is_object()) return damaged("the header is not a JSON object");
   try {
-    const json h = json::parse(text);
     if (h.at("format").get<int>() != kFormat) return damaged("format ", h.at("format").dump(), ", not ", kFormat);
-    GEOLOCO_RETURN_IF(h.at("config").get<std::string>() != config_hash_, Err::mismatch, path.string(),
+    GEOLOCO_RETURN_IF(h.at("config").get<std::string>() != config_hash, Err::mismatch, source,
                       " is of another configuration of the job: it is not replayed");
-    e.round = h.at("round").get<std::uint64_t>();
-    if (e.round != round) return damaged("it holds round ", e.round);
+    if (h.at("round").get<std::uint64_t>() != round) return damaged("it holds round ", h.at("round").dump());
+    (void)h.at("attempt").get<std::uint64_t>();
+    (void)h.at("digest").get<std::string>();
+  } catch (const json::exception& x) {
+    return damaged("header: ", x.what());
+  }
+  return h;
+}
+
+}  // namespace
+
+Result<RoundDelta> parse_round_delta(std::span<const std::byte> bytes, std::uint64_t round,
+                                     const std::string& config_hash, const std::string& source) {
+  auto damaged = [&](auto&&... why) {
+    return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
+  };
+  const std::string_view all(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const auto newline = all.find('\n');
+  if (newline == std::string_view::npos || newline > kMaxHeaderBytes) return damaged("no complete first line");
+  auto header = parse_header_line(all.substr(0, newline), round, config_hash, source);
+  if (!header.ok()) return header.status();
+  const json& h = *header;
+  RoundDelta e;
+  std::uint64_t at = newline + 1;
+  const std::uint64_t size = bytes.size();
+  try {
+    e.round = round;
     e.attempt = h.at("attempt").get<std::uint64_t>();
     e.offset = h.at("offset").get<std::uint64_t>();
     e.delta.values = h.at("values").get<std::uint64_t>();
@@ -120,23 +138,58 @@ Result<std::optional<RoundDelta>> RoundDeltas::read(std::uint64_t round) const {
       const transport::Range r{c.at(0).get<std::uint64_t>(), c.at(1).get<std::uint64_t>()};
       if (r.begin != covered) return damaged("a chunk starts at ", r.begin, ", not ", covered);
       covered += r.size;
-      const std::uint64_t bytes = c.at(2).get<std::uint64_t>();
-      if (bytes > size - std::min(size, expected)) return damaged("shorter than its chunks");
-      expected += bytes;
-      Buffer chunk(bytes);
-      if (!in.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(bytes)))
-        return damaged("shorter than its chunks");
-      if (hash_hex(std::span<const std::byte>(chunk)) != c.at(3).get<std::string>())
+      const std::uint64_t n = c.at(2).get<std::uint64_t>();
+      if (n > size - at) return damaged("shorter than its chunks");
+      const std::span<const std::byte> chunk = bytes.subspan(at, n);
+      at += n;
+      if (hash_hex(chunk) != c.at(3).get<std::string>())
         return damaged("chunk ", e.delta.chunks.size(), "'s hash differs");
       e.delta.ranges.push_back(r);
-      e.delta.chunks.push_back(std::move(chunk));
+      e.delta.chunks.emplace_back(chunk.begin(), chunk.end());
     }
     if (covered != e.delta.values) return damaged("its chunks cover ", covered, " of ", e.delta.values, " values");
   } catch (const json::exception& x) {
     return damaged("header: ", x.what());
   }
-  if (expected != size) return damaged(size - std::min(size, expected), " bytes past its chunks");
-  return std::optional<RoundDelta>(std::move(e));
+  if (at != size) return damaged(size - at, " bytes past its chunks");
+  return e;
+}
+
+Result<std::optional<RoundDelta>> RoundDeltas::read(std::uint64_t round) const {
+  const fs::path path = file_of(round);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::optional<RoundDelta>();
+  const std::uint64_t size = fs::file_size(path, ec);
+  GEOLOCO_RETURN_IF(ec, Err::io, "cannot read ", path.string(), ": ", ec.message());
+  std::ifstream in(path, std::ios::binary);
+  GEOLOCO_RETURN_IF(!in, Err::io, "cannot open ", path.string());
+  Buffer bytes(size);
+  GEOLOCO_RETURN_IF(!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)), Err::io,
+                    "cannot read ", path.string(), ": it shrank while read");
+  auto entry = parse_round_delta(bytes, round, config_hash_, path.string());
+  if (!entry.ok()) return entry.status();
+  return std::optional<RoundDelta>(std::move(*entry));
+}
+
+Result<std::optional<RoundDeltaHeader>> RoundDeltas::header(std::uint64_t round) const {
+  const fs::path path = file_of(round);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::optional<RoundDeltaHeader>();
+  RoundDeltaHeader out;
+  out.round = round;
+  out.bytes = fs::file_size(path, ec);
+  GEOLOCO_RETURN_IF(ec, Err::io, "cannot read ", path.string(), ": ", ec.message());
+  std::ifstream in(path, std::ios::binary);
+  GEOLOCO_RETURN_IF(!in, Err::io, "cannot open ", path.string());
+  std::string line;
+  GEOLOCO_RETURN_IF(!std::getline(in, line) || in.eof() || line.size() > kMaxHeaderBytes, Err::mismatch,
+                    path.string(), " is damaged (no complete first line): it is not replayed");
+  auto h = parse_header_line(line, round, config_hash_, path.string());
+  if (!h.ok()) return h.status();
+  out.attempt = (*h)["attempt"].get<std::uint64_t>();
+  out.digest = (*h)["digest"].get<std::string>();
+  out.hash = line.substr(0, 16);
+  return std::optional<RoundDeltaHeader>(std::move(out));
 }
 
 Status RoundDeltas::cut_through(std::uint64_t round) {

@@ -9,7 +9,9 @@
 // round is on the disk of every site that voted for it; after any crash a
 // site rebuilds its committed state from its last checkpoint by stepping
 // these rounds again (round_replay.h). Checkpoints only bound the replay:
-// each one cuts the log through its round.
+// each one cuts the log through the checkpoint interval before its round
+// (the rounds since the checkpoint before it stay, so a peer that fell
+// behind by less than an interval gets only those: state_source.h).
 //
 // One file per round, `round-<round>.delta`, written as a temp file,
 // fdatasync'd and renamed into place (the folder fsync'd), so a file under
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,23 @@ struct RoundDelta {
   transport::EncodedOutput delta;
 };
 
+/// What an entry's first line says, and its size: enough to offer it to a
+/// peer without reading its chunks.
+struct RoundDeltaHeader {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+  std::string digest;       ///< the anchor digest its round gives
+  std::uint64_t bytes = 0;  ///< the file's size
+  std::string hash;         ///< the first line's xxh3 (it covers every chunk's hash): the entry's identity
+};
+
+/// An entry's bytes (a file's, or a peer's copy of one) as round `round`'s
+/// entry of a job whose configuration hash is `config_hash`; `source`
+/// names them in errors. Errors: mismatch (damaged: every hash and the
+/// exact length are checked; another configuration).
+Result<RoundDelta> parse_round_delta(std::span<const std::byte> bytes, std::uint64_t round,
+                                     const std::string& config_hash, const std::string& source);
+
 class RoundDeltas {
  public:
   /// Opens (creating) the folder `dir` of a job whose configuration hash is
@@ -61,6 +81,11 @@ class RoundDeltas {
   /// Round `round`'s entry; none when there is no file. Errors: io, and
   /// mismatch for a damaged file or one of another configuration (named).
   Result<std::optional<RoundDelta>> read(std::uint64_t round) const;
+  /// Round `round`'s first line and size; none when there is no file.
+  /// Errors: io, mismatch (a damaged line, another configuration).
+  Result<std::optional<RoundDeltaHeader>> header(std::uint64_t round) const;
+  /// Where round `round`'s entry is (whether or not it exists).
+  std::filesystem::path file(std::uint64_t round) const { return file_of(round); }
   /// Removes the entries of rounds up to `round` (a checkpoint holds them).
   /// Errors: io (what could not be removed is named; the rest is removed).
   Status cut_through(std::uint64_t round);

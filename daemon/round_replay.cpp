@@ -5,6 +5,23 @@
 
 namespace geoloco::daemon {
 
+Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
+                                     const compression::PipelineSpec& pipeline,
+                                     const diloco::OuterOptimizerOptions& outer) {
+  GEOLOCO_RETURN_IF(entry.offset + entry.delta.values > state.anchor.size(), Err::invalid_argument, "the Δ of round ",
+                    entry.round, " covers values [", entry.offset, ", ", entry.offset + entry.delta.values,
+                    "), the anchor holds ", state.anchor.size());
+  entry.delta.pipeline = pipeline;
+  const diloco::ChunkedDelta delta = [&](const diloco::ChunkFn& fn) { return entry.delta.for_each(fn); };
+  auto scale = diloco::chunked_clip_scale(delta, outer.clip_norm);
+  GEOLOCO_RETURN_IF(!scale.ok(), Err::invalid_argument, "the Δ of round ", entry.round,
+                    " does not decode: ", scale.status().message());
+  // From here on the state is changed: an error leaves it as no round's.
+  Status stepped = diloco::step_chunks(state.anchor, state.momentum, entry.offset, delta, outer, *scale);
+  GEOLOCO_RETURN_IF(!stepped.ok(), Err::mismatch, "stepping round ", entry.round, ": ", stepped.message());
+  return digest_hex(state.anchor_digest());
+}
+
 Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas& log,
                                     const std::map<std::uint64_t, JournaledCommit>& commits, std::uint64_t target,
                                     const compression::PipelineSpec& pipeline,
@@ -35,20 +52,13 @@ Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas&
                         entry.digest, ", the committed one is ", commit->second.digest);
       break;
     }
-    if (entry.offset + entry.delta.values > state.anchor.size()) {
-      out.stopped = cat("the round log's Δ of round ", round, " covers values [", entry.offset, ", ",
-                        entry.offset + entry.delta.values, "), the anchor holds ", state.anchor.size());
+    auto stepped = step_round_delta(state, entry, pipeline, outer);
+    if (!stepped.ok() && stepped.status().code() != Err::mismatch) {
+      out.stopped = stepped.status().message();
       break;
     }
-    entry.delta.pipeline = pipeline;
-    const diloco::ChunkedDelta delta = [&](const diloco::ChunkFn& fn) { return entry.delta.for_each(fn); };
-    auto scale = diloco::chunked_clip_scale(delta, outer.clip_norm);
-    if (!scale.ok()) {
-      out.stopped = cat("the round log's Δ of round ", round, " does not decode: ", scale.status().message());
-      break;
-    }
-    GEOLOCO_TRY(diloco::step_chunks(state.anchor, state.momentum, entry.offset, delta, outer, *scale));
-    const std::string digest = digest_hex(state.anchor_digest());
+    if (!stepped.ok()) return stepped.status();
+    const std::string& digest = *stepped;
     GEOLOCO_RETURN_IF(digest != commit->second.digest, Err::mismatch, "replaying round ", round,
                       " from the round log gives anchor ", digest, ", the committed one is ", commit->second.digest);
     state.round = round;

@@ -35,6 +35,15 @@ struct ReplayOutcome {
   std::uint64_t bytes = 0;    ///< the entries' encoded bytes read
 };
 
+/// Steps `state` (of round entry.round - 1) through `entry` with the live
+/// round's decode, clip and outer step, and returns the anchor's digest;
+/// the caller compares it with the committed one and sets the round.
+/// Errors: invalid_argument (the entry does not fit or decode: `state` is
+/// unchanged), mismatch (the step failed: `state` is no round's).
+Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
+                                     const compression::PipelineSpec& pipeline,
+                                     const diloco::OuterOptimizerOptions& outer);
+
 /// Steps `state` from its round through `target` with the log's entries of
 /// the rounds `commits` lists. Errors: mismatch (a stepped anchor is not the
 /// committed one: `state` is then no round's), the codec's and the step's.

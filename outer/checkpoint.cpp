@@ -147,7 +147,18 @@ Result<Layout> parse_layout(const std::string& text, std::string_view source) {
   return layout;
 }
 
-Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const CheckpointLimits& limits) {
+// What a checkpoint's header says, every range checked against the file's size.
+struct Index {
+  json meta;
+  std::string job;
+  std::string config_hash;
+  std::uint64_t round = 0;
+  Layout layout;
+  std::uint64_t data_start = 0;
+  std::vector<TensorRange> ranges;  ///< in file order, tiling the data section
+};
+
+Result<Index> index(Source& src, std::string_view source, const CheckpointLimits& limits) {
   const std::uint64_t file_size = src.size();
   GEOLOCO_RETURN_IF(file_size < 8, Err::truncated, source, ": ", file_size,
                     " bytes, shorter than the 8-byte safetensors header length");
@@ -234,16 +245,31 @@ Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const Check
   }
   GEOLOCO_RETURN_IF(expect != data_size, Err::malformed, source, ": ", data_size - expect,
                     " bytes follow the last tensor; the file is not what its header describes");
-
-  LoadedCheckpoint out;
+  Index out;
+  out.meta = meta;
+  out.job = std::move(job).value();
   out.config_hash = std::move(config_hash).value();
+  out.round = *round;
+  out.layout = std::move(layout).value();
+  out.data_start = data_start;
+  out.ranges = std::move(ranges);
+  return out;
+}
+
+Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const CheckpointLimits& limits) {
+  auto indexed = index(src, source, limits);
+  if (!indexed.ok()) return indexed.status();
+  const json& meta = indexed->meta;
+  const std::uint64_t data_start = indexed->data_start;
+  LoadedCheckpoint out;
+  out.config_hash = std::move(indexed->config_hash);
   OuterState& state = out.state;
-  state.job = std::move(job).value();
-  state.round = *round;
-  state.layout = std::move(layout).value();
+  state.job = std::move(indexed->job);
+  state.round = indexed->round;
+  state.layout = std::move(indexed->layout);
   const std::uint64_t n = layout_values(state.layout);
   bool have_anchor = false, have_momentum = false;
-  for (const auto& r : ranges) {
+  for (const auto& r : indexed->ranges) {
     std::vector<float>* target = nullptr;
     if (r.name == "anchor") {
       target = &state.anchor;
@@ -339,6 +365,40 @@ Result<LoadedCheckpoint> parse_checkpoint(std::span<const std::byte> bytes, std:
                                           const CheckpointLimits& limits) {
   MemorySource src(bytes);
   return parse(src, source, limits);
+}
+
+Result<CheckpointView> view_checkpoint(std::span<const std::byte> bytes, std::string_view source,
+                                       const CheckpointLimits& limits) {
+  MemorySource src(bytes);
+  auto indexed = index(src, source, limits);
+  if (!indexed.ok()) return indexed.status();
+  CheckpointView view;
+  view.job = indexed->job;
+  view.config_hash = indexed->config_hash;
+  view.round = indexed->round;
+  view.layout = indexed->layout;
+  const std::uint64_t n = layout_values(view.layout);
+  for (const auto& r : indexed->ranges) {
+    if (r.name != "anchor" && r.name != "momentum") continue;
+    GEOLOCO_RETURN_IF(r.count != n, Err::malformed, source, ": tensor '", r.name, "' has ", r.count,
+                      " values but the layout has ", n);
+    const std::byte* at = bytes.data() + indexed->data_start + r.begin;
+    GEOLOCO_RETURN_IF(reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0, Err::malformed, source,
+                      ": tensor '", r.name, "' is not aligned for float values");
+    auto digest = meta_string(indexed->meta, cat("digest.", r.name).c_str(), source);
+    if (!digest.ok()) return digest.status();
+    const std::span<const float> values(reinterpret_cast<const float*>(at), r.count);
+    if (r.name == "anchor") {
+      view.anchor = values;
+      view.anchor_digest = *digest;
+    } else {
+      view.momentum = values;
+      view.momentum_digest = *digest;
+    }
+  }
+  GEOLOCO_RETURN_IF(view.anchor_digest.empty() || view.momentum_digest.empty(), Err::malformed, source,
+                    ": a checkpoint needs both 'anchor' and 'momentum' tensors");
+  return view;
 }
 
 }  // namespace geoloco::outer

@@ -60,4 +60,23 @@ Result<LoadedCheckpoint> load_checkpoint(const std::filesystem::path& path, cons
 Result<LoadedCheckpoint> parse_checkpoint(std::span<const std::byte> bytes, std::string_view source,
                                           const CheckpointLimits& limits = {});
 
+/// A checkpoint's anchor and momentum where they lie in `bytes` (a mapped
+/// file), not copied: what a site sends a joining one (daemon/state_source.h).
+struct CheckpointView {
+  std::string job;
+  std::string config_hash;
+  std::uint64_t round = 0;
+  Layout layout;
+  std::span<const float> anchor;   ///< into the bytes viewed
+  std::span<const float> momentum;
+  std::string anchor_digest;       ///< as the file's metadata says; not checked here
+  std::string momentum_digest;
+};
+
+/// As parse_checkpoint's checks of the header and the ranges, without
+/// reading the tensors: `bytes` must outlive the view. Errors: as
+/// parse_checkpoint's, but a tensor's digest is not checked.
+Result<CheckpointView> view_checkpoint(std::span<const std::byte> bytes, std::string_view source,
+                                       const CheckpointLimits& limits = {});
+
 }  // namespace geoloco::outer

@@ -16,7 +16,7 @@
 
 namespace geoloco::compression {
 
-/// 1 Mi floats: a 4 MiB raw chunk, a STATE_SYNC frame's size.
+/// 1 Mi floats: a 4 MiB raw chunk.
 inline constexpr std::uint64_t kDefaultChunkElements = 1ull << 20;
 
 /// How a tensor of `total` values is cut into chunks of `chunk` values (the

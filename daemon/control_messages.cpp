@@ -199,7 +199,14 @@ std::string encode_control(const ControlMessage& message) {
           },
           [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
           [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
-          [](const StateRequestMessage& m) { return json{{"job", m.job}}; },
+          [](const StateRequestMessage& m) {
+            json j{{"job", m.job}};
+            if (m.held_round) {
+              j["held_round"] = *m.held_round;
+              j["held_digest"] = m.held_digest;
+            }
+            return j;
+          },
           [](const StateAcceptMessage& m) {
             json j{{"job", m.job}, {"round", m.round}};
             if (!m.missing.empty()) j["missing"] = m.missing;
@@ -214,6 +221,16 @@ std::string encode_control(const ControlMessage& message) {
                    {"layout", layout}, {"tokens", m.tokens}};
             if (m.attempt) j["attempt"] = *m.attempt;
             if (!m.momentum_digest.empty()) j["momentum_digest"] = m.momentum_digest;
+            if (m.base_round) {
+              j["base_round"] = *m.base_round;
+              j["base_digest"] = m.base_digest;
+            }
+            if (m.from_held) j["from_held"] = true;
+            if (!m.deltas.empty()) {
+              json d = json::array();
+              for (const auto& e : m.deltas) d.push_back(json::array({e.round, e.bytes, e.hash, e.digest}));
+              j["deltas"] = std::move(d);
+            }
             return j;
           },
           [](const ElectMessage& m) {
@@ -256,6 +273,16 @@ Result<ControlMessage> decode_control(std::string_view text) {
   GEOLOCO_RETURN_IF(type_it == j.end() || !type_it->is_string(), Err::malformed, "control message has no type");
   const std::string type = type_it->get<std::string>();
   Fields f(j, type);
+  // An optional round named with its anchor digest (both, or neither).
+  auto round_and_digest = [&](const char* round_key, const char* digest_key, std::optional<std::uint64_t>& round,
+                              std::string& digest) {
+    if (!f.has(round_key)) return;
+    std::uint64_t r = 0;
+    f.u64(round_key, r);
+    round = r;
+    f.str(digest_key, digest);
+    f.check(is_digest(digest), cat(digest_key, " must be 16 hex digits"));
+  };
   ControlMessage out;
   if (type == "join") {
     JoinMessage m;
@@ -362,6 +389,7 @@ Result<ControlMessage> decode_control(std::string_view text) {
   } else if (type == "state_request") {
     StateRequestMessage m;
     f.str("job", m.job);
+    round_and_digest("held_round", "held_digest", m.held_round, m.held_digest);
     out = m;
   } else if (type == "state_accept") {
     StateAcceptMessage m;
@@ -392,6 +420,36 @@ Result<ControlMessage> decode_control(std::string_view text) {
       f.u64("attempt", attempt);
       f.check(attempt <= kMaxAttempt, "attempt must be < 2^32");
       m.attempt = attempt;
+    }
+    round_and_digest("base_round", "base_digest", m.base_round, m.base_digest);
+    f.opt_bool("from_held", m.from_held);
+    if (f.has("deltas")) {
+      const json& d = j["deltas"];
+      f.check(d.is_array() && d.size() <= kMaxOfferedDeltas,
+              cat("deltas must be a list of at most ", kMaxOfferedDeltas, " [round, bytes, hash, digest]"));
+      if (d.is_array() && d.size() <= kMaxOfferedDeltas)
+        for (const auto& e : d) {
+          const bool shaped = e.is_array() && e.size() == 4 && e[0].is_number_unsigned() &&
+                              e[1].is_number_unsigned() && e[2].is_string() && e[3].is_string();
+          f.check(shaped, "each of deltas must be [round, bytes, hash, digest]");
+          if (!shaped) break;
+          StateDeltaOffer o{e[0].get<std::uint64_t>(), e[1].get<std::uint64_t>(), e[2].get<std::string>(),
+                            e[3].get<std::string>()};
+          f.check(is_digest(o.hash) && is_digest(o.digest), "a delta's hash and digest must be 16 hex digits");
+          f.check(o.bytes >= 1 && o.bytes <= kMaxOfferedDeltaBytes, "a delta's bytes must be 1..2^40");
+          m.deltas.push_back(std::move(o));
+        }
+    }
+    // The entries are of the rounds after the base, in order, through `round`.
+    if (m.base_round || !m.deltas.empty() || m.from_held) {
+      const std::uint64_t base = m.base_round.value_or(m.round);
+      bool in_order = base <= m.round && m.deltas.size() == m.round - base;
+      for (std::size_t i = 0; in_order && i < m.deltas.size(); ++i) in_order = m.deltas[i].round == base + 1 + i;
+      f.check(in_order, "deltas must be the rounds base_round + 1 .. round, in order");
+      f.check(m.base_round.has_value(), "an offer with deltas names its base_round");
+      f.check(!m.from_held || !m.deltas.empty(), "from_held needs deltas");
+      f.check(m.deltas.empty() || m.deltas.back().digest == m.anchor_digest,
+              "the last delta's digest must be anchor_digest");
     }
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");

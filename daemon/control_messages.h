@@ -23,6 +23,9 @@ namespace geoloco::daemon {
 inline constexpr std::uint64_t kAttemptsPerEpoch = std::uint64_t{1} << 16;
 inline constexpr std::uint64_t kMaxEpochs = std::uint64_t{1} << 16;
 inline constexpr std::uint64_t kMaxAttempt = kMaxEpochs * kAttemptsPerEpoch - 1;
+/// Most round-log entries one state offer may carry, and the largest entry.
+inline constexpr std::size_t kMaxOfferedDeltas = 4096;
+inline constexpr std::uint64_t kMaxOfferedDeltaBytes = 1ull << 40;
 constexpr std::uint64_t first_attempt_of(std::uint64_t epoch) { return epoch * kAttemptsPerEpoch; }
 constexpr std::uint64_t epoch_of_attempt(std::uint64_t attempt) { return attempt / kAttemptsPerEpoch; }
 
@@ -114,9 +117,23 @@ struct JobCancelMessage {
   std::string job;
   std::string reason;
 };
-/// STATE_SYNC, asked: "send me the outer state of your last committed round".
+/// STATE_SYNC, asked: "bring me to your last committed round". A site that
+/// holds a committed state says which (`held_round`, `held_digest`): a
+/// holder whose round log reaches from there may send only the rounds since.
 struct StateRequestMessage {
   std::string job;
+  std::optional<std::uint64_t> held_round = std::nullopt;
+  std::string held_digest = {};  ///< with held_round: the anchor digest of that round
+};
+
+/// A committed round's averaged Δ, as a holder's round log keeps it, that
+/// follows the state frames of an offer.
+struct StateDeltaOffer {
+  std::uint64_t round = 0;
+  std::uint64_t bytes = 0;  ///< the entry's size
+  std::string hash;         ///< the entry's identity (its first line's xxh3, 16 hex digits)
+  std::string digest;       ///< the anchor digest the round gives (the committed one)
+  bool operator==(const StateDeltaOffer&) const = default;
 };
 
 /// STATE_SYNC, answered: the state of `round` is on offer, unless `reason`
@@ -142,6 +159,16 @@ struct StateOfferMessage {
   /// send it); with several holders each sending part, the momentum is
   /// checked as a whole like the anchor.
   std::string momentum_digest = {};
+  /// The state the frames carry, when it is not `round`'s: round `base_round`
+  /// (anchor `base_digest`, momentum `momentum_digest`), and then the
+  /// entries `deltas` of rounds base_round + 1 .. round, stepped as the live
+  /// rounds were. Absent: the frames carry `round`'s state itself.
+  std::optional<std::uint64_t> base_round = std::nullopt;
+  std::string base_digest = {};
+  /// No state frames: the asker's own state of `base_round` is the base (it
+  /// said it holds it), and only the entries follow.
+  bool from_held = false;
+  std::vector<StateDeltaOffer> deltas = {};
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once

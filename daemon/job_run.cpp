@@ -113,6 +113,7 @@ JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::str
   if (env_.mesh) {  // without one (tests of the job's files) nothing is sent or received
     outbox_ = ControlOutbox::create(env_.executor, *env_.mesh, spec_.name);
     transfers_.emplace(spec_.name, id_, *env_.mesh);
+    transfers_->set_round_steps({config_hash_, spec_.compression, spec_.outer.outer});
   }
 }
 
@@ -275,8 +276,8 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
       Overload{[&](const PlanMessage& p) { return m.on_plan(from, p); },
                [&](const CommittedMessage& c) { return m.on_committed(from, c); },
                [&](const AbortMessage& a) { return m.on_abort(from, a); },
-               [&](const StateRequestMessage&) {
-                 m.on_state_request(from);
+               [&](const StateRequestMessage& r) {
+                 m.on_state_request(from, r);
                  return Status();
                },
                [&](const StateOfferMessage& o) {
@@ -388,10 +389,10 @@ void JobRun::execute(ParticipantAction& action) {
             else if (job_state_ == JobState::starting) set_state(JobState::running, cat("round ", state_.round + 1));
           },
           [&](InstallState&) { install_state(); },
-          [&](ReceiveState& r) { receive_state(r.peer, r.offer); },
+          [&](ReceiveState& r) { receive_state(r.peer, r.offer, r.holders); },
           [&](DropTransfer&) { transfers_->drop(); },
           [&](ReleaseDonor& r) { release_donor(r.peer, r.hand_out); },
-          [&](OfferState& o) { offer_state(o.peer, o.reason); },
+          [&](OfferState& o) { offer_state(o.peer, o.reason, o.asker); },
           [&](SaveCheckpoint&) {
             if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
           },

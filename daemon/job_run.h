@@ -208,9 +208,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   diloco::ChunkedDelta averaged_delta() const;
 
   // STATE_SYNC and checkpoints (job_state.cpp).
-  void offer_state(const std::string& peer, const std::string& reason);
+  void offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker);
   void on_state_accept(const std::string& from, const StateAcceptMessage& accept);
-  void receive_state(const std::string& peer, const StateOfferMessage& offer);
+  void receive_state(const std::string& peer, const StateOfferMessage& offer, std::size_t holders);
   /// `peer` stopped sending its share: its frames go to the holders still sending.
   void release_donor(const std::string& peer, bool hand_out);
   void send_accepts(const std::vector<AcceptTo>& accepts);
@@ -284,6 +284,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   /// STATE_SYNC's offers and the transfer being received.
   std::optional<StateTransfers> transfers_;
+  /// The checkpoint file mapped for the transfers that send it (state_source.h);
+  /// a new checkpoint drops it here, the sends that use it keep it.
+  std::shared_ptr<const MappedCheckpoint> mapped_checkpoint_;
+  /// What to send `asker` (which holds `held` when it says so): the
+  /// cheapest source of the committed state this site holds. Errors: why
+  /// there is none.
+  Result<std::shared_ptr<const StateSource>> state_source(const std::optional<HeldState>& asker);
 
   std::optional<history::HistoryFile> history_;
   std::optional<history::BufferedHistory> buffered_history_;

@@ -23,14 +23,82 @@ using Clock = std::chrono::steady_clock;
 // What is offered, accepted and received is StateTransfers' (state_transfers.h);
 // here it meets the machine, the log and the metrics.
 
-void JobRun::offer_state(const std::string& peer, const std::string& reason) {
-  StateOfferMessage offer = transfers_->offer(peer, state_, reason);
+Result<std::shared_ptr<const StateSource>> JobRun::state_source(const std::optional<HeldState>& asker) {
+  GEOLOCO_RETURN_IF(state_.anchor.empty() || !journal_, Err::mismatch, "no committed state yet");
+  const JournalSummary journal = summarize_journal(journal_->records());
+  RoundAt held{state_.round, {}};
+  if (auto c = journal.commits.find(state_.round); c != journal.commits.end()) held.digest = c->second.digest;
+  else held.digest = digest_hex(state_.anchor_digest());
+  const fs::path checkpoint_path = fs::path(dir_) / "checkpoint.safetensors";
+  if (!mapped_checkpoint_ && fs::exists(checkpoint_path)) {
+    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_);
+    if (mapped.ok()) mapped_checkpoint_ = std::move(*mapped);
+    else spdlog::warn("[{}] the checkpoint cannot be sent: {}", spec_.name, mapped.status().message());
+  }
+  std::optional<RoundAt> checkpoint;
+  if (mapped_checkpoint_)
+    checkpoint = RoundAt{mapped_checkpoint_->view().round, mapped_checkpoint_->view().anchor_digest};
+  std::optional<RoundAt> asks;
+  if (asker) asks = RoundAt{asker->round, asker->digest};
+  std::map<std::uint64_t, RoundDeltaHeader> log;
+  const std::uint64_t from = std::min(checkpoint ? checkpoint->round : state_.round, asks ? asks->round : state_.round);
+  if (round_deltas_)
+    for (std::uint64_t r : round_deltas_->rounds()) {
+      if (r <= from || r > state_.round) continue;
+      auto h = round_deltas_->header(r);
+      if (h.ok() && *h) log.emplace(r, std::move(**h));
+    }
+  const SourcePlan plan = plan_state_source(held, asks, checkpoint, journal.commits, log, state_.anchor.size());
+  std::vector<std::shared_ptr<const OpenDelta>> deltas;
+  bool opened = true;
+  for (std::uint64_t r : plan.rounds) {
+    auto d = OpenDelta::open(round_deltas_->file(r), log.at(r));
+    if (!d.ok()) {
+      spdlog::warn("[{}] {}", spec_.name, d.status().message());
+      opened = false;
+      break;
+    }
+    deltas.push_back(std::move(*d));
+  }
+  if (opened && plan.kind == SourcePlan::deltas_from_held)
+    return StateSource::from_held(plan.base, asker->digest, state_.anchor.size(), state_.layout, std::move(deltas));
+  if (opened && plan.kind == SourcePlan::checkpoint_and_deltas)
+    return StateSource::of(mapped_checkpoint_, std::move(deltas));
+  // A checkpoint of the state held now: sent from the file, which nothing
+  // writes into; when it cannot be written, from a copy of the state.
+  if (Status saved = save_checkpoint(); saved.ok()) {
+    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_);
+    if (mapped.ok() && (*mapped)->view().round == state_.round) {
+      mapped_checkpoint_ = *mapped;
+      return StateSource::of(std::move(*mapped), {});
+    }
+    spdlog::warn("[{}] the checkpoint just written cannot be sent ({}): a copy of the state is sent", spec_.name,
+                 mapped.ok() ? std::string("another round") : mapped.status().message());
+  } else {
+    spdlog::warn("[{}] no checkpoint to send the state from ({}): a copy of the state is sent", spec_.name,
+                 saved.message());
+  }
+  return StateSource::copy_of(state_);
+}
+
+void JobRun::offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker) {
+  std::shared_ptr<const StateSource> source;
+  std::string why = reason;
+  if (why.empty()) {
+    auto made = state_source(asker);
+    if (made.ok()) source = std::move(*made);
+    else why = made.status().message();
+  }
+  StateOfferMessage offer = transfers_->offer(peer, source, why);
   // The tokens through the offered round and the attempt that committed it,
   // so the receiver could resume the job as its coordinator.
   if (const nlohmann::json* r = offer.reason.empty() ? journal_->committed_record(offer.round) : nullptr) {
     offer.tokens = r->value("tokens", std::uint64_t{0});
     if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned()) offer.attempt = (*r)["attempt"].get<std::uint64_t>();
   }
+  if (!offer.deltas.empty())
+    spdlog::info("[{}] {} is offered the state of round {}{}: {} bytes", spec_.name, peer, offer.round,
+                 offer_route(offer), source ? source->bytes() : 0);
   send_now(peer, offer);
 }
 
@@ -42,26 +110,26 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
                   accept.round, from);
     return;
   }
-  if (std::string why = transfers_->accept(from, accept, state_); !why.empty()) {
+  if (std::string why = transfers_->accept(from, accept); !why.empty()) {
     spdlog::info("[{}] {}", spec_.name, why);
     return;
   }
-  note(accept.missing.empty() ? cat("sending the state of round ", state_.round, " to ", from)
-                              : cat("sending the rest of the state of round ", state_.round, " to ", from,
-                                    " (it kept what another site sent)"));
+  note(accept.missing.empty() ? cat("sending the state of round ", accept.round, " to ", from)
+                              : cat("sending the rest of the state of round ", accept.round, " to ", from,
+                                    " (the frames it asks of this site)"));
   asio::co_spawn(
       env_.executor,
       [keep = shared_from_this(), from, round = accept.round, missing = accept.missing]() -> asio::awaitable<void> {
-        auto sent = co_await keep->transfers_->send(from, keep->state_, round, missing);  // keep holds state_ for it
+        auto sent = co_await keep->transfers_->send(from, round, missing);
         if (sent.ok()) keep->note(*sent);
         else spdlog::warn("[{}] state transfer to {} failed: {}", keep->spec_.name, from, sent.status().message());
       },
       asio::detached);
 }
 
-void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer) {
+void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer, std::size_t holders) {
   const bool joining = transfers_->receiving();
-  auto accepts = transfers_->receive(peer, offer);
+  auto accepts = transfers_->receive(peer, offer, holders);
   receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
   if (offer.attempt) receiving_attempt_ = offer.attempt;
   if (!accepts.ok()) {
@@ -91,7 +159,7 @@ void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
 
 void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
                             std::span<const std::byte> payload) {
-  StateFrameOutcome out = transfers_->on_frame(peer, header, payload);
+  StateFrameOutcome out = transfers_->on_frame(peer, header, payload, &state_);
   switch (out.kind) {
     case StateFrameOutcome::dropped:
       spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
@@ -102,6 +170,7 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
     case StateFrameOutcome::progress:
       machine_->on_state_progress(peer, Clock::now());
       for (const auto& done : out.share_done) machine_->on_state_share_done(done);
+      send_accepts(out.accepts);  // frames no holder was asked for, now asked of those sending
       break;
   }
   drive();
@@ -150,11 +219,15 @@ Status JobRun::save_checkpoint() {
   Status saved = save_site_checkpoint(fs::path(dir_) / "checkpoint.safetensors", state_, feedback_.get(), self(),
                                       config_hash_);
   if (saved.ok() && !state_.anchor.empty()) {
+    mapped_checkpoint_.reset();  // a new file: the next transfer maps it
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
-    // The checkpoint holds these rounds now: the log only has to reach past it.
-    if (round_deltas_)
-      if (Status cut = round_deltas_->cut_through(state_.round); !cut.ok())
+    // The checkpoint holds these rounds now: the log only has to reach past
+    // it to rebuild this site, but keeps one more checkpoint interval for
+    // peers that fell behind by less than that (state_source.h).
+    const std::uint64_t keep = spec_.checkpoint_every();
+    if (round_deltas_ && state_.round > keep)
+      if (Status cut = round_deltas_->cut_through(state_.round - keep); !cut.ok())
         spdlog::warn("[{}] the round log keeps rounds the checkpoint holds: {}", spec_.name, cut.message());
     show_round_log_bytes();
   }

@@ -52,6 +52,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -188,6 +189,10 @@ struct InstallState {};
 struct ReceiveState {
   std::string peer;
   StateOfferMessage offer;
+  /// Holders asked to send a share, this one included: the first takes
+  /// 1/holders of the frames; the others take the rest when they offer,
+  /// or the first once its part is in.
+  std::size_t holders = 1;
 };
 /// `peer` stopped sending its share of the state: it is told to stop, and
 /// its frames go to the holders still sending (`hand_out`), or to the next
@@ -202,6 +207,7 @@ struct DropTransfer {};
 struct OfferState {
   std::string peer;
   std::string reason;  ///< empty: offer the state
+  std::optional<HeldState> asker = std::nullopt;  ///< the committed state the asker holds, as it said
 };
 /// Checkpoint the held state (every checkpoint.every_rounds).
 struct SaveCheckpoint {};
@@ -257,7 +263,7 @@ class ParticipantMachine {
   /// committed, although the same step computed aside did) ends the job
   /// here as failed, without a checkpoint of the broken state.
   void on_applied(const Status& applied);
-  void on_state_request(const std::string& from);
+  void on_state_request(const std::string& from, const StateRequestMessage& request = {});
   void on_state_offer(const std::string& from, const StateOfferMessage& offer, Clock::time_point now);
   /// A state frame of the transfer in progress arrived from `from`.
   void on_state_progress(const std::string& from, Clock::time_point now);
@@ -416,14 +422,23 @@ class ParticipantMachine {
   struct Donor {
     Clock::time_point at;  ///< its last frame (or when it joined)
     bool done = false;     ///< its share is all in
+    Millis gap{0};         ///< the longest time between two of its frames (the first: since it joined)
+    bool heard = false;    ///< a frame of it came
   };
+  /// How long the transfer may go without a frame before a holder counts
+  /// as stopped: the stall time, or twice the longest gap seen
+  /// between one holder's frames (a slow link is not a dead holder); before
+  /// any frame, four stall times (the first frames cross the link together).
+  Millis quiet_allowance() const;
   std::map<std::string, Donor> donors_;
   bool transferring_ = false;
   std::uint64_t transfer_round_ = 0;
   Clock::time_point progress_at_{};  ///< the transfer's last frame, from any holder
   bool helpers_asked_ = false;       ///< the other sites were asked to help with this transfer
   /// Peers told "no state yet": offered the state as soon as this site holds it.
-  std::set<std::string> waiting_for_state_;
+  std::map<std::string, std::optional<HeldState>> waiting_for_state_;
+  /// A request for the state, naming the committed state this site holds.
+  StateRequestMessage state_request() const;
   /// Peers that answered this site's request without state, since it began catching up.
   std::set<std::string> unable_;
   bool told_nobody_ = false;

@@ -3,39 +3,49 @@
 // transfer at a time (a stalled one goes on from another holder's offer).
 // Asking for the state, which time drives, is participant_machine_step.cpp's.
 #include "daemon/participant_machine.h"
+#include "daemon/state_sync.h"
 
 namespace geoloco::daemon {
 
 using namespace participant;
 
-void ParticipantMachine::on_state_request(const std::string& from) {
+void ParticipantMachine::on_state_request(const std::string& from, const StateRequestMessage& request) {
   if (where_ == Where::ended) return;
+  std::optional<HeldState> asker;
+  if (request.held_round) asker = HeldState{*request.held_round, request.held_digest};
   if (where_ == Where::finished) {
     // The job ended here: a site that comes back late still gets the final
     // state, and then the final COMMITTED, so it ends the job too.
-    act(OfferState{from, ""});
+    act(OfferState{from, "", asker});
     act(Send{from, CommittedMessage{held_->round, held_->digest, true}});
     return;
   }
   if (holds_current()) {
-    act(OfferState{from, ""});
+    act(OfferState{from, "", asker});
     return;
   }
   act(OfferState{from, held_ ? "this site is catching up itself" : "no committed state yet"});
   // Offered as soon as this site holds it: the asker need not poll for it.
-  waiting_for_state_.insert(from);
+  waiting_for_state_[from] = asker;
 }
 
 void ParticipantMachine::offer_to_waiting() {
-  for (const auto& peer : waiting_for_state_) act(OfferState{peer, ""});
+  for (const auto& [peer, asker] : waiting_for_state_) act(OfferState{peer, "", asker});
   waiting_for_state_.clear();
 }
 
-namespace {
-// Frames of an offered state, anchor and momentum.
-std::uint64_t state_frames(const StateOfferMessage& offer) {
-  return offer.chunk_values == 0 ? 0 : 2 * ((offer.values + offer.chunk_values - 1) / offer.chunk_values);
+StateRequestMessage ParticipantMachine::state_request() const {
+  StateRequestMessage r{options_.job};
+  if (held_ && held_->digest.size() == 16) {  // a digest the wire can carry
+    r.held_round = held_->round;
+    r.held_digest = held_->digest;
+  }
+  return r;
 }
+
+namespace {
+// Frames of an offer: its state's and its round-log entries'.
+std::uint64_t state_frames(const StateOfferMessage& offer) { return offer_frames(offer).total; }
 // From this many frames on, the other holders are asked to send shares too
 // (a holder has a frame in flight on each of its connections, 4 by default:
 // a share of fewer frames than that is on the wire already).
@@ -54,7 +64,7 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     note(cat(from, " offers round ", offer.round, ", but round ", known_committed_, " is committed; asking again"));
     return;
   }
-  const bool arriving = transferring_ && !donors_.empty() && now - progress_at_ < options_.state_stall_ms;
+  const bool arriving = transferring_ && !donors_.empty() && now - progress_at_ < quiet_allowance();
   if (arriving && transfer_round_ == offer.round) {
     if (donors_.count(from)) return;  // the same state again
     // Another holder of the state that is arriving: it sends a share of
@@ -84,20 +94,42 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
   donors_[from] = {now, false};
   transfer_round_ = offer.round;
   progress_at_ = now;
-  act(ReceiveState{from, offer});
   // A large state comes sooner from every holder at once: the other sites
-  // are asked too, and each that holds it sends a share.
+  // are asked too, and each that holds it sends a share; until they offer,
+  // `from` is asked for its part only (frames it sends are in its links'
+  // buffers at once, where no helper can take them over).
+  std::vector<std::string> helpers;
   if (!helpers_asked_ && state_frames(offer) >= kFramesWorthHelp) {
     helpers_asked_ = true;
     for (const auto& s : options_.sites)
-      if (s != options_.self && s != from && !unable_.count(s)) act(Send{s, StateRequestMessage{options_.job}});
+      if (s != options_.self && s != from && !unable_.count(s)) helpers.push_back(s);
   }
+  act(ReceiveState{from, offer, 1 + helpers.size()});
+  for (const auto& s : helpers) act(Send{s, state_request()});
 }
 
 void ParticipantMachine::on_state_progress(const std::string& from, Clock::time_point now) {
   if (!transferring_) return;
   progress_at_ = now;
-  if (auto it = donors_.find(from); it != donors_.end()) it->second.at = now;
+  if (auto it = donors_.find(from); it != donors_.end()) {
+    Donor& d = it->second;
+    // Since its last frame, or since it joined: a first frame that took long
+    // to cross the link says as much about the link as any later one.
+    d.gap = std::max(d.gap, std::chrono::duration_cast<Millis>(now - d.at));
+    d.at = now;
+    d.heard = true;
+  }
+}
+
+Millis ParticipantMachine::quiet_allowance() const {
+  Millis gap{0};
+  bool heard = false;
+  for (const auto& [peer, d] : donors_) {
+    gap = std::max(gap, d.gap);
+    heard = heard || d.heard;
+  }
+  if (!heard) return options_.state_stall_ms * 4;
+  return std::max(options_.state_stall_ms, gap * 2);
 }
 
 void ParticipantMachine::on_state_share_done(const std::string& peer) {

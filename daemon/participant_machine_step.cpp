@@ -56,10 +56,11 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // frames come k times as far apart, so each gets k times the stall time;
   // and when nothing came from anyone for the stall time, every holder that
   // still owes frames is silent, and those whose shares are in take them.
-  const auto silent_after = options_.state_stall_ms * static_cast<long>(std::max<std::size_t>(donors_.size(), 1));
+  const Millis allowance = quiet_allowance();
+  const auto silent_after = allowance * static_cast<long>(std::max<std::size_t>(donors_.size(), 1));
   for (auto it = donors_.begin(); transferring_ && donors_.size() > 1 && it != donors_.end();) {
     // (A release re-arms the holders that take its frames: not quiet any more.)
-    const bool all_quiet = now - progress_at_ >= options_.state_stall_ms;
+    const bool all_quiet = now - progress_at_ >= allowance;
     if (it->second.done || (now - it->second.at < silent_after && !all_quiet)) {
       ++it;
       continue;
@@ -69,16 +70,19 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
     act(ReleaseDonor{it->first});
     it = donors_.erase(it);
     for (auto& [peer, d] : donors_) {
-      if (d.done) d = {now, false};
+      if (d.done) {
+        d.at = now;
+        d.done = false;
+      }
       progress_at_ = std::max(progress_at_, d.at);  // the transfer waits for those still in it
     }
   }
   // One transfer at a time: while one is arriving, asking again (or another
   // site) would only start a second one over the same links.
-  if (transferring_ && !donors_.empty() && now - progress_at_ < options_.state_stall_ms) {
-    wake = progress_at_ + options_.state_stall_ms;
+  if (transferring_ && !donors_.empty() && now - progress_at_ < quiet_allowance()) {
+    wake = progress_at_ + quiet_allowance();
     if (donors_.size() > 1) {
-      const auto silent = options_.state_stall_ms * static_cast<long>(donors_.size());
+      const auto silent = quiet_allowance() * static_cast<long>(donors_.size());
       for (const auto& [peer, d] : donors_)
         if (!d.done) wake = std::min(*wake, d.at + silent);
     }
@@ -94,7 +98,7 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   // stalled mid-transfer, said it has none, or did not answer three times,
   // ask the other sites in turn: any holder of the committed round will do,
   // and a transfer broken off goes on from the next with what arrived.
-  const bool stalled = transferring_ && now - progress_at_ >= options_.state_stall_ms;
+  const bool stalled = transferring_ && now - progress_at_ >= quiet_allowance();
   if (stalled || (!source_.empty() && unable_.count(source_))) asks_of_source_ = 3;
   std::string source = source_.empty() ? options_.coordinator : source_;
   if (is_coordinator() || source.empty() || source == options_.self || asks_of_source_ >= 3) {
@@ -119,7 +123,7 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
   asks_of_source_ = source == source_ ? asks_of_source_ + 1 : 1;
   source_ = source;
   asked_at_ = now;
-  act(Send{source, StateRequestMessage{options_.job}});
+  act(Send{source, state_request()});
   wake = now + options_.state_retry_ms;
 }
 

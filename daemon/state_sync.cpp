@@ -35,10 +35,9 @@ struct FramesInFlight {
 
 // The share's frames, the next one whenever connection `slot` is free.
 asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::uint64_t job_id, std::uint64_t round,
-                                std::span<const float> anchor, std::span<const float> momentum,
-                                std::function<bool()> unchanged, std::uint64_t chunk_values, int slot,
-                                std::shared_ptr<FramesInFlight> flight, std::shared_ptr<FrameWants> wants) {
-  const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
+                                FrameBytes frame, int slot, std::shared_ptr<FramesInFlight> flight,
+                                std::shared_ptr<FrameWants> wants) {
+  Buffer scratch;  // a frame read from a file; in flight until the send returns
   while (flight->failure.ok() && !flight->over) {
     const auto next = wants->next();
     if (!next) {
@@ -56,25 +55,22 @@ asio::awaitable<void> send_slot(transport::Mesh& mesh, std::string peer, std::ui
       continue;
     }
     const std::uint64_t i = *next;
-    const auto& tensor = i < chunks ? anchor : momentum;
-    const std::uint64_t begin = (i % chunks) * chunk_values;
-    const std::uint64_t size = std::min<std::uint64_t>(chunk_values, tensor.size() - begin);
     transport::FrameHeader f;
     f.type = transport::FrameType::state;
     f.job = job_id;
     f.round = round;
     f.chunk = static_cast<std::uint32_t>(i);
-    if (!unchanged()) {
-      flight->failure = Status(Err::mismatch, cat("the state moved past round ", round, " during the transfer (frame ",
-                                                  i, " of ", 2 * chunks, "); ", peer, " asks again"));
+    auto payload = frame(i, scratch);
+    if (!payload.ok()) {
+      flight->failure = payload.status();
       break;
     }
-    Status sent = co_await mesh.send_state_frame(peer, f, std::as_bytes(tensor.subspan(begin, size)), slot);
+    Status sent = co_await mesh.send_state_frame(peer, f, *payload, slot);
     if (!sent.ok()) {
       if (flight->failure.ok()) flight->failure = sent;
       break;
     }
-    flight->bytes += transport::kFrameHeaderSize + size * sizeof(float);
+    flight->bytes += transport::kFrameHeaderSize + payload->size();
   }
   if (!flight->failure.ok() && !flight->over) {
     flight->over = true;  // a failure ends the send on every connection
@@ -123,45 +119,73 @@ std::optional<std::uint64_t> FrameWants::next() {
 
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
-                                                         std::span<const float> anchor, std::span<const float> momentum,
-                                                         std::function<bool()> unchanged,
-                                                         std::uint64_t chunk_values, std::shared_ptr<FrameWants> wants) {
+                                                         std::uint64_t frames, FrameBytes frame,
+                                                         std::shared_ptr<FrameWants> wants) {
   const int slots = mesh.options().transport.connections_per_peer;
   auto flight = std::make_shared<FramesInFlight>(mesh.executor());
-  const std::uint64_t chunks = (anchor.size() + chunk_values - 1) / chunk_values;
-  if (!wants) wants = std::make_shared<FrameWants>(2 * chunks, std::vector<std::uint64_t>{});
+  if (!wants) wants = std::make_shared<FrameWants>(frames, std::vector<std::uint64_t>{});
   wants->on_change = [flight] { flight->changed.notify_all(); };
   flight->senders = slots;
   for (int k = 0; k < slots; ++k)
-    asio::co_spawn(mesh.executor(),
-                   send_slot(mesh, peer, job_id, round, anchor, momentum, unchanged, chunk_values, k, flight, wants),
-                   asio::detached);
+    asio::co_spawn(mesh.executor(), send_slot(mesh, peer, job_id, round, frame, k, flight, wants), asio::detached);
   while (flight->senders > 0) co_await flight->done.wait();
   if (!flight->failure.ok()) co_return flight->failure;
   co_return flight->bytes;
+}
+
+OfferFrames offer_frames(const StateOfferMessage& offer) {
+  OfferFrames f;
+  if (offer.chunk_values == 0) return f;
+  f.chunk_values = offer.chunk_values;
+  f.chunks = offer.from_held ? 0 : (offer.values + offer.chunk_values - 1) / offer.chunk_values;
+  f.total = 2 * f.chunks;
+  for (const auto& d : offer.deltas) {
+    f.first.push_back(f.total);
+    f.total += (d.bytes + f.chunk_bytes() - 1) / f.chunk_bytes();
+  }
+  return f;
+}
+
+std::optional<OfferFrames::Place> OfferFrames::place(std::uint64_t frame, const StateOfferMessage& offer) const {
+  if (frame >= total) return std::nullopt;
+  Place p;
+  if (frame < 2 * chunks) {
+    p.entry = -1;
+    p.tensor = frame < chunks ? 0 : 1;
+    p.begin = (frame % chunks) * chunk_values * sizeof(float);
+    p.size = std::min<std::uint64_t>(chunk_values, offer.values - (frame % chunks) * chunk_values) * sizeof(float);
+    return p;
+  }
+  const auto it = std::upper_bound(first.begin(), first.end(), frame);
+  p.entry = static_cast<int>(it - first.begin()) - 1;
+  p.begin = (frame - first[static_cast<std::size_t>(p.entry)]) * chunk_bytes();
+  p.size = std::min<std::uint64_t>(chunk_bytes(), offer.deltas[static_cast<std::size_t>(p.entry)].bytes - p.begin);
+  return p;
 }
 
 Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateOfferMessage& offer) {
   GEOLOCO_RETURN_IF(!offer.reason.empty(), Err::invalid_argument, peer, " offers no state: ", offer.reason);
   GEOLOCO_RETURN_IF(offer.values == 0 || offer.chunk_values == 0, Err::invalid_argument, peer,
                     " offers an empty state");
-  const std::uint64_t chunks = (offer.values + offer.chunk_values - 1) / offer.chunk_values;
-  GEOLOCO_RETURN_IF(2 * chunks > 0xffffffffull, Err::invalid_argument, peer, " offers a state of ", offer.values,
-                    " values in too many chunks");
   StateReceiver r;
+  r.frames_ = offer_frames(offer);
+  GEOLOCO_RETURN_IF(r.frames_.total > 0xffffffffull, Err::invalid_argument, peer, " offers a state of ", offer.values,
+                    " values in too many frames");
   r.first_ = peer;
   r.donors_ = {peer};
   r.ever_ = {peer};
   r.offer_ = offer;
-  r.chunks_ = chunks;
   // Reserved, not sized: each frame sizes its tensor up to its own end, so
   // zeroing the model's memory is spread over the transfer instead of
   // delaying the accept (a third of a second for 64 Mi parameters here).
   try {
-    r.anchor_.reserve(offer.values);
-    r.momentum_.reserve(offer.values);
-    r.have_.assign(2 * chunks, false);
-    r.owner_.assign(2 * chunks, std::string());
+    if (!offer.from_held) {
+      r.anchor_.reserve(offer.values);
+      r.momentum_.reserve(offer.values);
+    }
+    for (const auto& d : offer.deltas) r.deltas_.emplace_back(d.bytes);
+    r.have_.assign(r.frames_.total, false);
+    r.owner_.assign(r.frames_.total, std::string());
   } catch (const std::bad_alloc&) {
     return GEOLOCO_ERROR(Err::invalid_argument, peer, " offers a state of ", offer.values,
                          " values, more than this site can hold");
@@ -174,17 +198,21 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
   GEOLOCO_RETURN_IF(complete(), Err::mismatch, "state frame from ", peer, " after the transfer was complete");
   GEOLOCO_RETURN_IF(h.round != offer_.round, Err::mismatch, "state frame of round ", h.round, " from ", peer,
                     ", the offer was for round ", offer_.round);
-  GEOLOCO_RETURN_IF(h.chunk >= 2 * chunks_, Err::mismatch, "state frame ", h.chunk, " from ", peer, ": the state has ",
-                    2 * chunks_, " frames");
-  const std::uint64_t begin = (h.chunk % chunks_) * offer_.chunk_values;
-  const std::uint64_t size = std::min<std::uint64_t>(offer_.chunk_values, offer_.values - begin);
-  GEOLOCO_RETURN_IF(payload.size() != size * sizeof(float), Err::mismatch, "state frame ", h.chunk, " from ", peer,
-                    " holds ", payload.size(), " bytes, expected ", size * sizeof(float));
+  const auto place = frames_.place(h.chunk, offer_);
+  GEOLOCO_RETURN_IF(!place, Err::mismatch, "state frame ", h.chunk, " from ", peer, ": the state has ",
+                    frames_.total, " frames");
+  GEOLOCO_RETURN_IF(payload.size() != place->size, Err::mismatch, "state frame ", h.chunk, " from ", peer, " holds ",
+                    payload.size(), " bytes, expected ", place->size);
   if (have_[h.chunk] && shared_) return {};  // sent by two donors while shares changed: the first copy stays
   GEOLOCO_RETURN_IF(have_[h.chunk], Err::mismatch, "state frame ", h.chunk, " from ", peer, " came twice");
-  auto& tensor = h.chunk < chunks_ ? anchor_ : momentum_;
-  if (tensor.size() < begin + size) tensor.resize(begin + size);  // within the reserved capacity: no reallocation
-  std::memcpy(tensor.data() + begin, payload.data(), payload.size());
+  if (place->entry < 0) {
+    auto& tensor = place->tensor == 0 ? anchor_ : momentum_;
+    const std::uint64_t end = (place->begin + place->size) / sizeof(float);
+    if (tensor.size() < end) tensor.resize(end);  // within the reserved capacity: no reallocation
+    std::memcpy(reinterpret_cast<std::byte*>(tensor.data()) + place->begin, payload.data(), payload.size());
+  } else {
+    std::memcpy(deltas_[static_cast<std::size_t>(place->entry)].data() + place->begin, payload.data(), payload.size());
+  }
   have_[h.chunk] = true;
   if (std::find(senders_.begin(), senders_.end(), peer) == senders_.end()) senders_.push_back(peer);
   if (const std::string& owner = owner_[h.chunk]; !owner.empty())
@@ -198,7 +226,9 @@ Status StateReceiver::add(const std::string& peer, const transport::FrameHeader&
 bool StateReceiver::continues(const StateOfferMessage& offer) const {
   return offer.reason.empty() && offer.round == offer_.round && offer.anchor_digest == offer_.anchor_digest &&
          offer.momentum_digest == offer_.momentum_digest && offer.values == offer_.values &&
-         offer.chunk_values == offer_.chunk_values;
+         offer.chunk_values == offer_.chunk_values && offer.base_round == offer_.base_round &&
+         offer.base_digest == offer_.base_digest && offer.from_held == offer_.from_held &&
+         offer.deltas == offer_.deltas;
 }
 
 void StateReceiver::add_donor(const std::string& peer) {
@@ -248,6 +278,25 @@ StateReceiver::Shares StateReceiver::share_all(const std::string& peer, std::siz
     if (!have_[i]) owner_[i] = peer;
   count_shares();
   return {{peer, as_ranges(share_of(peer), max_ranges)}};
+}
+
+StateReceiver::Shares StateReceiver::share_first(const std::string& peer, std::size_t holders,
+                                                 std::size_t max_ranges) {
+  std::uint64_t left = 0;
+  for (std::uint64_t i = 0; i < have_.size(); ++i) left += have_[i] ? 0 : 1;
+  const std::uint64_t part = (left + holders - 1) / std::max<std::size_t>(holders, 1);
+  std::uint64_t given = 0;
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i]) owner_[i] = given++ < part ? peer : std::string();
+  count_shares();
+  return {{peer, as_ranges(share_of(peer), max_ranges)}};
+}
+
+std::uint64_t StateReceiver::unowned() const {
+  std::uint64_t n = 0;
+  for (std::uint64_t i = 0; i < have_.size(); ++i)
+    if (!have_[i] && (owner_[i].empty() || !has_donor(owner_[i]))) ++n;
+  return n;
 }
 
 StateReceiver::Shares StateReceiver::share_with(const std::string& joining, std::size_t max_ranges) {
@@ -309,9 +358,10 @@ std::vector<std::uint64_t> StateReceiver::missing(std::size_t max_ranges) const 
 
 Status StateReceiver::verify() const {
   GEOLOCO_RETURN_IF(!complete(), Err::truncated, "the state from ", first_, " is incomplete");
+  if (offer_.from_held) return {};  // no state frames: the base is this site's own
   const std::string got = digest_hex(digest_f32(anchor_));
-  GEOLOCO_RETURN_IF(got != offer_.anchor_digest, Err::mismatch, "the anchor from ", first_, " has digest ", got,
-                    ", the offer said ", offer_.anchor_digest, ": refused");
+  GEOLOCO_RETURN_IF(got != offer_base_digest(offer_), Err::mismatch, "the anchor from ", first_, " has digest ", got,
+                    ", the offer said ", offer_base_digest(offer_), ": refused");
   if (!offer_.momentum_digest.empty()) {
     const std::string m = digest_hex(digest_f32(momentum_));
     GEOLOCO_RETURN_IF(m != offer_.momentum_digest, Err::mismatch, "the momentum from ", first_, " has digest ", m,

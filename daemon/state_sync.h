@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "common/buffer.h"
 #include "common/status.h"
 #include "daemon/control_messages.h"
 #include "transport/frame.h"
@@ -41,8 +42,12 @@
 
 namespace geoloco::daemon {
 
-/// Values per state frame: 1 Mi fp32 = 4 MiB, so a long fat link is kept busy with few frames.
-inline constexpr std::uint64_t kStateChunkValues = 1u << 20;
+/// Values per state frame: 256 Ki fp32 = 1 MiB, as the all-reduce's chunks.
+/// A joining site judges a holder stalled by the time between its frames:
+/// 1 MiB frames arrive every 2 s even over a 1 MB/s link shared by two
+/// connections (4 MiB ones took 8 s there, and holders were let go that
+/// only were slow); and 1 MiB is still few frames for a long fat link.
+inline constexpr std::uint64_t kStateChunkValues = 1u << 18;
 
 /// `offer` with its size fields filled for a state of `values` parameters
 /// sent `chunk_values` to a frame.
@@ -83,22 +88,49 @@ class FrameWants {
   bool closed_ = false;
 };
 
-/// After the peer's state_accept: sends the state frames of `round`'s
-/// `anchor` and `momentum`, `chunk_values` to a frame, to `peer` over all of the pair's connections
-/// (all of it, or an error naming what failed). The state is sent from where
-/// it lies, not from a copy (docs/design.md §10: no second copy of the model per
-/// peer): `unchanged` is asked before each frame, and when it says the state
-/// moved on (a round committed), the transfer stops with an error and the
-/// peer, whose transfer stays incomplete, asks again. `wants`: the frames
-/// to send (a share, or what a resumed transfer misses), which may change
-/// while they go out; null: all of them. Returns the frame bytes sent
-/// (headers included).
+/// Frame `i`'s payload: where it lies, or read into `scratch` (which
+/// stays untouched until the frame is sent). Errors: those of reading it.
+using FrameBytes = std::function<Result<std::span<const std::byte>>(std::uint64_t i, Buffer& scratch)>;
+
+/// After the peer's state_accept: sends `frames` state frames of `round`,
+/// each `frame(i)`, to `peer` over all of the pair's connections (all of
+/// them, or an error naming what failed). The bytes must not change while
+/// they are sent (state_source.h: a checkpoint's mapping, open round-log
+/// entries, or a copy). `wants`: the frames to send (a share, or what a
+/// resumed transfer misses), which may change while they go out; null: all
+/// of them. Returns the frame bytes sent (headers included).
 asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, const std::string& peer,
                                                          std::uint64_t job_id, std::uint64_t round,
-                                                         std::span<const float> anchor, std::span<const float> momentum,
-                                                         std::function<bool()> unchanged,
-                                                         std::uint64_t chunk_values = kStateChunkValues,
+                                                         std::uint64_t frames, FrameBytes frame,
                                                          std::shared_ptr<FrameWants> wants = nullptr);
+
+/// How an offer's frames are numbered: the state's anchor then momentum,
+/// `chunk_values` values a frame (none when the offer is `from_held`), then
+/// each round-log entry's bytes, `chunk_bytes()` a frame.
+struct OfferFrames {
+  std::uint64_t chunk_values = 0;
+  std::uint64_t chunks = 0;           ///< frames per tensor
+  std::vector<std::uint64_t> first;   ///< per entry: its first frame
+  std::uint64_t total = 0;
+  std::uint64_t chunk_bytes() const { return chunk_values * sizeof(float); }
+  /// Where frame `i` goes: entry -1 and tensor 0 (anchor) or 1 (momentum),
+  /// else the entry's index; `begin` and `size` in bytes. None: no such frame.
+  struct Place {
+    int entry = -1;
+    int tensor = 0;
+    std::uint64_t begin = 0;
+    std::uint64_t size = 0;
+  };
+  std::optional<Place> place(std::uint64_t i, const StateOfferMessage& offer) const;
+};
+OfferFrames offer_frames(const StateOfferMessage& offer);
+
+/// The round and anchor digest of the state an offer's frames carry (the
+/// base, when entries follow it).
+inline std::uint64_t offer_base_round(const StateOfferMessage& o) { return o.base_round.value_or(o.round); }
+inline const std::string& offer_base_digest(const StateOfferMessage& o) {
+  return o.base_round ? o.base_digest : o.anchor_digest;
+}
 
 /// A transfer being received: created from the offer, fed the state frames.
 class StateReceiver {
@@ -113,8 +145,9 @@ class StateReceiver {
   /// with one donor only, already filled, wrong size, another round), after
   /// which the transfer is void.
   Status add(const std::string& peer, const transport::FrameHeader& header, std::span<const std::byte> payload);
-  bool complete() const { return received_ == 2 * chunks_; }
-  /// After complete(): checks the anchor's digest. Errors: mismatch.
+  bool complete() const { return received_ == frames_.total; }
+  /// After complete(): checks the base's anchor and momentum digests (the
+  /// entries are checked when they are parsed). Errors: mismatch.
   Status verify() const;
   /// Whether `offer` is of the same state (round, digest, size, framing):
   /// then a transfer broken off by its donor can go on from that peer.
@@ -144,6 +177,12 @@ class StateReceiver {
   using Shares = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
   /// The first donor: every frame not in yet.
   Shares share_all(const std::string& peer, std::size_t max_ranges = 2048);
+  /// The first donor when `holders` are expected: the lowest 1/holders of
+  /// the frames not in yet; the rest is nobody's until one joins
+  /// (share_with) or is given them (share_out("")).
+  Shares share_first(const std::string& peer, std::size_t holders, std::size_t max_ranges = 2048);
+  /// Frames not in yet that no donor is asked for.
+  std::uint64_t unowned() const;
   /// A donor joins (add_donor() first): it takes every frame nobody is
   /// asked for, and from each share above an equal part of what is missing
   /// the frames above that part (their owner sends its lowest frames first,
@@ -155,7 +194,7 @@ class StateReceiver {
   /// The donors whose shares were completed since the last call, once each.
   std::vector<std::string> take_share_done();
   std::uint64_t frames_taken() const { return received_; }
-  std::uint64_t frames() const { return 2 * chunks_; }
+  std::uint64_t frames() const { return frames_.total; }
 
   const StateOfferMessage& offer() const { return offer_; }
   /// The first donor.
@@ -164,6 +203,8 @@ class StateReceiver {
   std::uint64_t bytes() const { return bytes_; }
   std::vector<float>& anchor() { return anchor_; }
   std::vector<float>& momentum() { return momentum_; }
+  /// The round-log entries' bytes, one per offered entry.
+  const std::vector<Buffer>& deltas() const { return deltas_; }
 
  private:
   std::string first_;
@@ -171,8 +212,8 @@ class StateReceiver {
   std::set<std::string> ever_;
   std::vector<std::string> senders_;
   StateOfferMessage offer_;
-  std::uint64_t chunks_ = 0;      ///< frames per tensor
-  std::vector<bool> have_;        ///< per frame: 0..chunks_-1 anchor, then momentum
+  OfferFrames frames_;
+  std::vector<bool> have_;        ///< per frame (OfferFrames' numbering)
   std::uint64_t received_ = 0;
   std::uint64_t bytes_ = 0;
   bool shared_ = false;           ///< had a second donor: a frame taken already may come again
@@ -183,6 +224,7 @@ class StateReceiver {
   std::vector<std::string> share_done_;
   std::vector<float> anchor_;
   std::vector<float> momentum_;
+  std::vector<Buffer> deltas_;
 };
 
 }  // namespace geoloco::daemon

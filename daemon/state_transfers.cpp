@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/digest.h"
+#include "daemon/round_replay.h"
 
 namespace geoloco::daemon {
 
@@ -14,23 +15,30 @@ std::string transfer_summary(std::uint64_t bytes, double seconds) {
   return s.str();
 }
 
+std::string offer_route(const StateOfferMessage& offer) {
+  const std::uint64_t base = offer_base_round(offer);
+  if (offer.deltas.empty()) return {};
+  const std::string rounds =
+      base + 1 == offer.round ? cat("round ", offer.round) : cat("rounds ", base + 1, "..", offer.round);
+  if (offer.from_held) return cat(" (as ", rounds, " of the round log, on round ", base, ")");
+  return cat(" (as the state of round ", base, " and ", rounds, " of the round log)");
+}
+
 StateTransfers::StateTransfers(std::string job, std::uint64_t job_id, transport::Mesh& mesh,
                                std::uint64_t chunk_values)
     : job_(std::move(job)), job_id_(job_id), mesh_(mesh), chunk_values_(chunk_values) {}
 
-StateOfferMessage StateTransfers::offer(const std::string& peer, const outer::OuterState& state,
+StateOfferMessage StateTransfers::offer(const std::string& peer, std::shared_ptr<const StateSource> source,
                                         const std::string& reason) {
   StateOfferMessage offer;
   offer.job = job_;
-  if (!reason.empty()) {
-    offer.reason = reason;
+  if (!reason.empty() || !source) {
+    offer.reason = reason.empty() ? std::string("no state to offer") : reason;
+    offered_.erase(peer);  // what was offered before is not any more
     return offer;
   }
-  offer.round = state.round;
-  offer.anchor_digest = digest_hex(state.anchor_digest());
-  offer.momentum_digest = digest_hex(digest_f32(state.momentum));
-  offer.layout = state.layout;
-  offered_[peer] = state.round;  // the frames follow the peer's accept
+  offer = source->offer(job_, chunk_values_);
+  offered_[peer] = {offer.round, std::move(source), offer};  // the frames follow the peer's accept
   // A new offer starts afresh (the peer asked again: it may have dropped
   // what came before): a send still going stops, and the frames sent before
   // may be sent again.
@@ -38,33 +46,28 @@ StateOfferMessage StateTransfers::offer(const std::string& peer, const outer::Ou
     it->second.wants->stop();
     sending_.erase(it);
   }
-  return sized_offer(std::move(offer), state.anchor.size(), chunk_values_);
+  return offer;
 }
 
-std::string StateTransfers::accept(const std::string& from, const StateAcceptMessage& accept,
-                                   const outer::OuterState& state) {
+std::string StateTransfers::accept(const std::string& from, const StateAcceptMessage& accept) {
   auto offered = offered_.find(from);
-  if (offered == offered_.end() || offered->second != accept.round)
+  if (offered == offered_.end() || offered->second.round != accept.round)
     return cat(from, " accepts a state of round ", accept.round, " that this site did not offer it");
-  if (state.anchor.empty() || state.round != accept.round) {
-    offered_.erase(offered);
-    return cat(from, " accepts the state of round ", accept.round, ", but this site moved on to round ", state.round,
-               "; it asks again");
-  }
   return {};
 }
 
-asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, const outer::OuterState& state,
-                                                          std::uint64_t round, std::vector<std::uint64_t> missing) {
-  // From the state itself, no copy (docs/design.md §10): a round that
-  // commits meanwhile ends the transfer, and the peer asks again.
-  const std::span<const float> anchor(state.anchor), momentum(state.momentum);
-  auto unchanged = [&state, round, data = anchor.data()] {
-    return state.round == round && state.anchor.data() == data;
-  };
+asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, std::uint64_t round,
+                                                          std::vector<std::uint64_t> missing) {
+  auto offered = offered_.find(peer);
+  if (offered == offered_.end() || offered->second.round != round)
+    co_return Status(Err::internal, cat("no state of round ", round, " was offered to ", peer));
+  // What was offered, unchanged however many rounds commit meanwhile
+  // (state_source.h): kept alive by this send.
+  const std::shared_ptr<const StateSource> source = offered->second.source;
+  const StateOfferMessage offer = offered->second.offer;
+  const std::uint64_t frames = offer_frames(offer).total;
   const auto started = Clock::now();
   const bool part = !missing.empty();
-  const std::uint64_t chunks = (anchor.size() + chunk_values_ - 1) / chunk_values_;
   // Another send of the round to the same peer (its share grew after the
   // first ended) never sends a frame twice: the frames may still be on the
   // wire. A later accept of this round, while this send runs, changes its share.
@@ -73,18 +76,21 @@ asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, cons
     wants = it->second.wants;
     wants->reopen(missing);
   } else {
-    wants = std::make_shared<FrameWants>(2 * chunks, missing);
+    wants = std::make_shared<FrameWants>(frames, missing);
     sending_[peer] = {round, wants};
   }
-  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, anchor, momentum, unchanged, chunk_values_, wants);
+  // Named, not a temporary of the co_await's expression (GCC 12 destroys those twice).
+  FrameBytes frame = [source, offer](std::uint64_t i, Buffer& scratch) { return source->frame(offer, i, scratch); };
+  auto sent = co_await send_state_frames(mesh_, peer, job_id_, round, frames, std::move(frame), wants);
   wants->close();
   if (!sent.ok()) {
     if (auto it = sending_.find(peer); it != sending_.end() && it->second.wants == wants) sending_.erase(it);
     co_return sent.status();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  co_return cat(part ? "the rest of the state of round " : "state of round ", round, " sent to ", peer, ": ",
-                transfer_summary(*sent, seconds));
+  std::string line = part ? "the rest of the state of round " : "state of round ";
+  line += cat(round, " sent to ", peer, ": ", transfer_summary(*sent, seconds), offer_route(offer));
+  co_return line;
 }
 
 bool StateTransfers::update(const std::string& from, const StateAcceptMessage& accept) {
@@ -106,7 +112,8 @@ std::vector<AcceptTo> StateTransfers::accepts(const StateReceiver::Shares& share
   return out;
 }
 
-Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer) {
+Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, const StateOfferMessage& offer,
+                                                      std::size_t holders) {
   // Another state of the same round while holders send this one: refused,
   // the transfer goes on (a holder with other bits must not end it).
   GEOLOCO_RETURN_IF(receiving_ && !receiving_->donors().empty() && offer.round == receiving_->offer().round &&
@@ -123,13 +130,18 @@ Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, c
     receiving_->add_donor(peer);
     return accepts(receiving_->share_with(peer));
   }
+  GEOLOCO_RETURN_IF(!offer.deltas.empty() && !steps_, Err::invalid_argument, peer, " offers rounds ",
+                    offer_base_round(offer) + 1, "..", offer.round, " as round-log entries, which this site cannot step");
   receiving_.reset();
   kept_frames_ = 0;
   auto receiver = StateReceiver::start(peer, offer);
   if (!receiver.ok()) return receiver.status();
   receiving_ = std::move(*receiver);
-  (void)receiving_->share_all(peer);
-  return std::vector<AcceptTo>{{peer, StateAcceptMessage{job_, offer.round}}};  // every frame
+  if (holders <= 1) {
+    (void)receiving_->share_all(peer);
+    return std::vector<AcceptTo>{{peer, StateAcceptMessage{job_, offer.round}}};  // every frame
+  }
+  return accepts(receiving_->share_first(peer, holders));
 }
 
 std::vector<AcceptTo> StateTransfers::release(const std::string& peer, bool hand_out) {
@@ -143,7 +155,7 @@ std::vector<AcceptTo> StateTransfers::release(const std::string& peer, bool hand
 }
 
 StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transport::FrameHeader& header,
-                                           std::span<const std::byte> payload) {
+                                           std::span<const std::byte> payload, const outer::OuterState* held) {
   StateFrameOutcome out;
   // Complete, and waiting to be installed: a frame that two holders both
   // sent (shares change while frames are on the wire) comes too late to matter.
@@ -159,8 +171,15 @@ StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transp
     out.kind = StateFrameOutcome::dropped;
     return out;
   }
+  if (header.round != receiving_->offer().round) {
+    // The rest of this holder's answer to an earlier offer, still on the
+    // wire when the transfer moved to a later round: late, not wrong.
+    out.kind = StateFrameOutcome::dropped;
+    return out;
+  }
   Status added = receiving_->add(peer, header, payload);
   if (added.ok() && receiving_->complete()) added = receiving_->verify();
+  if (added.ok() && receiving_->complete() && !receiving_->offer().deltas.empty()) added = step_entries(held);
   if (!added.ok()) {
     // Two transfers from the same peer interleaved, or a broken one: void.
     receiving_.reset();
@@ -173,6 +192,9 @@ StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transp
   } else {
     out.kind = StateFrameOutcome::progress;
     out.share_done = receiving_->take_share_done();
+    // A share is in, and frames nobody was asked for remain (a holder
+    // expected to help did not offer): the holders sending take them.
+    if (!out.share_done.empty() && receiving_->unowned() > 0) out.accepts = accepts(receiving_->share_out(""));
   }
   return out;
 }
@@ -189,6 +211,8 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   state.momentum = std::move(received.momentum());
   state.round = offer.round;
   InstalledState done;
+  done.base_round = offer_base_round(offer);
+  done.rounds_stepped = offer.deltas.size();
   done.round = offer.round;
   done.digest = offer.anchor_digest;
   done.peer = received.peer();
@@ -207,10 +231,51 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
                                      " frames kept from before the transfer stalled)")
                                : std::string(),
                   ": ", offer.values, " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ",
-                  offer.anchor_digest);
+                  offer.anchor_digest, offer_route(offer));
   receiving_.reset();
   kept_frames_ = 0;
   return done;
+}
+
+Status StateTransfers::step_entries(const outer::OuterState* held) {
+  StateReceiver& r = *receiving_;
+  const StateOfferMessage& offer = r.offer();
+  const std::uint64_t base = offer_base_round(offer);
+  outer::OuterState state;
+  if (offer.from_held) {
+    // This site's own state is the base: it must still be the one it said it held.
+    GEOLOCO_RETURN_IF(!held || held->round != base || held->anchor.size() != offer.values, Err::mismatch,
+                      "the rounds from ", r.peer(), " start at round ", base, ", this site holds round ",
+                      held ? held->round : 0, " now");
+    const std::string digest = digest_hex(held->anchor_digest());
+    GEOLOCO_RETURN_IF(digest != offer.base_digest, Err::mismatch, "the rounds from ", r.peer(),
+                      " start at round ", base, "'s anchor ", offer.base_digest, ", this site's is ", digest);
+    state.anchor = held->anchor;
+    state.momentum = held->momentum;
+  } else {
+    state.anchor = std::move(r.anchor());
+    state.momentum = std::move(r.momentum());
+  }
+  state.round = base;
+  Status out;
+  for (std::size_t i = 0; i < offer.deltas.size() && out.ok(); ++i) {
+    const StateDeltaOffer& d = offer.deltas[i];
+    auto entry = parse_round_delta(r.deltas()[i], d.round, steps_->config_hash, cat("round ", d.round, "'s Δ from ", r.peer()));
+    if (!entry.ok()) {
+      out = entry.status();
+      break;
+    }
+    auto digest = step_round_delta(state, *entry, steps_->pipeline, steps_->outer);
+    if (!digest.ok()) out = digest.status();
+    else if (*digest != d.digest)
+      out = Status(Err::mismatch, cat("round ", d.round, " from ", r.peer(), "'s round log gives anchor ", *digest,
+                                      ", the committed one is ", d.digest));
+    else state.round = d.round;
+  }
+  // The stepped state replaces the frames'; on failure the transfer is void anyway.
+  r.anchor() = std::move(state.anchor);
+  r.momentum() = std::move(state.momentum);
+  return out;
 }
 
 }  // namespace geoloco::daemon

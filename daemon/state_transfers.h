@@ -23,7 +23,10 @@
 #include "common/layout.h"
 #include "common/status.h"
 #include "daemon/control_messages.h"
+#include "compression/pipeline.h"
+#include "daemon/state_source.h"
 #include "daemon/state_sync.h"
+#include "diloco/outer_step.h"
 #include "outer/outer_state.h"
 #include "transport/frame.h"
 #include "transport/mesh.h"
@@ -32,6 +35,17 @@ namespace geoloco::daemon {
 
 /// "268435552 bytes in 2.15 s (125.0 MB/s)": what a transfer took, for the log.
 std::string transfer_summary(std::uint64_t bytes, double seconds);
+
+/// How an offer brings the asker to its round, for the log: "" (its state),
+/// " (as the state of round 2 and rounds 3..6 of the round log)", or
+/// " (as rounds 5..6 of the round log, on round 4)".
+std::string offer_route(const StateOfferMessage& offer);
+
+/// An accept to send: to `peer`, for its share of a transfer.
+struct AcceptTo {
+  std::string peer;
+  StateAcceptMessage accept;
+};
 
 /// What a state frame did to the transfer being received.
 struct StateFrameOutcome {
@@ -46,13 +60,19 @@ struct StateFrameOutcome {
   std::uint64_t round = 0;   ///< arrived: the state's round
   std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
   std::vector<std::string> share_done;  ///< progress: holders whose shares are all in now
+  /// progress: accepts to send, for frames no holder was asked for (the
+  /// holders that were to take them did not offer) once a share is in.
+  std::vector<AcceptTo> accepts;
 };
 
-/// An accept to send: to `peer`, for its share of a transfer.
-struct AcceptTo {
-  std::string peer;
-  StateAcceptMessage accept;
+/// How this job steps a committed round's entry (the live round's
+/// pipeline and outer step), for offers that carry rounds after their state.
+struct RoundSteps {
+  std::string config_hash;
+  compression::PipelineSpec pipeline;
+  diloco::OuterOptimizerOptions outer;
 };
+
 
 /// A received state put in place.
 struct InstalledState {
@@ -64,6 +84,8 @@ struct InstalledState {
   double seconds = 0;       ///< from this site's request to the state in place
   std::string note;         ///< the line for the job's log
   std::uint64_t resumed_frames = 0;  ///< frames kept from an earlier donor (0: one donor sent all)
+  std::uint64_t base_round = 0;      ///< the round of the state the frames carried (or this site's own)
+  std::uint64_t rounds_stepped = 0;  ///< committed rounds stepped on it from the holder's round log
 };
 
 class StateTransfers {
@@ -75,28 +97,26 @@ class StateTransfers {
 
   // --- the holder's side
 
-  /// The offer for `peer`: of `state`, whose round is noted so that the
-  /// peer's accept of it starts the frames; or, with a `reason`, of none.
-  StateOfferMessage offer(const std::string& peer, const outer::OuterState& state, const std::string& reason = {});
-  /// The peer's accept. Returns an empty string when the frames of `state`
-  /// are to be sent (send()), else why not: not offered to it, or offered
-  /// for another round, or the state moved on since (the peer asks again).
-  /// An offer stays good while the state is its round: a later accept of it
-  /// (the peer's share changed after this site's frames were all sent)
-  /// sends the frames it names.
-  std::string accept(const std::string& from, const StateAcceptMessage& accept, const outer::OuterState& state);
+  /// The offer for `peer`: of what `source` holds (it stays unchanged while
+  /// it is sent), whose round is noted so that the peer's accept of it
+  /// starts the frames; or, with a `reason` (and no source), of none.
+  StateOfferMessage offer(const std::string& peer, std::shared_ptr<const StateSource> source,
+                          const std::string& reason = {});
+  /// The peer's accept. Returns an empty string when the frames are to be
+  /// sent (send()), else why not: not offered to it, or offered for another
+  /// round. An offer stays good until the next one to that peer: a later
+  /// accept of it (the peer's share changed after this site's frames were
+  /// all sent) sends the frames it names.
+  std::string accept(const std::string& from, const StateAcceptMessage& accept);
   /// A later accept from a peer this site is sending `accept.round`'s
   /// frames to: its share is `accept.missing` from now on (all, when
   /// empty), or nothing (`stop`, handled with or without a send). False
   /// when no such send is in progress (the accept needs an offer then).
   bool update(const std::string& from, const StateAcceptMessage& accept);
-  /// Sends the frames of `state`, accepted as round `round`, to `peer` from
-  /// where they lie (only `missing` ones, the accept's, when it names some);
-  /// `state` must outlive the transfer. A round committed
-  /// meanwhile (the round or the anchor's buffer changed) ends it with an
-  /// error. Returns the line for the job's log. Errors: mismatch (the state
-  /// moved on), and the mesh's.
-  asio::awaitable<Result<std::string>> send(std::string peer, const outer::OuterState& state, std::uint64_t round,
+  /// Sends the frames of what was offered to `peer` as round `round` (only
+  /// `missing` ones, the accept's, when it names some). Returns the line for
+  /// the job's log. Errors: internal (nothing offered), the source's and the mesh's.
+  asio::awaitable<Result<std::string>> send(std::string peer, std::uint64_t round,
                                             std::vector<std::uint64_t> missing = {});
   /// Peers with an offer that an accept may still take up.
   std::size_t offers_pending() const { return offered_.size(); }
@@ -117,13 +137,24 @@ class StateTransfers {
   /// frames stopped, release()), that is all that is missing.
   /// Any other offer ends the transfer before and is accepted whole. Errors:
   /// invalid_argument (an offer without state, or one this site cannot hold).
-  Result<std::vector<AcceptTo>> receive(const std::string& peer, const StateOfferMessage& offer);
+  /// A new transfer with `holders` > 1 asks `peer` for the first
+  /// 1/holders of the frames only; the holders that offer next take the
+  /// rest (share_with), and what none took goes to the holders sending
+  /// once one's share is in (on_frame()'s accepts).
+  Result<std::vector<AcceptTo>> receive(const std::string& peer, const StateOfferMessage& offer,
+                                        std::size_t holders = 1);
   /// `peer` stopped sending: a stop to it (it may only be slow), and with
   /// `hand_out` its frames split among the holders still sending (the
   /// accepts widening their shares); else they wait for the next one.
   std::vector<AcceptTo> release(const std::string& peer, bool hand_out = true);
+  /// A state frame. The last one of an offer that carries rounds after
+  /// its state steps them (set_round_steps()'s way), on `held` (this
+  /// site's state, unchanged) when the offer is from it, each to the
+  /// committed digest the offer names.
   StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
-                             std::span<const std::byte> payload);
+                             std::span<const std::byte> payload, const outer::OuterState* held = nullptr);
+  /// How this job steps an entry; without it, offers that carry entries are refused.
+  void set_round_steps(RoundSteps steps) { steps_ = std::move(steps); }
   /// Moves the complete, checked transfer into `state` (job, round, anchor,
   /// momentum, layout: the sender's, else `known` if it fits, else one flat
   /// tensor). Errors: internal (nothing complete to install).
@@ -140,7 +171,12 @@ class StateTransfers {
   std::uint64_t job_id_;
   transport::Mesh& mesh_;
   std::uint64_t chunk_values_;
-  std::map<std::string, std::uint64_t> offered_;  ///< peer -> round of the state offered to it
+  struct Offered {
+    std::uint64_t round = 0;
+    std::shared_ptr<const StateSource> source;
+    StateOfferMessage offer;
+  };
+  std::map<std::string, Offered> offered_;  ///< peer -> what was offered to it
   struct Sending {
     std::uint64_t round = 0;
     std::shared_ptr<FrameWants> wants;
@@ -149,6 +185,9 @@ class StateTransfers {
   std::optional<StateReceiver> receiving_;
   Clock::time_point requested_at_;
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
+  std::optional<RoundSteps> steps_;
+  /// The complete transfer's entries stepped on its base. Errors: why not.
+  Status step_entries(const outer::OuterState* held);
   /// The accepts that carry changed shares.
   std::vector<AcceptTo> accepts(const StateReceiver::Shares& shares) const;
 };

@@ -32,6 +32,11 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "fedcba9876543210"},
       RoundQueryMessage{12},
       RoundOutcomeMessage{12, 65537, "0123456789abcdef"},
+      StateRequestMessage{"demo", 5, "00000000deadbeef"},
+      StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "", 5,
+                        "00000000deadbeef", true,
+                        {{6, 4000, "1111111111111111", "2222222222222222"},
+                         {7, 4100, "3333333333333333", "0123456789abcdef"}}},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -68,6 +73,15 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(std::get<RoundQueryMessage>(*decode_control(encode_control(messages[22]))).round == 12);
   auto outcome = std::get<RoundOutcomeMessage>(*decode_control(encode_control(messages[23])));
   CHECK((outcome.round == 12 && outcome.attempt == 65537 && outcome.anchor_digest == "0123456789abcdef"));
+  auto request = std::get<StateRequestMessage>(*decode_control(encode_control(messages[24])));
+  CHECK((request.held_round == std::optional<std::uint64_t>(5) && request.held_digest == "00000000deadbeef"));
+  CHECK_FALSE(std::get<StateRequestMessage>(*decode_control(encode_control(messages[10]))).held_round);
+  auto rounds = std::get<StateOfferMessage>(*decode_control(encode_control(messages[25])));
+  CHECK((rounds.base_round == std::optional<std::uint64_t>(5) && rounds.base_digest == "00000000deadbeef" &&
+         rounds.from_held));
+  REQUIRE(rounds.deltas.size() == 2);
+  CHECK(rounds.deltas[1] == StateDeltaOffer{7, 4100, "3333333333333333", "0123456789abcdef"});
+  CHECK_FALSE(std::get<StateOfferMessage>(*decode_control(encode_control(messages[11]))).base_round);
   auto elect = std::get<ElectMessage>(*decode_control(encode_control(messages[14])));
   CHECK((elect.epoch == 3 && elect.pre && elect.committed_round == 41));
   auto vote = std::get<VoteMessage>(*decode_control(encode_control(messages[15])));
@@ -166,6 +180,25 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(offer + R"([{"name":"w","shape":[5]},{"name":"w","shape":[5]}]})") ==
         "state_offer message: field 'layout' must be a valid layout (tensor name 'w' appears twice)");
   CHECK(decode_control(offer + R"([{"name":"w","shape":[2,4]},{"name":"s","shape":[]},{"name":"b","shape":[1]}]})").ok());
+  // Rounds after the state: the rounds between the base and the offer's, in order, the last giving its anchor.
+  const std::string base = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","base_round":1,"base_digest":"00000000deadbeef","deltas":)";
+  const std::string two = R"([[2,10,"1111111111111111","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]])";
+  CHECK(decode_control(base + two + "}").ok());
+  CHECK(msg(base + R"([[2,10,"1111111111111111","2222222222222222"]]})") ==
+        "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
+  CHECK(msg(base + R"([[3,10,"1111111111111111","2222222222222222"],[2,10,"1111111111111111","0123456789abcdef"]]})") ==
+        "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
+  CHECK(msg(base + R"([[2,10,"1111111111111111","2222222222222222"],[3,10,"1111111111111111","2222222222222222"]]})") ==
+        "state_offer message: the last delta's digest must be anchor_digest");
+  CHECK(msg(base + R"([[2,0,"1111111111111111","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]]})") ==
+        "state_offer message: a delta's bytes must be 1..2^40");
+  CHECK(msg(base + R"([[2,10,"x","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]]})") ==
+        "state_offer message: a delta's hash and digest must be 16 hex digits");
+  CHECK(msg(base + R"([2,3]})") == "state_offer message: each of deltas must be [round, bytes, hash, digest]");
+  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true})") ==
+        "state_offer message: an offer with deltas names its base_round");
+  CHECK(msg(R"({"type":"state_request","job":"x","held_round":4,"held_digest":"nope"})") ==
+        "state_request message: held_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");
   CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);
 }

@@ -50,7 +50,9 @@ inline std::string kind(const ParticipantAction& a) {
                [](const WelcomeTrainer& w) { return cat("welcome ", w.round); },
                [](const PublishInitial&) { return std::string("publish initial"); },
                [](const InstallState&) { return std::string("install"); },
-               [](const ReceiveState& r) { return cat("receive from ", r.peer); },
+               [](const ReceiveState& r) {
+                 return cat("receive from ", r.peer, r.holders > 1 ? cat(" (1/", r.holders, ")") : std::string());
+               },
                [](const DropTransfer&) { return std::string("drop transfer"); },
                [](const ReleaseDonor& r) { return (r.hand_out ? "release " : "drop ") + r.peer; },
                [](const OfferState& o) { return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason); },

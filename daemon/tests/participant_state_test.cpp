@@ -193,6 +193,26 @@ TEST_CASE("STATE_SYNC: another holder of the arriving state helps; a stalled or 
   CHECK(kinds(m.step(t0 + 7100ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
 }
 
+TEST_CASE("STATE_SYNC: a slow link is not a stopped holder: the wait follows the gaps between its frames") {
+  // Before any frame: four stall times (the first frames of every
+  // connection cross the link together), then the next site is asked.
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{4, kDigest1}, 0, t0);
+  (void)m.step(t0);
+  m.on_state_offer("b", offer(4, kDigest1), t0);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
+  CHECK(kinds(m.step(t0 + 7900ms)).empty());
+  CHECK(kinds(m.step(t0 + 8000ms)) == std::vector<std::string>{"send state_request to c"});
+  // Frames 3 s apart (a 1 MB/s link, 1 MiB frames on three connections):
+  // twice that gap, not the 2 s stall time, before the holder counts as stopped.
+  ParticipantMachine slow(options("a"), std::nullopt, HeldState{4, kDigest1}, 0, t0);
+  (void)slow.step(t0);
+  slow.on_state_offer("b", offer(4, kDigest1), t0);
+  (void)slow.step(t0);
+  for (auto at : {1000ms, 4000ms, 7000ms}) slow.on_state_progress("b", t0 + at);
+  CHECK(kinds(slow.step(t0 + 12900ms)).empty());
+  CHECK(kinds(slow.step(t0 + 13000ms)) == std::vector<std::string>{"send state_request to c"});
+}
+
 TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder sending a share") {
   ParticipantOptions o = options("d");
   o.sites = {"a", "b", "c", "d"};
@@ -204,7 +224,9 @@ TEST_CASE("STATE_SYNC: a large state is asked of every other site, each holder s
   // Eight frames (4 Mi values a tensor): b is asked too, c said it has none.
   StateOfferMessage large{"j", 4, kDigest1, 4u << 20, 1u << 20, "", {}};
   m.on_state_offer("a", large, t0 + 20ms);
-  CHECK(kinds(m.step(t0 + 20ms)) == std::vector<std::string>{"receive from a", "send state_request to b"});
+  // a is asked for its half only, until b offers (a's frames would fill its
+  // links' buffers at once, where b could take none of them over).
+  CHECK(kinds(m.step(t0 + 20ms)) == std::vector<std::string>{"receive from a (1/2)", "send state_request to b"});
   m.on_state_offer("b", large, t0 + 40ms);
   CHECK(kinds(m.step(t0 + 40ms)) == std::vector<std::string>{"receive from b"});
   // b's share is all in; a's frames go on arriving, then a falls silent

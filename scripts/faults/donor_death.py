@@ -16,8 +16,8 @@ import time
 
 from scenario import Commits, Federation, arguments, link_name, mlp_job, run, wait_for_transfer
 
-# A 4096-wide MLP: 3.3M parameters, 4 state frames per tensor (1 Mi values each), 26 MB per transfer:
-# enough frames (8) for the other holders to be asked to help.
+# A 4096-wide MLP: 3.3M parameters, 13 state frames per tensor (256 Ki values each), 26 MB per transfer:
+# enough frames (26) for the other holders to be asked to help.
 args = arguments(__doc__, rounds=16, width=4096, donor_rate="64M")
 NAME = "donor-death"
 

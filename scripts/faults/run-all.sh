@@ -42,6 +42,7 @@ quick=(
   "cert_rotation.py"
   "donor_death.py"
   "federation_crash.py"
+  "slow_rejoin.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"
@@ -56,6 +57,7 @@ full=(
   "federation_crash.py --rounds 60 --phases inner,allreduce,after-commit,inner,allreduce,after-commit,sigterm --seed 2"
   "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
+  "slow_rejoin.py --width 81920 --steps 2 --rounds 48 --rate 400M --bound-factor 0"
 )
 set=("${quick[@]}")
 [ "$long" = 1 ] && set+=("${full[@]}")

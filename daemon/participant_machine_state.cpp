@@ -64,6 +64,13 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
     note(cat(from, " offers round ", offer.round, ", but round ", known_committed_, " is committed; asking again"));
     return;
   }
+  // Rounds to step on this site's own state, answering a request made when
+  // it held an older one: of no use now (the next request names this one).
+  if (offer.from_held && (!held_ || offer.base_round != held_->round || offer.base_digest != held_->digest)) {
+    note(cat(from, " offers the rounds after round ", offer.base_round.value_or(0), ", this site holds round ",
+             held_ ? held_->round : 0, " now; asking again"));
+    return;
+  }
   const bool arriving = transferring_ && !donors_.empty() && now - progress_at_ < quiet_allowance();
   if (arriving && transfer_round_ == offer.round) {
     if (donors_.count(from)) return;  // the same state again

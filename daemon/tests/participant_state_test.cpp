@@ -193,6 +193,28 @@ TEST_CASE("STATE_SYNC: another holder of the arriving state helps; a stalled or 
   CHECK(kinds(m.step(t0 + 7100ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
 }
 
+TEST_CASE("STATE_SYNC: rounds offered on a state this site no longer holds are not taken") {
+  ParticipantMachine m(options("a"), HeldState{4, kDigest1}, HeldState{6, kDigest2}, 0, t0);
+  const auto asked = m.step(t0);
+  CHECK(m.where() == Where::catching_up);
+  // Its request names the round it holds.
+  const auto& request = sent<StateRequestMessage>(asked);
+  CHECK(request.held_round == std::optional<std::uint64_t>(4));
+  CHECK(request.held_digest == kDigest1);
+  StateOfferMessage rounds = offer(6, kDigest2);
+  rounds.base_round = 3;  // an answer to a request made when this site held round 3
+  rounds.base_digest = kDigest3;
+  rounds.from_held = true;
+  m.on_state_offer("b", rounds, t0);
+  auto stale = m.step(t0);
+  CHECK(kinds(stale).empty());
+  CHECK(noted(stale, "b offers the rounds after round 3, this site holds round 4 now; asking again"));
+  rounds.base_round = 4;
+  rounds.base_digest = kDigest1;
+  m.on_state_offer("b", rounds, t0);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
+}
+
 TEST_CASE("STATE_SYNC: a slow link is not a stopped holder: the wait follows the gaps between its frames") {
   // Before any frame: four stall times (the first frames of every
   // connection cross the link together), then the next site is asked.

@@ -220,6 +220,7 @@ Status JobRun::save_checkpoint() {
                                       config_hash_);
   if (saved.ok() && !state_.anchor.empty()) {
     mapped_checkpoint_.reset();  // a new file: the next transfer maps it
+    if (transfers_) transfers_->forget_offers_before(state_.round);
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
     // The checkpoint holds these rounds now: the log only has to reach past

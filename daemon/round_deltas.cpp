@@ -137,6 +137,7 @@ Result<RoundDelta> parse_round_delta(std::span<const std::byte> bytes, std::uint
     for (const auto& c : h.at("chunks")) {
       const transport::Range r{c.at(0).get<std::uint64_t>(), c.at(1).get<std::uint64_t>()};
       if (r.begin != covered) return damaged("a chunk starts at ", r.begin, ", not ", covered);
+      if (r.size > e.delta.values - covered) return damaged("a chunk reaches past its ", e.delta.values, " values");
       covered += r.size;
       const std::uint64_t n = c.at(2).get<std::uint64_t>();
       if (n > size - at) return damaged("shorter than its chunks");

@@ -8,7 +8,8 @@ namespace geoloco::daemon {
 Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
                                      const compression::PipelineSpec& pipeline,
                                      const diloco::OuterOptimizerOptions& outer) {
-  GEOLOCO_RETURN_IF(entry.offset + entry.delta.values > state.anchor.size(), Err::invalid_argument, "the Δ of round ",
+  const std::uint64_t n = state.anchor.size();
+  GEOLOCO_RETURN_IF(entry.offset > n || entry.delta.values > n - entry.offset, Err::invalid_argument, "the Δ of round ",
                     entry.round, " covers values [", entry.offset, ", ", entry.offset + entry.delta.values,
                     "), the anchor holds ", state.anchor.size());
   entry.delta.pipeline = pipeline;

@@ -191,6 +191,7 @@ SourcePlan plan_state_source(const RoundAt& held, const std::optional<RoundAt>& 
   auto chain = [&](std::uint64_t from) -> std::optional<std::pair<std::vector<std::uint64_t>, std::uint64_t>> {
     std::vector<std::uint64_t> rounds;
     std::uint64_t bytes = 0;
+    if (held.round - from > kMaxOfferedDeltas) return std::nullopt;  // more than an offer may carry
     for (std::uint64_t r = from + 1; r <= held.round; ++r) {
       const auto c = commits.find(r);
       const auto e = log.find(r);

@@ -132,7 +132,7 @@ struct RoundAt {
 /// holds a committed one the log reaches from), and the state of `held`
 /// (8 B per parameter): from the checkpoint on disk with the entries since
 /// it when they add at most a quarter to the state, else from a checkpoint
-/// written now.
+/// written now. At most kMaxOfferedDeltas entries.
 /// An entry is used only when it is the committed outcome (`commits`'
 /// digest); a checkpoint only when its digest is its round's (round 0: the
 /// job's start, whose digest the journal does not hold).

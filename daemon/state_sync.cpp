@@ -167,6 +167,13 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   GEOLOCO_RETURN_IF(!offer.reason.empty(), Err::invalid_argument, peer, " offers no state: ", offer.reason);
   GEOLOCO_RETURN_IF(offer.values == 0 || offer.chunk_values == 0, Err::invalid_argument, peer,
                     " offers an empty state");
+  // What a holder sends is never more than the state and as much again in
+  // entries (state_source.h): more is refused before anything is allocated.
+  std::uint64_t entry_bytes = 0;
+  for (const auto& d : offer.deltas) entry_bytes += d.bytes;  // each at most 2^40, at most 4096 of them
+  GEOLOCO_RETURN_IF(entry_bytes > 2 * offer.values * sizeof(float) * 2, Err::invalid_argument, peer,
+                    " offers ", entry_bytes, " bytes of round-log entries for a state of ", offer.values,
+                    " values: more than twice the state");
   StateReceiver r;
   r.frames_ = offer_frames(offer);
   GEOLOCO_RETURN_IF(r.frames_.total > 0xffffffffull, Err::invalid_argument, peer, " offers a state of ", offer.values,

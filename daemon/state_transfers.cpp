@@ -93,6 +93,10 @@ asio::awaitable<Result<std::string>> StateTransfers::send(std::string peer, std:
   co_return line;
 }
 
+void StateTransfers::forget_offers_before(std::uint64_t round) {
+  std::erase_if(offered_, [round](const auto& o) { return o.second.round < round; });
+}
+
 bool StateTransfers::update(const std::string& from, const StateAcceptMessage& accept) {
   auto it = sending_.find(from);
   if (accept.stop) {
@@ -260,6 +264,13 @@ Status StateTransfers::step_entries(const outer::OuterState* held) {
   Status out;
   for (std::size_t i = 0; i < offer.deltas.size() && out.ok(); ++i) {
     const StateDeltaOffer& d = offer.deltas[i];
+    const auto& bytes = r.deltas()[i];
+    if (bytes.size() < 16 ||
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), 16) != std::string_view(d.hash)) {
+      out = Status(Err::mismatch, cat("round ", d.round, "'s Δ from ", r.peer(), " is not the entry offered (hash ",
+                                      d.hash, ")"));
+      break;
+    }
     auto entry = parse_round_delta(r.deltas()[i], d.round, steps_->config_hash, cat("round ", d.round, "'s Δ from ", r.peer()));
     if (!entry.ok()) {
       out = entry.status();

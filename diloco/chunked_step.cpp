@@ -46,7 +46,9 @@ Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint
                    const OuterOptimizerOptions& options, float scale) {
   return delta([&](std::uint64_t begin, std::span<const float> d) -> Status {
     const std::uint64_t from = offset + begin;
-    GEOLOCO_RETURN_IF(from + d.size() > anchor.size() || momentum.size() != anchor.size(), Err::invalid_argument,
+    GEOLOCO_RETURN_IF(offset > anchor.size() || begin > anchor.size() - offset || d.size() > anchor.size() - from ||
+                          momentum.size() != anchor.size(),
+                      Err::invalid_argument,
                       "a chunk of Δ at ", from, " lies outside the anchor's ", anchor.size(), " values");
     return outer_step(anchor.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale);
   });

@@ -113,6 +113,31 @@ TEST_CASE("a damaged, truncated, padded or foreign round log entry is refused, n
   fs::remove_all(dir);
 }
 
+TEST_CASE("an entry whose ranges lie outside its values or the anchor is refused, never stepped (a peer's bytes)") {
+  const fs::path dir = fresh_dir("round-bounds");
+  auto log = RoundDeltas::open(dir, "cfg");
+  REQUIRE(log.ok());
+  const auto spec = q8_zstd();
+  auto d = encoded_delta(1000, 1000, 3, spec);
+  // A chunk that claims more values than the entry has: the header is whole
+  // (its hash matches), the ranges are not.
+  auto wide = d;
+  wide.ranges[0].size = ~std::uint64_t{0} - 5;
+  REQUIRE(log->append(2, 0, 0, "aaaaaaaaaaaaaaaa", wide).ok());
+  auto read = log->read(2);
+  REQUIRE_FALSE(read.ok());
+  CHECK_THAT(read.status().message(), Catch::Contains("a chunk reaches past its 1000 values"));
+  // An offset that wraps past the end of the anchor.
+  outer::OuterState s = initial_state(1000);
+  const std::uint64_t before = s.anchor_digest();
+  RoundDelta entry{1, 0, ~std::uint64_t{0} - 7, "aaaaaaaaaaaaaaaa", d};
+  auto stepped = step_round_delta(s, entry, spec, diloco::OuterOptimizerOptions{});
+  REQUIRE_FALSE(stepped.ok());
+  CHECK(stepped.status().code() == Err::invalid_argument);
+  CHECK(s.anchor_digest() == before);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("replaying the round log on a checkpoint gives the live rounds' anchor and momentum bit for bit") {
   const fs::path dir = fresh_dir("round-replay");
   auto log = RoundDeltas::open(dir, "cfg");

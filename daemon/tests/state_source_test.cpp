@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "common/digest.h"
 #include "daemon/round_deltas.h"
@@ -99,6 +100,20 @@ TEST_CASE("a holder sends the cheapest of the asker's missing rounds, its checkp
     CHECK(p.kind == K::checkpoint_and_deltas);
     CHECK(p.rounds.size() == 6);
   }
+}
+
+TEST_CASE("an offer whose entries weigh more than twice the state is refused before anything is allocated") {
+  StateOfferMessage o{"sync", 7, "0123456789abcdef", 1000, 1024, "", {}};  // a state of 8000 bytes
+  o.base_round = 5;
+  o.base_digest = "00000000deadbeef";
+  o.deltas = {{6, 8000, "1111111111111111", "2222222222222222"}, {7, 8000, "1111111111111111", "0123456789abcdef"}};
+  CHECK(StateReceiver::start("a", o).ok());  // 16000: twice the state
+  o.deltas[1].bytes = 8001;
+  auto refused = StateReceiver::start("a", o);
+  CHECK(refused.status().code() == Err::invalid_argument);
+  CHECK_THAT(refused.status().message(), Catch::Contains("more than twice the state"));
+  o.deltas[1].bytes = std::uint64_t{1} << 40;  // what the codec lets through
+  CHECK_FALSE(StateReceiver::start("a", o).ok());
 }
 
 TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, though it checkpoints and cuts its log meanwhile") {
@@ -216,15 +231,18 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     CHECK(same_bits(mine.momentum, live.momentum));
   }
 
-  // Rounds 5 and 6 sent to b, which holds `mine`: what each frame did.
-  auto send_from_held = [&](outer::OuterState& mine) {
+  // Rounds 5 and 6 sent to b, which holds `mine` (and is told the offer
+  // as `told` changes it): what each frame did.
+  auto send_from_held = [&](outer::OuterState& mine, std::function<void(StateOfferMessage&)> told = {}) {
     auto source = StateSource::from_held(4, digests[4], n, live.layout, entries(5));
     on_b([&] {
       p.b_held = &mine;
       return 0;
     });
     const StateOfferMessage offer = p.sites[0]->call([&] { return p.a->offer("b", source); });
-    REQUIRE(on_b([&] { return p.b->receive("a", offer); }).ok());
+    StateOfferMessage to_b = offer;
+    if (told) told(to_b);
+    REQUIRE(on_b([&] { return p.b->receive("a", to_b); }).ok());
     REQUIRE(p.sites[0]->call([&] { return p.a->accept("b", {"sync", 6}); }) == "");
     REQUIRE(p.send(6).ok());
     auto outcomes = p.outcomes_after(offer_frames(offer).total);
@@ -240,6 +258,13 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     CHECK_THAT(on_b([&] { return p.last_error; }), Catch::Contains("round 5's Δ from a is damaged"));
     CHECK(mine.round == 4);
     CHECK(same_bits(mine.anchor, at4.anchor));
+  }
+
+  SECTION("an entry that is not the one offered (another first line) voids the transfer") {
+    outer::OuterState mine = at4;
+    const auto outcomes = send_from_held(mine, [](StateOfferMessage& o) { o.deltas[0].hash = "ffffffffffffffff"; });
+    CHECK(outcomes.back() == StateFrameOutcome::failed);
+    CHECK_THAT(on_b([&] { return p.last_error; }), Catch::Contains("round 5's Δ from a is not the entry offered"));
   }
 
   SECTION("rounds offered from a state the asker no longer holds are refused") {

@@ -220,7 +220,10 @@ Status JobRun::save_checkpoint() {
                                       config_hash_);
   if (saved.ok() && !state_.anchor.empty()) {
     mapped_checkpoint_.reset();  // a new file: the next transfer maps it
-    if (transfers_) transfers_->forget_offers_before(state_.round);
+    // Offers of the last interval stay answerable: a joining site may still
+    // widen a holder's share of one (another holder stopped).
+    const std::uint64_t interval = spec_.checkpoint_every();
+    if (transfers_ && state_.round > interval) transfers_->forget_offers_before(state_.round - interval);
     note(cat("checkpoint of round ", state_.round, " saved"));
     if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
     // The checkpoint holds these rounds now: the log only has to reach past

@@ -118,10 +118,10 @@ class StateTransfers {
   /// the job's log. Errors: internal (nothing offered), the source's and the mesh's.
   asio::awaitable<Result<std::string>> send(std::string peer, std::uint64_t round,
                                             std::vector<std::uint64_t> missing = {});
-  /// Forgets the offers of rounds before `round` (a new checkpoint: what
-  /// they hold, an older checkpoint's mapping or entries the log cut, is
-  /// released once no send uses it; a late accept of one is refused and
-  /// the peer asks again).
+  /// Forgets the offers of rounds before `round` (a checkpoint interval
+  /// before a new checkpoint: what they hold, an older checkpoint's mapping
+  /// or entries the log cut, is released once no send uses it; a late
+  /// accept of one is refused and the peer asks again).
   void forget_offers_before(std::uint64_t round);
   /// Peers with an offer that an accept may still take up.
   std::size_t offers_pending() const { return offered_.size(); }

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +19,11 @@ namespace geoloco::daemon::testing {
 using namespace std::chrono_literals;
 using transport::FrameHeader;
 namespace loopback = transport::loopback;
+
+/// Whether two tensors hold the same bits.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // b records what each frame did (on b's thread only).
 struct Pair {

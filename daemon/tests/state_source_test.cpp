@@ -22,14 +22,6 @@ using namespace geoloco;
 using namespace geoloco::daemon;
 using namespace geoloco::daemon::testing;
 
-namespace {
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("a holder sends the cheapest of the asker's missing rounds, its checkpoint with the rounds since, and a new checkpoint") {
   const std::uint64_t values = 1000;  // a state of 8000 bytes
   std::map<std::uint64_t, JournaledCommit> commits;

@@ -24,6 +24,7 @@ using namespace geoloco::daemon;
 using namespace geoloco::transport;
 using namespace std::chrono_literals;
 using geoloco::daemon::testing::Pair;
+using geoloco::daemon::testing::same_bits;
 
 namespace {
 
@@ -44,9 +45,6 @@ outer::OuterState holder_state(std::uint64_t round) {
   return s;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 }  // namespace
 

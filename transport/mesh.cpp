@@ -251,6 +251,12 @@ asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
     }
     spdlog::debug("[{}] dial {} slot {}: {}", options_.site, peer.name, slot, s.message());
     backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
+    // The control slot speaks for the peer: one warning per reason, not one per dial and slot.
+    if (slot == control_slot()) {
+      const std::string line =
+          links_.dial_failed(peer.name, s.message(), std::chrono::milliseconds(backoff_ms), Clock::now());
+      if (!line.empty()) spdlog::warn("[{}] {}", options_.site, line);
+    }
     timer.expires_after(std::chrono::milliseconds(backoff_ms));
     co_await timer.async_wait(as_tuple(use_awaitable));
   }
@@ -525,6 +531,17 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
   }
   if (!retired) {
     forget_retiring(peer, slot, conn.get());
+    if (slot == control_slot() && running_) {
+      auto it = slots_.find(peer);
+      // Lost only when no newer connection took the slot meanwhile (a peer that restarted and dialed again).
+      if (it != slots_.end() && it->second[slot] == conn) {
+        const Status why = conn->close_reason().ok() ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")
+                                                     : conn->close_reason();
+        const std::string line = links_.lost(peer, why.message(), Clock::now());
+        if (!line.empty()) spdlog::info("[{}] {}", options_.site, line);
+        if (link_handler_) link_handler_(peer, false, why);
+      }
+    }
     // The operation's frames travel on the data connections: losing the control connection does not end it.
     if (sink_ != nullptr && slot != control_slot())
       sink_->peer_lost(peer, conn->close_reason().ok() ? GEOLOCO_ERROR(Err::io, "connection to ", peer, " closed")

@@ -62,6 +62,7 @@
 #include "transport/async_util.h"
 #include "transport/connection.h"
 #include "transport/options.h"
+#include "transport/peer_links.h"
 #include "transport/tls/tls_context.h"
 
 namespace geoloco::transport {
@@ -208,6 +209,15 @@ class Mesh {
   asio::awaitable<Status> send_state_frame(const std::string& peer, FrameHeader header,
                                            std::span<const std::byte> payload, int slot);
 
+  /// The control connection to `peer` came up (`up`), or closed with
+  /// `why` and no new one replaced it (the peer's process stopped, the link
+  /// dropped): what a coordinator needs to count a site out at once instead
+  /// of after a heartbeat timeout. Called on the mesh's executor.
+  using LinkHandler = std::function<void(const std::string& peer, bool up, const Status& why)>;
+  void set_link_handler(LinkHandler handler) { link_handler_ = std::move(handler); }
+  /// Each peer's link as this site sees it (up, since, last error, failed dials).
+  const std::map<std::string, PeerLink>& peer_links() const { return links_.links(); }
+
   const std::string& site() const { return options_.site; }
   /// Chunk buffers shared by this mesh's connections and operations.
   BufferPool& pool() { return pool_; }
@@ -321,6 +331,8 @@ class Mesh {
   std::uint64_t foreign_job_frames_ = 0;
   Signal op_changed_;
   ControlHandler control_handler_;
+  LinkHandler link_handler_;
+  PeerLinks links_;
 
   std::deque<Rejection> rejections_;
   std::uint64_t rejected_total_ = 0;

@@ -40,6 +40,13 @@ void Mesh::install(const std::string& peer, int slot, std::shared_ptr<Connection
   spdlog::debug("[{}] connected to {} (slot {}{})", options_.site, peer, slot, replacement ? ", a replacement" : "");
   // The peer dials this site and was not told of its reload yet: now it can be.
   if (slot == control_slot() && redial_owed_.count(peer)) send_redial(peer);
+  if (slot == control_slot()) {
+    auto known = links_.links().find(peer);
+    const bool was_up = known != links_.links().end() && known->second.up;
+    const std::string line = links_.connected(peer, std::chrono::steady_clock::now());
+    if (!line.empty()) spdlog::info("[{}] {}", options_.site, line);
+    if (!was_up && link_handler_) link_handler_(peer, true, {});
+  }
   slots_changed_.notify_all();
 }
 

@@ -258,3 +258,36 @@ TEST_CASE("cancelling the operation in flight ends its all-reduce at once, with 
   CHECK(result.status().message() == "the job is ending");
   CHECK(std::chrono::steady_clock::now() - started < 10s);
 }
+
+TEST_CASE("a peer whose mesh stops is reported lost at once through the link handler, and counted") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  std::vector<std::string> events;  // touched on b's thread only
+  sites[1]->call([&] {
+    sites[1]->mesh().set_link_handler([&events](const std::string& peer, bool up, const Status& why) {
+      events.push_back(peer + (up ? " up" : " down: " + why.message()));
+    });
+    return 0;
+  });
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().peer_links().at("a").up; }));
+  sites[0]->call([&] {
+    sites[0]->mesh().stop();  // as a killed process: every socket closes
+    return 0;
+  });
+  std::vector<std::string> got;
+  for (int tries = 0; tries < 300 && got.empty(); ++tries) {
+    std::this_thread::sleep_for(10ms);
+    got = sites[1]->call([&] { return events; });
+  }
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].rfind("a down: ", 0) == 0);
+  // The close itself is the signal, not the read watchdog's silence.
+  CHECK(got[0].find("no data from") == std::string::npos);
+  const PeerLink link = sites[1]->call([&] { return sites[1]->mesh().peer_links().at("a"); });
+  CHECK_FALSE(link.up);
+  CHECK(link.drops == 1);
+  CHECK_FALSE(link.last_error.empty());
+}

@@ -24,6 +24,7 @@ void CoordinatorMachine::start_collecting(std::uint64_t round) {
   phase_ = Phase::collecting;
   ready_.clear();
   ready_at_.clear();
+  joining_.clear();
   participants_.clear();
   late_.clear();
   commits_.clear();
@@ -38,10 +39,25 @@ void CoordinatorMachine::collect_again(Clock::time_point now) {
   start_collecting(round_);
 }
 
-Status CoordinatorMachine::on_heartbeat(const std::string& site, Clock::time_point now) {
+Status CoordinatorMachine::on_heartbeat(const std::string& site, Clock::time_point now, const std::string& phase) {
   auto it = heard_.find(site);
   GEOLOCO_RETURN_IF(it == heard_.end(), Err::invalid_argument, "heartbeat from '", site, "', not a site of this job");
   it->second = now;
+  if (!phase.empty()) phase_of_[site] = phase;
+  return {};
+}
+
+Status CoordinatorMachine::on_lost(const std::string& site, Clock::time_point now) {
+  auto it = heard_.find(site);
+  GEOLOCO_RETURN_IF(it == heard_.end(), Err::invalid_argument, "lost connection to '", site,
+                    "', not a site of this job");
+  it->second = std::min(it->second, now - options_.quorum.heartbeat_timeout_ms);
+  phase_of_[site] = "idle";  // back, it catches up and starts a trainer before it trains
+  ready_.erase(site);
+  ready_at_.erase(site);
+  if (phase_ == Phase::planned && !failure_ && !commits_.count(site) &&
+      std::find(participants_.begin(), participants_.end(), site) != participants_.end())
+    failure_ = cat("participant ", site, "'s connections closed during the exchange");
   return {};
 }
 
@@ -53,6 +69,11 @@ Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage&
                     phase_ == Phase::collecting ? "collecting" : "being exchanged");
   GEOLOCO_RETURN_IF(r.anchor_round > round_ || r.anchor_round == 0, Err::invalid_argument, "READY from ", site,
                     " trained from anchor ", r.anchor_round, ", which round ", round_, " cannot use");
+  if (ready_.empty() && round_ > 1) {
+    // The round's first READY: who is not training now cannot be READY before a whole inner phase more.
+    for (const auto& [other, phase] : phase_of_)
+      if (phase == "idle" && other != site) joining_.insert(other);
+  }
   ready_[site] = r;
   // A repeated READY (sites resend it until a PLAN comes) keeps the time of
   // the first: the deadline runs from when the site was really ready.
@@ -96,6 +117,7 @@ std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports(Clock::tim
     const bool sits_out = out_until != sits_out_until_.end() && now < out_until->second;
     if (auto it = ready_at_.find(site); it != ready_at_.end() && !sits_out) r.ready_at = it->second;
     if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
+    r.joining = joining_.count(site) > 0;
     out[site] = r;
   }
   return out;

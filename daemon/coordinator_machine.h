@@ -10,8 +10,9 @@
 //               all-reduce, apply the outer step and send COMMIT(r, digest)
 //   committed   every participant reported the same digest: COMMITTED(r),
 //               and round r + 1 starts collecting
-// A participant whose heartbeats stop while planned, or digests that differ,
-// abort the round: ABORT(r), sites keep θ_r, and round r is collected again.
+// A participant whose heartbeats stop while planned (or whose connections
+// close: on_lost, at once), or digests that differ, abort the round:
+// ABORT(r), sites keep θ_r, and round r is collected again.
 // A round commits only when a majority of the job's sites (diloco::is_majority)
 // sent its COMMIT with the committed digest, this coordinator counting as one:
 // the participants, and the observers, which compute the step too. While
@@ -67,8 +68,20 @@ class CoordinatorMachine {
   /// round + 1 after a restart). Every site counts as heard from at `now`.
   CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
 
-  /// Errors: invalid_argument (unknown site).
-  Status on_heartbeat(const std::string& site, Clock::time_point now);
+  /// `phase`: the heartbeat's (HeartbeatMessage::phase; "" leaves the last
+  /// one). A site whose last phase was "idle" (catching up, no trainer
+  /// attached) when the round's first READY comes is joining: once
+  /// min_sites are READY the round is not held for it (diloco::SiteReport).
+  /// Not at round 1, where every trainer starts at once. Errors:
+  /// invalid_argument (unknown site).
+  Status on_heartbeat(const std::string& site, Clock::time_point now, const std::string& phase = "");
+  /// Every connection to `site` closed (its process stopped, its link
+  /// dropped): it counts as silent from `now` instead of a heartbeat timeout
+  /// later, its READY is forgotten, and a participant of the current plan
+  /// that has not sent its COMMIT fails the exchange, so the round is
+  /// planned again without it at once. Its next heartbeat or READY counts it
+  /// in again. Errors: invalid_argument (unknown site).
+  Status on_lost(const std::string& site, Clock::time_point now);
   /// A READY for another round than the current one is refused with the
   /// reason (the site learns the current round from the next PLAN). Errors:
   /// invalid_argument, mismatch.
@@ -112,6 +125,8 @@ class CoordinatorMachine {
   Phase phase_ = Phase::collecting;
   std::uint64_t round_;
   std::map<std::string, Clock::time_point> heard_;
+  std::map<std::string, std::string> phase_of_;  // each site's last heartbeat phase
+  std::set<std::string> joining_;                // idle when the current round's first READY came
   std::map<std::string, ReadyMessage> ready_;
   std::map<std::string, Clock::time_point> ready_at_;
   std::vector<std::string> participants_;

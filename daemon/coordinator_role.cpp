@@ -174,7 +174,7 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                        site, FailedMessage{coordinator_.round(), coordinator_.attempt(), "it restarted during the exchange"});
                  return coordinator_.on_heartbeat(site, now);
                },
-               [&](const HeartbeatMessage&) { return coordinator_.on_heartbeat(site, now); },
+               [&](const HeartbeatMessage& m) { return coordinator_.on_heartbeat(site, now, m.phase); },
                [&](const ReadyMessage& m) {
                  Status r = coordinator_.on_ready(site, m, now);
                  // A READY resent while the round is being exchanged is expected: not worth a warning.
@@ -213,6 +213,16 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                }},
       message);
   if (!s.ok()) spdlog::warn("[{}] coordinator refused a message from {}: {}", job_.name, site, s.message());
+  poked_ = true;
+  wake_.cancel();
+}
+
+void CoordinatorRole::on_lost(const std::string& site, const std::string& why) {
+  if (std::find(job_.sites.begin(), job_.sites.end(), site) == job_.sites.end()) return;
+  const auto now = Clock::now();
+  if (auto it = heard_.find(site); it != heard_.end()) it->second = std::min(it->second, now - heartbeat_timeout_);
+  if (!coordinator_.on_lost(site, now).ok()) return;
+  note_(cat(site, " counts as silent from now: its connections closed (", why, ")"));
   poked_ = true;
   wake_.cancel();
 }

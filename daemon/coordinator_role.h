@@ -64,6 +64,10 @@ class CoordinatorRole {
   /// A message from a site of the job (JOIN, HEARTBEAT, READY, COMMIT, or a
   /// participant's failure report as ABORT). Refusals are logged.
   void on_message(const std::string& site, const ControlMessage& message);
+  /// Every connection to `site` closed: it counts as silent now, and the
+  /// exchange it takes part in is aborted and planned again without it
+  /// (CoordinatorMachine::on_lost).
+  void on_lost(const std::string& site, const std::string& why);
   /// Runs the rounds until the job finishes or stop() is called.
   asio::awaitable<void> run();
   void stop();

@@ -225,6 +225,14 @@ Status JobRun::on_frame(const std::string& peer, const transport::FrameHeader& h
   return {};
 }
 
+void JobRun::on_link_lost(const std::string& peer, const Status& why) {
+  if (!machine_ || done()) return;
+  if (std::find(spec_.sites.begin(), spec_.sites.end(), peer) == spec_.sites.end()) return;
+  if (role_) role_->on_lost(peer, why.message());
+  if (succession_) succession_->on_lost(peer, Clock::now());
+  drive();
+}
+
 void JobRun::deliver(const std::string& from, const ControlMessage& message) {
   if (!machine_) return;
   const auto now = Clock::now();
@@ -484,8 +492,13 @@ asio::awaitable<void> JobRun::ticker() {
     if (now >= heartbeat_at) {
       // To every site: the coordinator counts who is live, and every site
       // watches the office holder and ranks its possible successors.
-      const HeartbeatMessage beat{state_.round + 1, std::string(machine_->heartbeat_phase()), succession_->epoch(),
-                                  coordinator(), journal_->committed_round()};
+      // A site whose trainer is not training (none attached, or not welcomed yet) trains nothing,
+      // whatever it holds: "idle", so the coordinator does not hold a round for it
+      // (coordinator_machine.h, joining sites).
+      std::string phase(machine_->heartbeat_phase());
+      if (phase == "inner" && (!host_ || !host_->trainer_training())) phase = "idle";
+      const HeartbeatMessage beat{state_.round + 1, phase, succession_->epoch(), coordinator(),
+                                  journal_->committed_round()};
       for (const auto& site : spec_.sites) send(site, beat);
       heartbeat_at = now + interval;
     }

@@ -106,6 +106,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   Status start();
   /// A job-level control or state frame from a peer. Errors refuse the frame.
   Status on_frame(const std::string& peer, const transport::FrameHeader& header, std::span<const std::byte> payload);
+  /// The mesh's control connection to `peer` closed and none replaced it: the
+  /// coordinator role (if this site holds the office) and the succession
+  /// count it silent at once, not a heartbeat timeout later.
+  void on_link_lost(const std::string& peer, const Status& why);
   /// Ends the job on this site: the round in flight is abandoned (nothing of
   /// it was applied), the trainer is stopped, the state checkpointed. `state`
   /// is cancelled (geoloco cancel) or stopped (the daemon stops; the job

@@ -149,6 +149,14 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // after a restart): a PLAN older than one already seen is a repeat that
   // arrived late, e.g. the queued copy of a PLAN also sent at once.
   if (newest_plan_ && newest_plan_->first == plan.round && plan.attempt < newest_plan_->second) return {};
+  // The other copy of a plan declined while catching up (the coordinator
+  // sends each PLAN twice): its exchange's frames were dropped, so taking
+  // part now would wait for them in vain. Its COMMITTED makes this site
+  // catch up instead.
+  if (declined_plan_ && *declined_plan_ == std::pair<std::uint64_t, std::uint64_t>(plan.round, plan.attempt)) {
+    decline(plan);
+    return {};
+  }
   newest_plan_ = std::pair<std::uint64_t, std::uint64_t>(plan.round, plan.attempt);
   const bool same_attempt = plan_ && plan_->round == plan.round && plan_->attempt == plan.attempt;
   switch (where_) {
@@ -187,6 +195,7 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
 void ParticipantMachine::decline(const PlanMessage& plan) {
   if (named(plan.participants, options_.self) || named(plan.late, options_.self))
     act(DeclineExchange{plan.round, plan.attempt});
+  declined_plan_ = std::pair<std::uint64_t, std::uint64_t>(plan.round, plan.attempt);
 }
 
 void ParticipantMachine::start_plan(const PlanMessage& plan) {

@@ -381,6 +381,7 @@ class ParticipantMachine {
   After after_ = After::idle;                     ///< unwinding: what comes next
   std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN taken
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> declined_plan_;  // the last plan declined (round, attempt)
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_seen_;  ///< of every PLAN, declined ones too
   std::string catch_up_why_;                      ///< unwinding, After::catch_up
 

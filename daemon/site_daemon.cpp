@@ -82,6 +82,9 @@ Status SiteDaemon::start() {
   mesh_->set_control_handler([this](const std::string& peer, const transport::FrameHeader& h, Buffer payload) {
     return on_mesh_frame(peer, h, std::move(payload));
   });
+  mesh_->set_link_handler([this](const std::string& peer, bool up, const Status& why) {
+    if (!up && active_) active_->on_link_lost(peer, why);
+  });
   GEOLOCO_TRY(mesh_->start());
 
   std::error_code ec;

@@ -226,10 +226,21 @@ void SuccessionMachine::resign(const std::string& why, Clock::time_point now) {
   note(cat("this site leaves the coordinator's office of epoch ", office_.epoch, ": ", why));
 }
 
+void SuccessionMachine::on_lost(const std::string& site, Clock::time_point now) {
+  if (std::find(options_.sites.begin(), options_.sites.end(), site) == options_.sites.end() || site == options_.self)
+    return;
+  const auto silent_since = now - options_.heartbeat_timeout;
+  auto heard = heard_.find(site);
+  if (heard != heard_.end()) heard->second = std::min(heard->second, silent_since);
+  lost_.insert(site);
+  if (site == office_.coordinator && !acting()) office_heard_ = std::min(office_heard_, silent_since);
+}
+
 void SuccessionMachine::on_heartbeat(const std::string& from, const HeartbeatMessage& hb, Clock::time_point now) {
   if (std::find(options_.sites.begin(), options_.sites.end(), from) == options_.sites.end() || from == options_.self)
     return;
   heard_[from] = now;
+  lost_.erase(from);
   committed_[from] = hb.committed;
   highest_epoch_ = std::max(highest_epoch_, hb.epoch);
   if (!hb.coordinator.empty() &&
@@ -292,6 +303,18 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   if (e.committed_round < mine.committed_round)
     return refuse(from, e, cat(from, " has committed round ", e.committed_round, ", ", options_.self, " round ",
                                mine.committed_round));
+  // Two sites may ask for pre-votes at once (both saw the holder close its
+  // connections, each ranked first by heartbeats a round old): the one that
+  // ranks after backs the other, so that they do not split the votes.
+  if (e.pre && candidacy_ && candidacy_->pre) {
+    const auto place = [&](const std::string& s) {
+      return std::find(options_.sites.begin(), options_.sites.end(), s) - options_.sites.begin();
+    };
+    if (e.committed_round == mine.committed_round && place(options_.self) < place(from))
+      return refuse(from, e, cat(options_.self, " stands for epoch ", candidacy_->epoch, " too, and ranks before ", from));
+    note(cat("backs ", from, ", which stands too and ranks before this site"));
+    candidacy_.reset();
+  }
   // Backing a candidate: this site does not stand itself for a timeout, so
   // two candidates do not split the voters round after round.
   not_before_ = std::max(not_before_, now + options_.heartbeat_timeout);
@@ -400,6 +423,9 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
             note(office_.coordinator.empty()
                      ? cat("nobody took the office of epoch ", office_.epoch, " within ",
                            silence(now).count() / 1000.0, " s; asking for pre-votes for epoch ", epoch)
+                 : lost_.count(office_.coordinator)
+                     ? cat("coordinator ", office_.coordinator, " (epoch ", office_.epoch,
+                           ") closed its connections; asking for pre-votes for epoch ", epoch)
                      : cat("coordinator ", office_.coordinator, " (epoch ", office_.epoch, ") has been silent for ",
                            silence(now).count() / 1000.0, " s; asking for pre-votes for epoch ", epoch));
             candidacy_ = Candidacy{epoch, true, now, now, {options_.self}, {{options_.self, mine}}};

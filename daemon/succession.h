@@ -136,6 +136,13 @@ class SuccessionMachine {
 
   /// A heartbeat from `from` (its epoch, the office holder it knows, its committed round).
   void on_heartbeat(const std::string& from, const HeartbeatMessage& heartbeat, Clock::time_point now);
+  /// Every connection to `site` closed (its process stopped, its link
+  /// dropped): it counts as silent from `now`. When it holds the office,
+  /// the office is silent here at once, so the succession begins without a
+  /// heartbeat timeout's wait; the pre-votes still need a majority that lost
+  /// it too, so one site's dropped link deposes nobody. Its next heartbeat
+  /// counts it in again.
+  void on_lost(const std::string& site, Clock::time_point now);
   /// A PLAN, COMMITTED or ABORT of `epoch` from `from`: take it, or refuse it
   /// (the reason). One of a newer epoch makes `from` the office holder of
   /// that epoch (only the winner sends them).
@@ -199,6 +206,7 @@ class SuccessionMachine {
   std::optional<Office> vote_;              // the last vote: its epoch and the candidate
   Clock::time_point office_heard_;          // the holder's last sign of life (or when the office fell vacant)
   std::map<std::string, Clock::time_point> heard_;
+  std::set<std::string> lost_;              // sites whose connections closed, until heard from again
   std::map<std::string, std::uint64_t> committed_;  // each peer's committed round, by its heartbeats
   std::uint64_t highest_epoch_ = 0;         // the highest epoch seen anywhere
   /// The epoch whose office this site left (resign()): a peer's heartbeat

@@ -36,7 +36,7 @@ std::string join(const std::vector<std::string>& names) {
 QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
                            const QuorumOptions& o) {
   QuorumDecision d;
-  std::vector<std::string> live, ready, waiting;
+  std::vector<std::string> live, ready, waiting, joining;
   std::vector<Clock::time_point> ready_times;
   for (const auto& [name, s] : sites) {  // std::map: sorted by name, so every list is too
     if (now - s.last_heartbeat >= o.heartbeat_timeout_ms) {
@@ -47,11 +47,24 @@ QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, 
     if (s.ready_at) {
       ready.push_back(name);
       ready_times.push_back(*s.ready_at);
+    } else if (s.joining) {
+      joining.push_back(name);
     } else {
       waiting.push_back(name);
     }
   }
   const std::string dead_note = d.dead.empty() ? "" : cat("; no heartbeat from ", join(d.dead));
+  if (!joining.empty() && static_cast<int>(ready.size()) >= o.min_sites && waiting.empty()) {
+    d.kind = QuorumDecision::Kind::close;
+    d.participants = ready;
+    d.late = joining;
+    d.reason = cat("closed: all ", ready.size(), " training sites ready; not waited for (joining): ", join(joining),
+                   dead_note);
+    return d;
+  }
+  // Below the quorum, or with others still training, a joining site is waited for as any other.
+  for (const auto& j : joining) waiting.push_back(j);
+  std::sort(waiting.begin(), waiting.end());
 
   if (static_cast<int>(live.size()) < o.min_sites) {
     d.kind = QuorumDecision::Kind::pause;

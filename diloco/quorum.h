@@ -6,7 +6,8 @@
 // The rule, worked through in the README: a round closes as soon as every
 // live site is READY; or, once `min_sites` sites are READY, when `deadline`
 // has passed since the min_sites-th READY (the late ones become
-// stragglers). While fewer than `min_sites` sites are live, the job pauses.
+// stragglers). A joining site (SiteReport::joining) is not waited for once
+// `min_sites` are READY: it is late at once. While fewer than `min_sites` sites are live, the job pauses.
 // A site is live while its last heartbeat is younger than the heartbeat
 // timeout.
 //
@@ -44,6 +45,10 @@ struct SiteReport {
   Clock::time_point last_heartbeat{};       ///< when the site was last heard from
   std::optional<Clock::time_point> ready_at;  ///< when it sent READY for this round
   std::uint64_t tokens = 0;                  ///< tokens it processed (from READY)
+  /// Live but not training when the round's first READY came (catching up
+  /// after a restart, its trainer not attached yet): its READY cannot come
+  /// before a whole inner phase later, so the round is not held for it.
+  bool joining = false;
 };
 
 struct QuorumDecision {

@@ -422,3 +422,94 @@ TEST_CASE("a successor counts the sites it did not hear as silent from the start
   REQUIRE(p.plan);  // every live site is READY: no deadline to wait for a
   CHECK(p.plan->participants == std::vector<std::string>{"b", "c"});
 }
+
+TEST_CASE("a site whose connections close counts as silent at once: the round closes without it, no deadline waited") {
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 1, t0);
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(1, 100), t0 + 1s).ok());
+  auto waiting = c.step(t0 + 1s);
+  CHECK_FALSE(waiting.plan);  // c is live: its READY is awaited until the deadline
+  REQUIRE(waiting.wake_at);
+  CHECK(*waiting.wake_at == t0 + 11s);
+  REQUIRE(c.on_lost("c", t0 + 2s).ok());
+  auto p = c.step(t0 + 2s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(c.on_lost("z", t0 + 2s).code() == Err::invalid_argument);
+}
+
+TEST_CASE("a participant whose connections close before its COMMIT aborts the exchange; the next plan leaves it out") {
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 1, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0).ok());
+  REQUIRE(c.step(t0).plan);
+  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_lost("b", t0 + 1s).ok());
+  auto aborted = c.step(t0 + 1s);  // not a heartbeat timeout (30 s) later
+  REQUIRE(aborted.abort);
+  CHECK(aborted.abort->reason == "participant b's connections closed during the exchange");
+  CHECK(c.phase() == CoordinatorMachine::Phase::collecting);
+  // a and c are READY again; b is silent, so the round closes as soon as the replan pause is over.
+  REQUIRE(c.on_ready("a", ready(1, 10), t0 + 1s).ok());
+  REQUIRE(c.on_ready("c", ready(1, 10), t0 + 1s).ok());
+  auto again = c.step(t0 + 1s + CoordinatorMachine::kReplanPause);
+  REQUIRE(again.plan);
+  CHECK(again.plan->participants == std::vector<std::string>{"a", "c"});
+  // Back and training: its heartbeat counts it live again, and the quorum waits for it.
+  REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
+  REQUIRE(c.on_commit("c", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
+  REQUIRE(c.step(t0 + 2s).committed);
+  REQUIRE(c.on_heartbeat("b", t0 + 3s, "inner").ok());
+  REQUIRE(c.on_ready("a", ready(2, 10), t0 + 3s).ok());
+  REQUIRE(c.on_ready("c", ready(2, 10), t0 + 3s).ok());
+  CHECK_FALSE(c.step(t0 + 3s).plan);
+}
+
+TEST_CASE("a participant lost after its COMMIT does not undo the round") {
+  CoordinatorMachine c(three_sites(), 1, t0);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 10), t0).ok());
+  REQUIRE(c.step(t0).plan);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_lost("c", t0 + 1s).ok());
+  auto done = c.step(t0 + 1s);
+  CHECK_FALSE(done.abort);
+  REQUIRE(done.committed);
+  CHECK(done.committed->anchor_digest == "aaaaaaaaaaaaaaaa");
+}
+
+TEST_CASE("a site idle when a round's first READY comes (back after a restart, no trainer yet) does not hold the round") {
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 5, t0);
+  REQUIRE(c.on_heartbeat("c", t0, "idle").ok());
+  REQUIRE(c.on_heartbeat("b", t0, "inner").ok());
+  REQUIRE(c.on_ready("a", ready(5, 100), t0 + 1s).ok());
+  REQUIRE(c.on_heartbeat("c", t0 + 1500ms, "inner").ok());  // its trainer attached after the first READY
+  CHECK_FALSE(c.step(t0 + 1500ms).plan);                      // b still trains: the round waits for b
+  REQUIRE(c.on_ready("b", ready(5, 100), t0 + 2s).ok());
+  auto p = c.step(t0 + 2s);  // not the deadline (t0 + 12 s): c was joining
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+  // The next round, c trains like the others and is waited for again.
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {5, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.step(t0 + 3s).committed);
+  REQUIRE(c.on_ready("a", ready(6, 100), t0 + 4s).ok());
+  REQUIRE(c.on_ready("b", ready(6, 100), t0 + 4s).ok());
+  CHECK_FALSE(c.step(t0 + 4s).plan);
+}
+
+TEST_CASE("at round 1 every site is waited for, idle or not: all trainers start at once") {
+  auto o = three_sites(2);
+  CoordinatorMachine c(o, 1, t0);
+  REQUIRE(c.on_heartbeat("c", t0, "idle").ok());
+  REQUIRE(c.on_ready("a", ready(1, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(1, 100), t0 + 1s).ok());
+  auto wait = c.step(t0 + 1s);
+  CHECK_FALSE(wait.plan);
+  REQUIRE(wait.wake_at);
+  CHECK(*wait.wake_at == t0 + 11s);
+}

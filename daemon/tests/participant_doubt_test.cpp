@@ -137,13 +137,14 @@ TEST_CASE("the answer that comes while the site observes a later round releases 
   m.on_state_offer("a", offer(1, kDigest2), t0 + 30ms);
   m.on_state_arrived({1, kDigest2});
   (void)m.step(t0 + 40ms);
-  // Not READY (in doubt), so left out of round 2: it observes it.
-  REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+  // Not READY (in doubt), so left out of round 2's next attempt (its first was declined while this
+  // site caught up): it observes it.
+  REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"}, 1)).ok());
   CHECK(kinds(m.step(t0 + 50ms)) == std::vector<std::string>{"observe"});
   REQUIRE(m.on_committed("a", CommittedMessage{1, kDigest2, false, 0}).ok());  // counted, mid-exchange
   CHECK(kinds(m.step(t0 + 60ms)).empty());
-  m.on_exchange_done(2, 0, kDigest3);
-  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, false, 0}).ok());
+  m.on_exchange_done(2, 1, kDigest3);
+  REQUIRE(m.on_committed("a", CommittedMessage{2, kDigest3, false, 1}).ok());
   CHECK(kinds(m.step(t0 + 70ms)) == std::vector<std::string>{"apply"});  // its trainer waits: no anchor to keep
   m.on_applied({});
   CHECK(kinds(m.step(t0 + 80ms)) == std::vector<std::string>{"release 3"});  // from round 2's state, the held one

@@ -454,3 +454,43 @@ TEST_CASE("a site's machine takes its options from the job file") {
   CHECK(o.inner_steps == 40);
   CHECK(o.ready_resend_ms == Millis(250));
 }
+
+TEST_CASE("the second copy of a plan declined while catching up is declined again, and its commit caught up to") {
+  ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  m.on_state_offer("a", offer(119, kDigest1), t0);
+  (void)m.step(t0);
+  // PLAN 120 names b late (it was joining) while its state is on the way: declined, its frames dropped.
+  REQUIRE(m.on_plan("a", plan(120, {"a", "c"}, {"b"}, 1)).ok());
+  CHECK(kinds(m.step(t0 + 1ms)) == std::vector<std::string>{"decline 120.1"});
+  m.on_state_arrived({119, kDigest1});
+  (void)m.step(t0 + 2ms);
+  REQUIRE(m.where() == Where::idle);
+  // The queued copy of the same PLAN arrives after the install: not observed, declined again.
+  REQUIRE(m.on_plan("a", plan(120, {"a", "c"}, {"b"}, 1)).ok());
+  CHECK(kinds(m.step(t0 + 3ms)) == std::vector<std::string>{"decline 120.1"});
+  CHECK(m.where() == Where::idle);
+  // Round 120 commits without b: it catches up at once, not at the next round's plan.
+  REQUIRE(m.on_committed("a", {120, kDigest2, false, 1}).ok());
+  (void)m.step(t0 + 4ms);
+  CHECK(m.where() == Where::catching_up);
+}
+
+TEST_CASE("restarted behind: a plan two rounds ahead, the state, the plan's copy, then its commit: caught up again") {
+  ParticipantMachine m(options(), HeldState{110, kDigest1}, std::nullopt, 0, t0);
+  (void)m.step(t0);
+  REQUIRE(m.on_plan("a", plan(121, {"a", "c"}, {"b"}, 3)).ok());
+  (void)m.step(t0 + 1ms);
+  REQUIRE(m.where() == Where::catching_up);
+  m.on_state_offer("a", offer(120, kDigest2), t0 + 2ms);
+  (void)m.step(t0 + 2ms);
+  m.on_state_arrived({120, kDigest2});
+  (void)m.step(t0 + 3ms);
+  REQUIRE(m.where() == Where::idle);
+  REQUIRE(m.on_plan("a", plan(121, {"a", "c"}, {"b"}, 3)).ok());
+  CHECK(kinds(m.step(t0 + 4ms)) == std::vector<std::string>{"decline 121.3"});
+  REQUIRE(m.on_committed("a", {121, kDigest3, false, 3}).ok());
+  auto a = m.step(t0 + 5ms);
+  CHECK(m.where() == Where::catching_up);
+  CHECK(noted(a, "catching up: round 121 was committed without this site"));
+}

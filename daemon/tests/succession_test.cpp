@@ -460,3 +460,59 @@ TEST_CASE("a coordinator that leaves its office is not handed it back by a peer'
   CHECK(f.office("a") == Office{1, "b"});
   CHECK(f.office("c") == Office{1, "b"});
 }
+
+TEST_CASE("a coordinator whose connections close is succeeded at once, not a heartbeat timeout later") {
+  Federation f({"a", "b", "c"}, "a");
+  f.run(5s);
+  f.down.insert("a");
+  for (const char* s : {"b", "c"}) f.machines.at(s).on_lost("a", f.now);
+  f.step_all();  // no time passes
+  CHECK(f.acting() == std::vector<std::string>{"b"});
+  f.heartbeats();  // c learns the winner from b's
+  CHECK(f.office("c") == Office{1, "b"});
+  bool said = false;
+  for (const auto& n : f.notes["b"])
+    said |= n == "coordinator a (epoch 0) closed its connections; asking for pre-votes for epoch 1";
+  CHECK(said);
+}
+
+TEST_CASE("one site's lost connection to a live coordinator deposes nobody, and its next heartbeat undoes it") {
+  Federation f({"a", "b", "c"}, "a");
+  f.run(5s);
+  f.machines.at("b").on_lost("a", f.now);  // only b's link dropped: c still hears a
+  f.step_all();
+  CHECK(f.acting() == std::vector<std::string>{"a"});
+  for (const auto& s : f.sites) CHECK(f.office(s) == Office{0, "a"});
+  CHECK(f.journals["b"].empty());
+  CHECK(f.journals["c"].empty());
+  f.run(30s);  // a's heartbeats reach b again
+  CHECK(f.acting() == std::vector<std::string>{"a"});
+  for (const auto& s : f.sites) CHECK(f.office(s) == Office{0, "a"});
+}
+
+TEST_CASE("two sites that stand at once (stale ranks) do not split the votes: the later-ranked backs the other") {
+  Federation f({"a", "b", "c"}, "a");
+  f.run(5s);
+  // Each heard the other a round behind itself: both rank first.
+  f.standings["b"] = standing(5);
+  f.standings["c"] = standing(5);
+  f.down.insert("a");
+  for (const char* s : {"b", "c"}) f.machines.at(s).on_lost("a", f.now);
+  // Both step before either hears the other: two pre-vote candidacies, whose requests cross.
+  std::vector<std::pair<std::string, succession::Send>> crossing;
+  for (const char* s : {"c", "b"}) {
+    auto out = f.machines.at(s).step(f.standings.at(s), f.now);
+    for (auto& n : out.notes) f.notes[s].push_back(n);
+    for (auto& a : out.actions)
+      if (auto* send = std::get_if<succession::Send>(&a)) crossing.emplace_back(s, *send);
+  }
+  REQUIRE(crossing.size() == 4);  // each asks the two others
+  for (auto& [from, send] : crossing) f.deliver(from, send.to, send.message);
+  f.step_all();
+  f.heartbeats();
+  CHECK(f.acting() == std::vector<std::string>{"b"});
+  CHECK(f.office("c") == Office{1, "b"});
+  bool backed = false;
+  for (const auto& n : f.notes["c"]) backed |= n == "backs b, which stands too and ranks before this site";
+  CHECK(backed);
+}

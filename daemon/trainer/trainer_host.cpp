@@ -110,6 +110,8 @@ void TrainerHost::fail(Status why) {
 
 bool TrainerHost::trainer_attached() const { return server_ && server_->trainer_fd() >= 0; }
 
+bool TrainerHost::trainer_training() const { return server_ && server_->phase() == protocol::Phase::training; }
+
 protocol::ServerSnapshot TrainerHost::snapshot() const {
   return server_ ? server_->snapshot() : protocol::ServerSnapshot{};
 }

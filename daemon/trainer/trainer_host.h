@@ -175,6 +175,8 @@ class TrainerHost {
   bool stopped() const { return stopped_; }
   /// True while a trainer is connected (welcomed or not).
   bool trainer_attached() const;
+  /// True while a welcomed trainer trains (it has the anchor and sends SYNCs).
+  bool trainer_training() const;
   /// The attached trainer's pid (SO_PEERCRED), -1 when none.
   pid_t trainer_pid() const { return trainer_pid_; }
   /// The protocol state (phase, pinned layout, fragments); a refusal leaves it unchanged.

@@ -63,6 +63,27 @@ TEST_CASE("below the quorum the round waits without a deadline") {
   CHECK(*d.wake_at == t0 + 30s);  // the next heartbeat that could lapse
 }
 
+TEST_CASE("a joining site is not waited for once min_sites are ready; below them it is") {
+  SiteReport joining = alive();
+  joining.joining = true;
+  std::map<std::string, SiteReport> sites{{"a", alive(1s)}, {"b", alive(2s)}, {"c", joining}};
+  auto d = decide_quorum(t0 + 2s, sites, options(2, 10s));
+  CHECK(d.kind == QuorumDecision::Kind::close);
+  CHECK(d.participants == std::vector<std::string>{"a", "b"});
+  CHECK(d.late == std::vector<std::string>{"c"});
+  CHECK(d.reason == "closed: all 2 training sites ready; not waited for (joining): c");
+
+  // With a training site still to come, the deadline holds for both.
+  sites["b"].ready_at.reset();
+  auto waiting = decide_quorum(t0 + 2s, sites, options(1, 10s));
+  CHECK(waiting.kind == QuorumDecision::Kind::wait);
+  CHECK(waiting.reason == "quorum of 1 reached; waiting up to 9000 ms more for b, c");
+  // Below min_sites the joining site counts as one the round waits for.
+  auto below = decide_quorum(t0 + 2s, sites, options(2, 10s));
+  CHECK(below.kind == QuorumDecision::Kind::wait);
+  CHECK(below.reason == "waiting: 1 of 2 required sites ready (waiting for b, c)");
+}
+
 TEST_CASE("dead sites are removed; the job pauses below min_sites") {
   std::map<std::string, SiteReport> sites{{"a", alive(1s)}, {"b", alive(2s)}, {"c", alive()}};
   sites["a"].last_heartbeat = sites["b"].last_heartbeat = t0 + 40s;

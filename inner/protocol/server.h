@@ -136,6 +136,8 @@ class Server {
   int listen_fd() const { return listen_.get(); }
   /// The attached trainer's socket, -1 when none.
   int trainer_fd() const { return trainer_.get(); }
+  /// Where the attached trainer stands (no_trainer when none).
+  Phase phase() const { return phase_; }
   bool wants_write() const { return !outbox_.empty(); }
 
   /// Accepts pending connections; a second trainer is refused (fatal ERROR).

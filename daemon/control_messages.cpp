@@ -296,7 +296,8 @@ Result<ControlMessage> decode_control(std::string_view text) {
     HeartbeatMessage m;
     f.u64("round", m.round);
     f.str("phase", m.phase);
-    f.check(m.phase == "inner" || m.phase == "ready" || m.phase == "exchange" || m.phase == "idle",
+    f.check(m.phase == "inner" || m.phase == "ready" || m.phase == "exchange" || m.phase == "idle" ||
+                m.phase == "catching_up",
             cat("unknown phase '", m.phase, "'"));
     f.opt_u64("epoch", m.epoch);
     f.opt_str("coordinator", m.coordinator, 64);

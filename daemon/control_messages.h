@@ -40,7 +40,7 @@ struct JoinMessage {
 /// acting coordinator (and ranks its possible successors) by them.
 struct HeartbeatMessage {
   std::uint64_t round = 0;
-  std::string phase;  ///< inner | ready | exchange | idle
+  std::string phase;  ///< inner | ready | exchange | idle (no trainer training) | catching_up (fetching the state)
   std::uint64_t epoch = 0;          ///< the sender's epoch
   std::string coordinator = {};     ///< who holds the office of that epoch, as the sender knows ("": not known yet)
   std::uint64_t committed = 0;      ///< the last committed round the sender knows with its digest

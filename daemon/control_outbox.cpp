@@ -45,6 +45,11 @@ void ControlOutbox::send_now(const std::string& peer, const transport::FrameHead
       asio::detached);
 }
 
+void ControlOutbox::link_up(const std::string& peer) {
+  auto it = queues_.find(peer);
+  if (it != queues_.end() && it->second.pause) it->second.pause->cancel();
+}
+
 std::size_t ControlOutbox::queued(const std::string& peer) const {
   auto it = queues_.find(peer);
   return it == queues_.end() ? 0 : it->second.frames.size();
@@ -60,7 +65,9 @@ asio::awaitable<void> ControlOutbox::drain(std::string peer) {
       sent = co_await mesh_.send_control_frame(peer, header, std::as_bytes(std::span(payload)));
       if (sent.ok() || k == options_.tries) break;
       asio::steady_timer pause(executor_, options_.pause * k);
+      q.pause = &pause;
       co_await pause.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      q.pause = nullptr;
     }
     if (!sent.ok()) {
       ++lost_;

@@ -16,6 +16,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -46,6 +47,11 @@ class ControlOutbox : public std::enable_shared_from_this<ControlOutbox> {
   void send_now(const std::string& peer, const transport::FrameHeader& header, std::string payload,
                 bool log_loss = true);
 
+  /// The link to `peer` is up again: a frame waiting out a pause between
+  /// tries is tried now, not after the pause (the frames behind it, the
+  /// newest decisions among them, would wait too).
+  void link_up(const std::string& peer);
+
   /// Frames waiting for `peer` (the one being sent excluded).
   std::size_t queued(const std::string& peer) const;
   /// Frames given up after every try, and frames dropped from a full queue.
@@ -59,6 +65,7 @@ class ControlOutbox : public std::enable_shared_from_this<ControlOutbox> {
   struct Queue {
     std::deque<std::pair<transport::FrameHeader, std::string>> frames;
     bool draining = false;
+    asio::steady_timer* pause = nullptr;  // the pause between tries being waited out, if any
   };
   asio::any_io_executor executor_;
   transport::Mesh& mesh_;

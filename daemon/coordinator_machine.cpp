@@ -16,6 +16,11 @@ CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t
                     : now - options_.quorum.heartbeat_timeout_ms;
 }
 
+std::string CoordinatorMachine::phase_of(const std::string& site) const {
+  auto it = phase_of_.find(site);
+  return it == phase_of_.end() ? std::string() : it->second;
+}
+
 void CoordinatorMachine::start_collecting(std::uint64_t round) {
   attempt_ = round == round_ ? attempt_ + 1 : first_attempt_of(options_.epoch);
   failure_.reset();
@@ -70,7 +75,11 @@ Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage&
   GEOLOCO_RETURN_IF(r.anchor_round > round_ || r.anchor_round == 0, Err::invalid_argument, "READY from ", site,
                     " trained from anchor ", r.anchor_round, ", which round ", round_, " cannot use");
   if (ready_.empty() && round_ > 1) {
-    // The round's first READY: who is not training now cannot be READY before a whole inner phase more.
+    // The round's first READY: a site whose state is in place but whose
+    // trainer is not training cannot be READY before a whole inner phase
+    // more. (A site still fetching the state is waited for, up to the
+    // deadline, as before: the pause gives a slow link the time to catch up
+    // rather than fall further behind rounds that no longer wait.)
     for (const auto& [other, phase] : phase_of_)
       if (phase == "idle" && other != site) joining_.insert(other);
   }
@@ -275,7 +284,10 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   plan.round = round_;
   plan.attempt = attempt_;
   plan.epoch = options_.epoch;
-  plan.late = decision.late;
+  // A site fetching the state would decline to observe: named late, it would
+  // only be sent the round's average over its links, beside the state it needs.
+  for (const auto& l : decision.late)
+    if (phase_of(l) != "catching_up") plan.late.push_back(l);
   for (auto i : ordered.left_out) plan.late.push_back(options_.sites[i]);
   for (auto i : ordered.participants) {
     plan.participants.push_back(options_.sites[i]);

@@ -69,11 +69,14 @@ class CoordinatorMachine {
   CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
 
   /// `phase`: the heartbeat's (HeartbeatMessage::phase; "" leaves the last
-  /// one). A site whose last phase was "idle" (catching up, no trainer
-  /// attached) when the round's first READY comes is joining: once
+  /// one). A site whose last phase was "idle" (its state in place, no
+  /// trainer training) when the round's first READY comes is joining: once
   /// min_sites are READY the round is not held for it (diloco::SiteReport).
-  /// Not at round 1, where every trainer starts at once. Errors:
-  /// invalid_argument (unknown site).
+  /// Not at round 1, where every trainer starts at once. A site whose phase
+  /// is "catching_up" is waited for as any other (up to the deadline, which
+  /// gives a slow link time to catch up), but not named late in a plan: it
+  /// would not observe the round, only be sent its average beside the state
+  /// it fetches. Errors: invalid_argument (unknown site).
   Status on_heartbeat(const std::string& site, Clock::time_point now, const std::string& phase = "");
   /// Every connection to `site` closed (its process stopped, its link
   /// dropped): it counts as silent from `now` instead of a heartbeat timeout
@@ -118,6 +121,8 @@ class CoordinatorMachine {
   /// What the quorum rule sees at `now`: a site that sits out (below) is live but not READY.
   std::map<std::string, diloco::SiteReport> reports(Clock::time_point now) const;
   void start_collecting(std::uint64_t round);
+  /// The site's last heartbeat phase ("" if none).
+  std::string phase_of(const std::string& site) const;
   /// Round round_ again after an abort at `now`: collected at once, planned after the pause.
   void collect_again(Clock::time_point now);
 

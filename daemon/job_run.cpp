@@ -233,6 +233,10 @@ void JobRun::on_link_lost(const std::string& peer, const Status& why) {
   drive();
 }
 
+void JobRun::on_link_up(const std::string& peer) {
+  if (outbox_) outbox_->link_up(peer);
+}
+
 void JobRun::deliver(const std::string& from, const ControlMessage& message) {
   if (!machine_) return;
   const auto now = Clock::now();

@@ -110,6 +110,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// coordinator role (if this site holds the office) and the succession
   /// count it silent at once, not a heartbeat timeout later.
   void on_link_lost(const std::string& peer, const Status& why);
+  /// The control connection to `peer` is up (again): queued control messages to it go now.
+  void on_link_up(const std::string& peer);
   /// Ends the job on this site: the round in flight is abandoned (nothing of
   /// it was applied), the trainer is stopped, the state checkpointed. `state`
   /// is cancelled (geoloco cancel) or stopped (the daemon stops; the job

@@ -94,6 +94,7 @@ std::string_view ParticipantMachine::heartbeat_phase() const {
       where_ == Where::applying)
     return "exchange";
   if (phase_) return "ready";
+  if (where_ == Where::catching_up) return "catching_up";
   return holds_current() ? "inner" : "idle";
 }
 

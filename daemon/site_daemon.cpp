@@ -83,7 +83,9 @@ Status SiteDaemon::start() {
     return on_mesh_frame(peer, h, std::move(payload));
   });
   mesh_->set_link_handler([this](const std::string& peer, bool up, const Status& why) {
-    if (!up && active_) active_->on_link_lost(peer, why);
+    if (!active_) return;
+    if (up) active_->on_link_up(peer);
+    else active_->on_link_lost(peer, why);
   });
   GEOLOCO_TRY(mesh_->start());
 

@@ -110,3 +110,33 @@ TEST_CASE("frames for an unreachable peer are tried, then given up and counted; 
     return 0;
   });
 }
+
+TEST_CASE("a frame waiting out its pause between tries is tried at once when the link comes up") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto made = loopback::make_sites(**federation, {"a", "b"}, loopback::test_options());
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  Mesh& ma = sites[0]->mesh();
+  OutboxOptions o;
+  o.tries = 2;
+  o.pause = 60s;  // without link_up the second try would come a minute later
+  auto outbox = sites[0]->call([&] { return ControlOutbox::create(ma.executor(), ma, "test", o); });
+  sites[0]->call([&] {
+    outbox->send("zed", control_frame(1), "x");
+    return 0;
+  });
+  std::uint64_t lost = 0;
+  for (int tries = 0; tries < 100 && lost == 0; ++tries) {
+    std::this_thread::sleep_for(20ms);
+    lost = sites[0]->call([&] {
+      outbox->link_up("zed");  // the second try happens now (and fails: zed is no peer), so the frame is given up
+      return outbox->lost();
+    });
+  }
+  CHECK(lost == 1);
+  sites[0]->call([&] {
+    outbox.reset();
+    return 0;
+  });
+}

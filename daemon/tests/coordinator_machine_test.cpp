@@ -513,3 +513,27 @@ TEST_CASE("at round 1 every site is waited for, idle or not: all trainers start 
   REQUIRE(wait.wake_at);
   CHECK(*wait.wake_at == t0 + 11s);
 }
+
+TEST_CASE("a site catching up is not named late: it would only be sent the average beside the state it fetches") {
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 7, t0);
+  REQUIRE(c.on_heartbeat("c", t0, "catching_up").ok());
+  REQUIRE(c.on_ready("a", ready(7, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(7, 100), t0 + 1s).ok());
+  CHECK_FALSE(c.step(t0 + 1s).plan);  // waited for up to the deadline: time for a slow link to catch up
+  REQUIRE(c.on_heartbeat("c", t0 + 10s, "catching_up").ok());
+  auto p = c.step(t0 + 11s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late.empty());
+  // An idle site (its state in place, its trainer not training yet) is named: it observes and stays current.
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {7, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.step(t0 + 12s).committed);
+  REQUIRE(c.on_heartbeat("c", t0 + 12s, "idle").ok());
+  REQUIRE(c.on_ready("a", ready(8, 100), t0 + 13s).ok());
+  REQUIRE(c.on_ready("b", ready(8, 100), t0 + 13s).ok());
+  auto q = c.step(t0 + 13s);
+  REQUIRE(q.plan);
+  CHECK(q.plan->late == std::vector<std::string>{"c"});
+}

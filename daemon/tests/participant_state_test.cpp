@@ -47,7 +47,7 @@ TEST_CASE("a joining site asks the coordinator, retries on silence, and welcomes
   // While frames arrive nobody is asked again, however long it takes.
   m.on_state_progress("a", t0 + 3s);
   CHECK(kinds(m.step(t0 + 4s)).empty());
-  CHECK(m.heartbeat_phase() == "idle");
+  CHECK(m.heartbeat_phase() == "catching_up");
   m.on_state_arrived({4, kDigest1});
   auto in = m.step(t0 + 4s);
   // A trainer that had no anchor yet starts from this one: no older anchor to keep.

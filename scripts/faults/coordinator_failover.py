@@ -15,15 +15,12 @@ import os
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, link_name, mlp_job, run, signal_site, wait_for_transfer
+from scenario import (Commits, Federation, arguments, epoch_of, link_name, mlp_job, run, signal_site,
+                      wait_for_transfer)
 
 args = arguments(__doc__, rounds=40, bound=15.0, partition_seconds=12.0)
 NAME = "coordinator-failover"
 
-
-def epoch_of(site):
-    st = site.status("e2e") or {}
-    return st.get("epoch", 0), st.get("coordinator", "")
 
 
 def body():

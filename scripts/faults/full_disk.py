@@ -15,7 +15,7 @@ import re
 import subprocess
 import tempfile
 
-from scenario import Commits, Federation, arguments, contributes_after, mlp_job, run, verdict
+from scenario import Commits, Federation, arguments, contributes_after, epoch_of, mlp_job, run, verdict
 
 args = arguments(__doc__, rounds=50)
 NAME = "full-disk"
@@ -43,10 +43,6 @@ def body():
         fed.check_history("e2e")
     return note
 
-
-def epoch_of(site):
-    st = site.status("e2e") or {}
-    return st.get("epoch", 0), st.get("coordinator", "")
 
 
 def coordinator_full_disk(fed, commits):

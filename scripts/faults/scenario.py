@@ -72,6 +72,12 @@ class Commits:
         self.fed.wait_for(done, seconds, f"job {self.job} to finish")
 
 
+def epoch_of(site, job="e2e"):
+    """The office `site` follows: (epoch, coordinator) from its status."""
+    st = site.status(job) or {}
+    return st.get("epoch", 0), st.get("coordinator", "")
+
+
 def contributes_after(fed, site, round_, seconds=120, job="e2e"):
     """Waits (bounded) until `site` contributed to a round after `round_`."""
     fed.wait_for(lambda: any(r["contributed"] for r in (site.status(job) or {}).get("rounds", [])

@@ -126,7 +126,8 @@ std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports(Clock::tim
     const bool sits_out = out_until != sits_out_until_.end() && now < out_until->second;
     if (auto it = ready_at_.find(site); it != ready_at_.end() && !sits_out) r.ready_at = it->second;
     if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
-    r.joining = joining_.count(site) > 0;
+    // Joining: idle at the round's first READY, or idle now (its state came in meanwhile).
+    r.joining = joining_.count(site) > 0 || (round_ > 1 && !ready_.empty() && phase_of(site) == "idle");
     out[site] = r;
   }
   return out;

@@ -69,9 +69,10 @@ class CoordinatorMachine {
   CoordinatorMachine(CoordinatorOptions options, std::uint64_t round, Clock::time_point now);
 
   /// `phase`: the heartbeat's (HeartbeatMessage::phase; "" leaves the last
-  /// one). A site whose last phase was "idle" (its state in place, no
-  /// trainer training) when the round's first READY comes is joining: once
-  /// min_sites are READY the round is not held for it (diloco::SiteReport).
+  /// one). A site whose phase is "idle" (its state in place, no trainer
+  /// training) when the round's first READY comes, or at any time after it,
+  /// is joining: once min_sites are READY the round is not held for it
+  /// (diloco::SiteReport).
   /// Not at round 1, where every trainer starts at once. A site whose phase
   /// is "catching_up" is waited for as any other (up to the deadline, which
   /// gives a slow link time to catch up), but not named late in a plan: it

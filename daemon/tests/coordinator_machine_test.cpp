@@ -537,3 +537,18 @@ TEST_CASE("a site catching up is not named late: it would only be sent the avera
   REQUIRE(q.plan);
   CHECK(q.plan->late == std::vector<std::string>{"c"});
 }
+
+TEST_CASE("a site waited for while it fetches the state is not held for once its state is in and its trainer idle") {
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 7, t0);
+  REQUIRE(c.on_heartbeat("c", t0, "catching_up").ok());
+  REQUIRE(c.on_ready("a", ready(7, 100), t0 + 1s).ok());
+  REQUIRE(c.on_ready("b", ready(7, 100), t0 + 1s).ok());
+  CHECK_FALSE(c.step(t0 + 1s).plan);
+  REQUIRE(c.on_heartbeat("c", t0 + 2s, "idle").ok());  // the state is in; its trainer starts
+  auto p = c.step(t0 + 2s);                              // not the deadline (t0 + 11 s)
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+}

@@ -98,8 +98,8 @@ def main():
         target = TARGETS.get(every)
         mark = "" if target is None else f"≥ {100 * target:.0f}%"
         if target is not None and g < target:
-            missed.append(f"{every} s: {100 * g:.0f}% < {100 * target:.0f}%")
-        print(f"| {every} s | {failures:.0f} | {tokens:.0f} ({', '.join(str(t) for t in all_tokens)}) | {100 * g:.0f}% "
+            missed.append(f"{every} s: {100 * g:.1f}% < {100 * target:.0f}%")
+        print(f"| {every} s | {failures:.0f} | {tokens:.0f} ({', '.join(str(t) for t in all_tokens)}) | {100 * g:.1f}% "
               f"| {mark} |")
     print()
     print("VERDICT goodput: " + ("FAIL " + "; ".join(missed) if missed else "PASS every target met"))

@@ -69,6 +69,9 @@ Status CoordinatorMachine::on_lost(const std::string& site, Clock::time_point no
 Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage& r, Clock::time_point now) {
   GEOLOCO_RETURN_IF(!heard_.count(site), Err::invalid_argument, "READY from '", site, "', not a site of this job");
   heard_[site] = now;
+  // A READY is work from a trainer that trains: the "idle" of a heartbeat
+  // sent before it (heartbeats come once a second, rounds may be faster) is over.
+  phase_of_[site] = "inner";
   GEOLOCO_RETURN_IF(phase_ != Phase::collecting || r.round != round_, Err::mismatch, "READY of round ", r.round,
                     " from ", site, ", but round ", round_, " is ",
                     phase_ == Phase::collecting ? "collecting" : "being exchanged");

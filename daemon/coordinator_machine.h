@@ -87,8 +87,9 @@ class CoordinatorMachine {
   /// in again. Errors: invalid_argument (unknown site).
   Status on_lost(const std::string& site, Clock::time_point now);
   /// A READY for another round than the current one is refused with the
-  /// reason (the site learns the current round from the next PLAN). Errors:
-  /// invalid_argument, mismatch.
+  /// reason (the site learns the current round from the next PLAN). Any
+  /// READY sets the site's phase to "inner": it ends the "idle" of a
+  /// heartbeat sent before it. Errors: invalid_argument, mismatch.
   Status on_ready(const std::string& site, const ReadyMessage& ready, Clock::time_point now);
   /// A participant's COMMIT, or an observer's (it counts toward the
   /// majority when its digest is the participants'). Errors:

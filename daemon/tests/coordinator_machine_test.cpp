@@ -502,6 +502,27 @@ TEST_CASE("a site idle when a round's first READY comes (back after a restart, n
   CHECK_FALSE(c.step(t0 + 4s).plan);
 }
 
+TEST_CASE("a READY ends the idle of the heartbeat before it: the next round waits for that site") {
+  // Rounds faster than heartbeats: c's last heartbeat was sent before its
+  // trainer attached, and said "idle"; its READY of round 1 came after it.
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 1, t0);
+  REQUIRE(c.on_heartbeat("c", t0, "idle").ok());
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_ready(s, ready(1, 100), t0 + 1s).ok());
+  REQUIRE(c.step(t0 + 1s).plan);
+  for (const char* s : {"a", "b", "c"}) REQUIRE(c.on_commit(s, {1, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.step(t0 + 1100ms).committed);
+  REQUIRE(c.on_ready("a", ready(2, 100), t0 + 1200ms).ok());
+  REQUIRE(c.on_ready("b", ready(2, 100), t0 + 1200ms).ok());
+  auto wait = c.step(t0 + 1200ms);
+  CHECK_FALSE(wait.plan);  // c is training, not joining: waited for up to the deadline
+  REQUIRE(c.on_ready("c", ready(2, 100), t0 + 1300ms).ok());
+  auto p = c.step(t0 + 1300ms);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b", "c"});
+}
+
 TEST_CASE("at round 1 every site is waited for, idle or not: all trainers start at once") {
   auto o = three_sites(2);
   CoordinatorMachine c(o, 1, t0);

@@ -118,6 +118,11 @@ SuccessionMachine::SuccessionMachine(SuccessionOptions options, const OfficeReco
   highest_epoch_ = office_.epoch;
 }
 
+void SuccessionMachine::office_heard(Clock::time_point now) {
+  office_heard_ = now;
+  office_unheard_since_start_ = false;
+}
+
 std::set<std::string> SuccessionMachine::live(Clock::time_point now) const {
   std::set<std::string> out{options_.self};
   for (const auto& [site, at] : heard_)
@@ -166,7 +171,7 @@ void SuccessionMachine::learn(const Office& office, const std::string& from, Clo
   const Undo before{office_, vote_, office_heard_};
   office_ = office;
   highest_epoch_ = std::max(highest_epoch_, office.epoch);
-  office_heard_ = now;
+  office_heard(now);
   candidacy_.reset();
   if (office.epoch > 0) ++failovers_;
   act(Persist{office_record(office)});
@@ -185,7 +190,7 @@ void SuccessionMachine::adopt_epoch(std::uint64_t epoch, const std::string& from
   const Undo before{office_, vote_, office_heard_};
   office_ = Office{epoch, ""};
   highest_epoch_ = std::max(highest_epoch_, epoch);
-  office_heard_ = now;  // the election's winner has a heartbeat timeout to show itself
+  office_heard(now);  // the election's winner has a heartbeat timeout to show itself
   candidacy_.reset();
   act(Persist{office_record(office_)});
   undo_ = before;
@@ -213,7 +218,7 @@ void SuccessionMachine::resign(const std::string& why, Clock::time_point now) {
   if (!acting()) return;
   resigned_epoch_ = office_.epoch;
   office_ = Office{office_.epoch, ""};
-  office_heard_ = now;
+  office_heard(now);
   // It left because it cannot act (a journal that refuses, a stall): every
   // other site gets its turn to stand first, whatever this site's rank.
   candidacy_.reset();
@@ -248,7 +253,7 @@ void SuccessionMachine::on_heartbeat(const std::string& from, const HeartbeatMes
     learn(Office{hb.epoch, hb.coordinator}, from, now);
   else if (hb.epoch > office_.epoch)
     adopt_epoch(hb.epoch, from, now);  // an election of a newer epoch is open: older offices are over
-  if (from == office_.coordinator && hb.epoch == office_.epoch && hb.coordinator == from) office_heard_ = now;
+  if (from == office_.coordinator && hb.epoch == office_.epoch && hb.coordinator == from) office_heard(now);
 }
 
 Status SuccessionMachine::admit(const std::string& from, std::uint64_t epoch, Clock::time_point now) {
@@ -261,7 +266,7 @@ Status SuccessionMachine::admit(const std::string& from, std::uint64_t epoch, Cl
     if (office_.coordinator != from)
       return Status(Err::invalid_argument, cat(from, " sent a coordinator's message of epoch ", epoch,
                                                ", whose coordinator is ", office_.coordinator));
-    office_heard_ = now;
+    office_heard(now);
     return {};
   }
   learn(Office{epoch, from}, from, now);  // the winner of this site's open election, or of a newer one
@@ -294,7 +299,8 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   // The open election of this site's own epoch may go on at once; a newer
   // epoch only once the office (or the open election) has been silent here
   // for the timeout: a live holder is not deposed by one site's lost link.
-  if (const Millis quiet = silence(now); e.epoch > office_.epoch && quiet < options_.heartbeat_timeout)
+  if (const Millis quiet = silence(now);
+      e.epoch > office_.epoch && quiet < options_.heartbeat_timeout && !office_unheard_since_start_)
     return refuse(from, e,
                   office_.coordinator.empty()
                       ? cat(options_.self, " is in epoch ", office_.epoch, ", whose election opened ", quiet.count(),
@@ -325,7 +331,7 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   const Undo before{office_, vote_, office_heard_};
   vote_ = Office{e.epoch, from};
   office_ = Office{e.epoch, ""};
-  office_heard_ = now;
+  office_heard(now);
   candidacy_.reset();
   act(Persist{vote_record(*vote_)});
   undo_ = before;
@@ -373,7 +379,7 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
           const Undo before{office_, vote_, office_heard_};
           vote_ = Office{c.epoch, options_.self};
           office_ = Office{c.epoch, ""};
-          office_heard_ = now;
+          office_heard(now);
           act(Persist{vote_record(*vote_)});
           undo_ = before;
           act(Follow{office_});
@@ -387,7 +393,7 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
             if (c.granted.count(site)) standings.push_back(s);
           const Undo before{office_, vote_, office_heard_};
           office_ = Office{c.epoch, options_.self};
-          office_heard_ = now;
+          office_heard(now);
           ++failovers_;
           act(Persist{office_record(office_)});
           undo_ = before;

@@ -148,6 +148,11 @@ class SuccessionMachine {
   /// that epoch (only the winner sends them).
   Status admit(const std::string& from, std::uint64_t epoch, Clock::time_point now);
   /// `mine`: this site's standing now, reported when the vote is granted.
+  /// A pre-vote for a newer epoch is refused while the office's holder was
+  /// heard within the heartbeat timeout, but not by a site that has heard
+  /// nothing of the office since it started: one that started a moment ago
+  /// and has not reached the coordinator yet has no sign that it lives, and
+  /// does not hold back a successor while its own connections come up.
   void on_elect(const std::string& from, const ElectMessage& elect, const Standing& mine, Clock::time_point now);
   void on_vote(const std::string& from, const VoteMessage& vote, Clock::time_point now);
 
@@ -196,6 +201,8 @@ class SuccessionMachine {
   Millis silence(Clock::time_point now) const;
   /// This site's place among the possible successors (0: first), or none when it is not one.
   std::optional<std::size_t> rank(const Standing& mine, Clock::time_point now) const;
+  /// The office's clock restarts at `now` (a sign of life, or a new office or election).
+  void office_heard(Clock::time_point now);
   /// Follows `office`, a newer one (or the winner of this epoch), learned from `from`.
   void learn(const Office& office, const std::string& from, Clock::time_point now);
   void refuse(const std::string& to, const ElectMessage& elect, std::string why);
@@ -205,6 +212,9 @@ class SuccessionMachine {
   Office office_;
   std::optional<Office> vote_;              // the last vote: its epoch and the candidate
   Clock::time_point office_heard_;          // the holder's last sign of life (or when the office fell vacant)
+  /// True from the start until the office's clock is set by an event (the
+  /// holder heard, an office learned, a vote): the start is no sign of life.
+  bool office_unheard_since_start_ = true;
   std::map<std::string, Clock::time_point> heard_;
   std::set<std::string> lost_;              // sites whose connections closed, until heard from again
   std::map<std::string, std::uint64_t> committed_;  // each peer's committed round, by its heartbeats

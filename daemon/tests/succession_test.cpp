@@ -516,3 +516,25 @@ TEST_CASE("two sites that stand at once (stale ranks) do not split the votes: th
   for (const auto& n : f.notes["c"]) backed |= n == "backs b, which stands too and ranks before this site";
   CHECK(backed);
 }
+
+TEST_CASE("a site started a moment ago, that has not reached the coordinator yet, does not hold back its successor") {
+  Federation f({"a", "b", "c"}, "a");
+  f.run(5s);
+  f.add("c", {});  // c restarts: nothing of the office heard since
+  f.down.insert("a");  // and a dies before c's connection to it comes up: no on_lost at c
+  f.machines.at("b").on_lost("a", f.now);
+  f.step_all();  // no time passes
+  CHECK(f.acting() == std::vector<std::string>{"b"});
+  f.heartbeats();
+  CHECK(f.office("c") == Office{1, "b"});
+
+  // Once it has heard the holder, the restarted site protects it like any other.
+  Federation g({"a", "b", "c"}, "a");
+  g.run(5s);
+  g.add("c", {});
+  g.heartbeats();  // c hears a
+  g.machines.at("b").on_lost("a", g.now);  // only b's link dropped
+  g.step_all();
+  CHECK(g.acting() == std::vector<std::string>{"a"});
+  CHECK(g.office("b") == Office{0, "a"});
+}

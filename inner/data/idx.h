@@ -38,7 +38,8 @@ Result<std::vector<std::uint8_t>> gunzip(std::span<const std::uint8_t> gz, std::
 /// Errors: malformed (magic, rank, zero dimension, trailing bytes),
 /// unsupported (an element type other than unsigned byte), truncated
 /// (fewer bytes than the dimensions say), too_large.
-Result<IdxArray> parse_idx(std::span<const std::uint8_t> bytes, std::size_t rank, std::string_view name);
+/// Takes the bytes: the elements stay in their buffer.
+Result<IdxArray> parse_idx(std::vector<std::uint8_t> bytes, std::size_t rank, std::string_view name);
 
 /// Reads, decompresses and parses `path`. Errors: io (cannot read), and
 /// those of gunzip() and parse_idx().

@@ -142,6 +142,17 @@ TEST_CASE("gunzip refuses non-gzip, truncated, corrupt and oversized streams", "
   CHECK(r.status().code() == Err::malformed);
   CHECK(mentions(r.status(), "crc.gz: corrupt gzip data"));
 
+  // The trailer's size is only a hint for the buffer: one that lies, small
+  // or huge, is refused by zlib's length check, never trusted.
+  for (std::uint8_t top : {std::uint8_t{0x00}, std::uint8_t{0xff}}) {
+    Bytes len = gz;
+    len[len.size() - 4] ^= 0x01;
+    len[len.size() - 1] = top;
+    r = gunzip(len, kMaxIdxBytes, "length.gz");
+    CHECK(r.status().code() == Err::malformed);
+    CHECK(mentions(r.status(), "length.gz: corrupt gzip data"));
+  }
+
   Bytes extra = gz;
   extra.push_back(0x42);
   r = gunzip(extra, kMaxIdxBytes, "extra.gz");

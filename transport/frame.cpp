@@ -15,6 +15,7 @@ std::string_view frame_type_name(FrameType type) {
     case FrameType::state: return "state";
     case FrameType::redial: return "redial";
     case FrameType::goodbye: return "goodbye";
+    case FrameType::knock: return "knock";
   }
   return "unknown";
 }
@@ -56,7 +57,7 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   GEOLOCO_RETURN_IF(magic != kFrameMagic, Err::malformed, "bad frame magic: not a geoloco peer, or the stream is out of step");
   GEOLOCO_RETURN_IF(version != kFrameVersion, Err::unsupported, "frame version ", int(version),
                     " is not supported (this build speaks version ", int(kFrameVersion), ")");
-  GEOLOCO_RETURN_IF(type < 1 || type > 8, Err::malformed, "unknown frame type ", int(type));
+  GEOLOCO_RETURN_IF(type < 1 || type > 9, Err::malformed, "unknown frame type ", int(type));
   GEOLOCO_RETURN_IF(reserved != 0, Err::malformed, "frame header reserved bits are set");
   h.type = static_cast<FrameType>(type);
   GEOLOCO_RETURN_IF(h.payload_size > limits.max_payload_bytes, Err::too_large, "frame payload of ", h.payload_size,

@@ -46,6 +46,11 @@ enum class FrameType : std::uint8_t {
   /// No payload: the last frame its sender sends on this connection; the
   /// sender's frames of this slot go on over the connection that replaced it.
   goodbye = 8,
+  /// The first and only frame on a connection from the site that accepts to
+  /// the one that dials it: payload = the sender's site name. "Dial me now":
+  /// the sender just started (or lost its connections), and the dialer,
+  /// which may be waiting out a long backoff, dials at once.
+  knock = 9,
 };
 
 std::string_view frame_type_name(FrameType type);

@@ -52,10 +52,11 @@ TransportOptions test_options() {
 
 Result<std::unique_ptr<Site>> Site::create(const std::string& name, const tls::TlsFiles& files,
                                            const TransportOptions& options, std::uint64_t job,
-                                           const std::vector<std::string>& peers) {
+                                           const std::vector<std::string>& peers, std::uint16_t port) {
   std::unique_ptr<Site> site(new Site(name));
   MeshOptions m;
   m.site = name;
+  m.listen_port = port;
   m.tls = files;
   m.job = job;
   m.transport = options;

@@ -44,11 +44,12 @@ TransportOptions test_options();
 
 class Site {
  public:
-  /// Creates the mesh and binds its listener on 127.0.0.1; call connect()
-  /// once every site's port is known. Errors: those of Mesh::listen.
+  /// Creates the mesh and binds its listener on 127.0.0.1 (`port`, 0: any
+  /// free one); call connect() once every site's port is known. Errors:
+  /// those of Mesh::listen.
   static Result<std::unique_ptr<Site>> create(const std::string& name, const tls::TlsFiles& files,
                                               const TransportOptions& options, std::uint64_t job,
-                                              const std::vector<std::string>& peers);
+                                              const std::vector<std::string>& peers, std::uint16_t port = 0);
   ~Site();
   std::uint16_t port() const { return mesh_->port(); }
   /// Tells the mesh every site's port, starts it, and runs the io_context on its thread.

@@ -79,7 +79,15 @@ Status Mesh::start() {
   asio::co_spawn(executor_, flush_refusal_log(), asio::detached);
   for (const auto& p : options_.peers) {
     if (options_.site < p.name) {  // the name that sorts first dials
-      for (int k = 0; k < slot_count(); ++k) asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
+      auto& timers = dial_timers_[p.name];
+      for (int k = 0; k < slot_count(); ++k) {
+        if (timers.size() <= static_cast<std::size_t>(k))
+          timers.push_back(std::make_unique<asio::steady_timer>(executor_));
+        asio::co_spawn(executor_, dial_loop(p, k), asio::detached);
+      }
+    } else {  // the other knocks
+      if (!knock_timers_.count(p.name)) knock_timers_[p.name] = std::make_unique<asio::steady_timer>(executor_);
+      asio::co_spawn(executor_, knock_loop(p), asio::detached);
     }
   }
   return {};
@@ -99,6 +107,9 @@ void Mesh::stop() {
   early_goodbyes_.clear();
   slots_changed_.notify_all();
   op_changed_.notify_all();
+  for (auto& [peer, timers] : dial_timers_)
+    for (auto& t : timers) t->cancel();
+  for (auto& [peer, t] : knock_timers_) t->cancel();
   refusal_flush_.cancel();
   log_refusals(refusal_log_.drain(Clock::now()));
 }

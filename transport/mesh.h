@@ -1,7 +1,11 @@
 // The site's mesh of authenticated connections to its peers (docs/design.md §3):
 // `connections_per_peer` data connections and one control connection per
 // peer pair, dialed by the site whose name sorts first and accepted by the
-// other, re-dialed with backoff when they drop. Every connection starts with
+// other, re-dialed with backoff when they drop. The accepting side knocks
+// (a `knock` frame on a connection of its own, then closed) when it starts
+// and while its control connection is down, and the dialer, woken, dials at
+// once: a site back from a restart does not wait out its peers' backoff
+// (up to `reconnect_max`). Every connection starts with
 // HELLO (the claimed site name, the connection's slot); the claim must match
 // the verified certificate and a configured peer, or the connection is
 // refused.
@@ -241,6 +245,15 @@ class Mesh {
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> serve_incoming(asio::ip::tcp::socket socket);
   asio::awaitable<void> dial_loop(PeerAddress peer, int slot);
+  /// A connection to `peer`, TLS done and its certificate checked against
+  /// its name, started; not installed in any slot.
+  asio::awaitable<Result<std::shared_ptr<Connection>>> open_to(const PeerAddress& peer);
+  /// For a peer that dials this site: knocks (FrameType::knock) at the
+  /// start and whenever its control connection is down, backing off as a
+  /// dialer does, so a site that starts does not wait out its dialer's backoff.
+  asio::awaitable<void> knock_loop(PeerAddress peer);
+  /// `peer`, which this site dials, knocked: its dialers stop waiting and dial.
+  void knocked(const std::string& peer);
   /// One connection dialed, installed and its reader started; `replacement`:
   /// it retires the slot's live connection gracefully.
   asio::awaitable<Status> dial_once(const PeerAddress& peer, int slot, bool replacement);
@@ -322,6 +335,11 @@ class Mesh {
   std::uint64_t replaced_connections_ = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> retired_bytes_;  // sent, received
   Signal slots_changed_;
+  // Each dialer's backoff timer (by peer, then slot), and the knocks heard
+  // from each peer: a knock cancels the timers and restarts the backoff.
+  std::map<std::string, std::vector<std::unique_ptr<asio::steady_timer>>> dial_timers_;
+  std::map<std::string, std::uint64_t> knocks_;
+  std::map<std::string, std::unique_ptr<asio::steady_timer>> knock_timers_;  // each knock loop's backoff
 
   OpKey current_{};
   bool have_current_ = false;

@@ -88,7 +88,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     reject(conn->peer(), conn.get(), header.status());
     co_return;
   }
-  if (header->type != FrameType::hello) {
+  if (header->type != FrameType::hello && header->type != FrameType::knock) {
     reject(conn->peer(), conn.get(), GEOLOCO_ERROR(Err::malformed, "first frame is ",
                                                    frame_type_name(header->type), ", expected hello"));
     co_return;
@@ -107,6 +107,24 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   }
   hello_timer->cancel();
   const std::string claimed(reinterpret_cast<const char*>(payload->data()), payload->size());
+  if (header->type == FrameType::knock) {
+    // Only from a peer this site dials, under its own certificate; then the
+    // connection has done its work.
+    Status refused;
+    if (!is_peer(claimed))
+      refused = GEOLOCO_ERROR(Err::invalid_argument, "knock from '", claimed, "', which is not a peer of ",
+                              options_.site);
+    else if (!(options_.site < claimed))
+      refused = GEOLOCO_ERROR(Err::malformed, "knock from ", claimed, ", which dials this site");
+    else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) refused = named;
+    if (!refused.ok()) {
+      reject(conn->peer(), conn.get(), refused);
+      co_return;
+    }
+    knocked(claimed);
+    conn->close(GEOLOCO_ERROR(Err::io, "knock from ", claimed, " heard"));
+    co_return;
+  }
   const int slot = static_cast<int>(header->chunk);
   Status refused;
   if (header->job != 0 && header->job != options_.job) {
@@ -149,7 +167,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
 // slot's connections in the same order (the order their readers follow).
 asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
   int backoff_ms = options_.transport.reconnect_initial_ms;
-  asio::steady_timer timer(executor_);
+  asio::steady_timer& timer = *dial_timers_.at(peer.name).at(static_cast<std::size_t>(slot));
   while (running_) {
     const bool live = connection(peer.name, slot) != nullptr;
     if (live && !replacement_wanted(peer.name, slot)) {
@@ -170,13 +188,50 @@ asio::awaitable<void> Mesh::dial_loop(PeerAddress peer, int slot) {
           links_.dial_failed(peer.name, s.message(), std::chrono::milliseconds(backoff_ms), Clock::now());
       if (!line.empty()) spdlog::warn("[{}] {}", options_.site, line);
     }
+    const std::uint64_t knocks = knocks_[peer.name];
     timer.expires_after(std::chrono::milliseconds(backoff_ms));
+    co_await timer.async_wait(as_tuple(use_awaitable));
+    // Woken by the peer's knock: it has just started, dial it now and back off afresh if that fails.
+    if (knocks_[peer.name] != knocks) backoff_ms = options_.transport.reconnect_initial_ms;
+  }
+}
+
+void Mesh::knocked(const std::string& peer) {
+  ++knocks_[peer];
+  if (auto it = dial_timers_.find(peer); it != dial_timers_.end())
+    for (auto& t : it->second) t->cancel();
+  spdlog::debug("[{}] {} knocked: dialing it now", options_.site, peer);
+}
+
+asio::awaitable<void> Mesh::knock_loop(PeerAddress peer) {
+  int backoff_ms = options_.transport.reconnect_initial_ms;
+  asio::steady_timer& timer = *knock_timers_.at(peer.name);
+  while (running_) {
+    if (connection(peer.name, control_slot()) != nullptr) {
+      backoff_ms = options_.transport.reconnect_initial_ms;
+      co_await slots_changed_.wait();
+      continue;
+    }
+    // Knocked or not, this waits before it knocks again, backing off: a
+    // peer that cannot take this site's connections (another CA, revoked)
+    // is not made to dial every few hundred milliseconds.
+    auto conn = co_await open_to(peer);
+    if (!running_) break;
+    if (conn.ok()) {
+      const FrameHeader knock{.type = FrameType::knock};
+      Status s = co_await (*conn)->write_frame(knock, bytes_of(options_.site));
+      (*conn)->close(s.ok() ? GEOLOCO_ERROR(Err::io, "knocked on ", peer.name) : s);
+      if (!s.ok()) spdlog::debug("[{}] knock on {}: {}", options_.site, peer.name, s.message());
+    } else {
+      spdlog::debug("[{}] knock on {}: {}", options_.site, peer.name, conn.status().message());
+    }
+    timer.expires_after(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, options_.transport.reconnect_max_ms);
     co_await timer.async_wait(as_tuple(use_awaitable));
   }
 }
 
-// One connection attempt: installed (its reader started) or failed.
-asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool replacement) {
+asio::awaitable<Result<std::shared_ptr<Connection>>> Mesh::open_to(const PeerAddress& peer) {
   asio::ip::tcp::resolver resolver(executor_);
   auto [rec, endpoints] =
       co_await resolver.async_resolve(peer.host, std::to_string(peer.port), as_tuple(use_awaitable));
@@ -196,7 +251,6 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool 
   const std::error_code cec = co_await asio::co_spawn(socket.get_executor(), connect(), use_awaitable);
   if (cec) co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
                                    cec.message());
-  const auto made_with = ssl_;
   auto conn = wrap(std::move(socket));
   conn->set_peer(peer.name);
   Status s = co_await conn->handshake(true);
@@ -211,6 +265,16 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool 
     co_return named;
   }
   conn->start();
+  co_return conn;
+}
+
+// One connection attempt: installed (its reader started) or failed.
+asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool replacement) {
+  const auto made_with = ssl_;
+  auto opened = co_await open_to(peer);
+  if (!opened.ok()) co_return opened.status();
+  std::shared_ptr<Connection> conn = std::move(*opened);
+  Status s;
   // replacement: the slot's live connection is retired gracefully (a reload); else a fresh start.
   const FrameHeader hello = hello_header(0, slot, options_.transport.connections_per_peer, replacement);
   s = co_await conn->write_frame(hello, bytes_of(options_.site));

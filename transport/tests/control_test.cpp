@@ -291,3 +291,31 @@ TEST_CASE("a peer whose mesh stops is reported lost at once through the link han
   CHECK(link.drops == 1);
   CHECK_FALSE(link.last_error.empty());
 }
+
+TEST_CASE("a site started again is dialed at once: its knock cuts the dialer's backoff short") {
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  TransportOptions options = loopback::test_options();
+  options.reconnect_initial_ms = 4000;  // a's dialers wait 8 s after b is gone
+  options.reconnect_max_ms = 8000;
+  auto made = loopback::make_sites(**federation, {"a", "b"}, options);
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  const std::uint16_t port = sites[1]->port();
+  sites[1].reset();  // b stops; a dials it once, is refused, and backs off
+  std::this_thread::sleep_for(300ms);
+  auto b = loopback::Site::create("b", (*federation)->files("b"), options, 1, {"a", "b"}, port);
+  REQUIRE(b.ok());
+  loopback::Site* again = b->get();
+  const auto started = std::chrono::steady_clock::now();
+  REQUIRE(again->connect({sites[0].get(), again}).ok());
+  const Status up = again->spawn([again]() { return again->mesh().wait_connected({"a", "b"}, 3s); }).get();
+  CHECK(up.ok());
+  CHECK(std::chrono::steady_clock::now() - started < 2s);
+  bool a_up = false;  // a installs its side once it reads b's answer to its hello
+  for (int tries = 0; tries < 100 && !a_up; ++tries) {
+    a_up = sites[0]->call([&] { return sites[0]->mesh().peer_links().at("b").up; });
+    if (!a_up) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(a_up);
+}

@@ -1,8 +1,8 @@
 // Bad peers are refused, each with its own message, while the honest sites'
 // all-reduce completes: a certificate from another CA, a certificate for
 // another site name, an expired certificate, a plaintext client, a frame
-// with a huge length, a corrupted checksum, a wrong version, and a replayed
-// frame of an earlier round.
+// with a huge length, a corrupted checksum, a wrong version, a replayed
+// frame of an earlier round, and knocks in another's name or the wrong way.
 #include <asio/connect.hpp>
 #include <asio/ssl.hpp>
 #include <asio/write.hpp>
@@ -50,6 +50,14 @@ class Rogue {
     std::array<std::byte, kFrameHeaderSize + 64> reply{};
     std::error_code ec;
     stream_.read_some(asio::buffer(reply.data(), reply.size()), ec);  // the server's hello
+  }
+  // A knock: "dial me now", from a site the server dials.
+  void knock(const std::string& name) {
+    FrameHeader h;
+    h.type = FrameType::knock;
+    auto payload = std::as_bytes(std::span(name.data(), name.size()));
+    seal(h, payload);
+    send(h, payload);
   }
   bool handshake_ok() const { return handshake_ok_; }
 
@@ -152,6 +160,17 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
       r.hello("b");  // mallory's certificate, claiming to be b
     }
     CHECK(refused_with(a, "certificate is for 'mallory', the peer claims to be 'b'"));
+
+    {
+      Rogue r(a.port(), federation.files("mallory"), real_ca);
+      r.knock("c");  // a dials c: a knock in c's name, under mallory's certificate
+    }
+    CHECK(refused_with(a, "certificate is for 'mallory', the peer claims to be 'c'"));
+    {
+      Rogue r(sites[1]->port(), federation.files("a"), real_ca);
+      r.knock("a");  // b does not dial a: a dials b
+    }
+    CHECK(refused_with(*sites[1], "knock from a, which dials this site"));
 
     {
       Rogue r(a.port(), federation.files("mallory"), real_ca);

@@ -4,7 +4,7 @@
 # packaging/README.md says how to build and install the package.
 #
 # Layout of the package (prefix /usr):
-#   /usr/bin/geoloco, geoloco-train, geolocod, geoloco-faultproxy
+#   /usr/bin/geoloco, geoloco-train, geolocod, geoloco-faultproxy (and geoloco-train-cuda in a CUDA build)
 #   /lib/systemd/system/geolocod.service, geolocod@.service
 #   /usr/lib/python3/dist-packages/geoloco/      (the Python package: numpy only; geoloco.torch also needs python3-torch)
 #   /usr/share/geoloco/configs/{sites,jobs}/     (the example configs)
@@ -23,6 +23,9 @@ if(TARGET geolocod)
 endif()
 if(TARGET geoloco-faultproxy)
   list(APPEND _geoloco_pkg_programs geoloco-faultproxy)
+endif()
+if(TARGET geoloco-train-cuda)  # what geoloco-train --backend cuda runs (inner/CMakeLists.txt)
+  list(APPEND _geoloco_pkg_programs geoloco-train-cuda)
 endif()
 install(TARGETS ${_geoloco_pkg_programs} RUNTIME DESTINATION bin)
 install(FILES configs/systemd/geolocod.service configs/systemd/geolocod@.service

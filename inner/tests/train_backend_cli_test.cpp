@@ -36,12 +36,12 @@ struct Proc {
 };
 
 // Runs geoloco-train with `args`, stdout and stderr into one string; killed after 30 s.
-Proc run_train(const std::vector<std::string>& args) {
+Proc run_train(const std::vector<std::string>& args, const std::string& program = GEOLOCO_TRAIN_BIN) {
   static int n = 0;
   const std::string out_path = (std::filesystem::temp_directory_path() /
                                 ("geoloco-train-backend-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
                                    .string();
-  std::vector<std::string> argv_s{GEOLOCO_TRAIN_BIN};
+  std::vector<std::string> argv_s{program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
@@ -113,6 +113,26 @@ TEST_CASE("geoloco-train --backend cuda is refused with exit 2 where it cannot r
     CHECK(p.output == expected);
   }
 }
+
+#if GEOLOCO_HAVE_CUDA
+TEST_CASE("geoloco-train without geoloco-train-cuda beside it refuses --backend cuda with exit 2", "[train][backend]") {
+  // geoloco-train carries the CPU backend only and runs its CUDA sibling
+  // from its own folder for --backend cuda: a copy alone in another folder
+  // says which program it could not run.
+  const auto dir = std::filesystem::temp_directory_path() / ("geoloco-train-alone-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto alone = dir / "geoloco-train";
+  std::filesystem::copy_file(GEOLOCO_TRAIN_BIN, alone, std::filesystem::copy_options::overwrite_existing);
+  const Proc p = run_train({"--backend", "cuda"}, alone.string());
+  const Proc help = run_train({"--help"}, alone.string());  // the program itself runs alone
+  std::filesystem::remove_all(dir);
+  INFO(p.output);
+  CHECK(p.code == 2);
+  CHECK(p.output == "geoloco-train: --backend cuda: the CUDA trainer " + (dir / "geoloco-train-cuda").string() +
+                        " cannot be run (No such file or directory); it is built beside geoloco-train when CUDA is\n");
+  CHECK(help.code == 0);
+}
+#endif
 
 TEST_CASE("geoloco-train --backend accepts only cpu and cuda", "[train][backend]") {
   const Proc p = run_train({"--backend", "tpu"});

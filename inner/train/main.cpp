@@ -12,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -91,6 +93,24 @@ int fail_backend(const std::string& backend, const Status& s) {
   return s.code() == Err::unsupported ? 2 : 1;
 }
 
+#ifdef GEOLOCO_CUDA_TRAINER
+// Runs the CUDA build of this program, from this program's own folder, in
+// this process with the same arguments. Returns only if it cannot (exit 2).
+int exec_cuda_trainer(char** argv) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string path = GEOLOCO_CUDA_TRAINER;
+  if (n > 0) {
+    const std::string exe(self, static_cast<std::size_t>(n));
+    path = exe.substr(0, exe.rfind('/') + 1) + GEOLOCO_CUDA_TRAINER;
+  }
+  ::execv(path.c_str(), argv);
+  const int err = errno;
+  return fail_backend("cuda", GEOLOCO_ERROR(Err::unsupported, "the CUDA trainer ", path, " cannot be run (",
+                                            std::strerror(err), "); it is built beside geoloco-train when CUDA is"));
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +121,12 @@ int main(int argc, char** argv) {
   const TrainOptions& o = c.train;
   const std::string& backend = c.backend;
 
+#ifdef GEOLOCO_CUDA_TRAINER
+  // This program carries the CPU backend only (it starts without loading
+  // CUDA's libraries); the CUDA one is its sibling program, run in its place
+  // with the same arguments before anything starts.
+  if (backend == "cuda") return exec_cuda_trainer(argv);
+#endif
   // Before anything starts (workers, data): can this binary, here, run it?
   if (Status s = check_backend(backend); !s.ok()) return fail_backend(backend, s);
   if (c.bench && backend != "cpu")

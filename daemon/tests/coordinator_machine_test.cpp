@@ -535,13 +535,19 @@ TEST_CASE("at round 1 every site is waited for, idle or not: all trainers start 
   CHECK(*wait.wake_at == t0 + 11s);
 }
 
-TEST_CASE("a site catching up is not named late: it would only be sent the average beside the state it fetches") {
+// Round 7 of a 2-of-3 job: c fetches the state, a and b are READY at t0 + 1 s.
+CoordinatorMachine round_7_with_c_catching_up() {
   auto o = three_sites(2);
   o.stop_after_round = 0;
   CoordinatorMachine c(o, 7, t0);
   REQUIRE(c.on_heartbeat("c", t0, "catching_up").ok());
   REQUIRE(c.on_ready("a", ready(7, 100), t0 + 1s).ok());
   REQUIRE(c.on_ready("b", ready(7, 100), t0 + 1s).ok());
+  return c;
+}
+
+TEST_CASE("a site catching up is not named late: it would only be sent the average beside the state it fetches") {
+  CoordinatorMachine c = round_7_with_c_catching_up();
   CHECK_FALSE(c.step(t0 + 1s).plan);  // waited for up to the deadline: time for a slow link to catch up
   REQUIRE(c.on_heartbeat("c", t0 + 10s, "catching_up").ok());
   auto p = c.step(t0 + 11s);
@@ -560,12 +566,7 @@ TEST_CASE("a site catching up is not named late: it would only be sent the avera
 }
 
 TEST_CASE("a site waited for while it fetches the state is not held for once its state is in and its trainer idle") {
-  auto o = three_sites(2);
-  o.stop_after_round = 0;
-  CoordinatorMachine c(o, 7, t0);
-  REQUIRE(c.on_heartbeat("c", t0, "catching_up").ok());
-  REQUIRE(c.on_ready("a", ready(7, 100), t0 + 1s).ok());
-  REQUIRE(c.on_ready("b", ready(7, 100), t0 + 1s).ok());
+  CoordinatorMachine c = round_7_with_c_catching_up();
   CHECK_FALSE(c.step(t0 + 1s).plan);
   REQUIRE(c.on_heartbeat("c", t0 + 2s, "idle").ok());  // the state is in; its trainer starts
   auto p = c.step(t0 + 2s);                              // not the deadline (t0 + 11 s)

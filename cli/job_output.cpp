@@ -132,19 +132,29 @@ std::string watch_header() {
                 "busy", "lagging");
 }
 
-std::string watch_round_line(const json& round) {
+std::string watch_round_line(const json& listed) {
+  // A round this site did not apply, its state given by a peer: no bytes or
+  // timings of this site's, and the last column says where it came from.
+  const std::string from = text(listed, "installed_from", "");
+  json round = listed;
+  if (!from.empty())
+    for (const char* own : {"bytes_sent", "compression_ratio", "compute_seconds", "waiting_seconds", "exchange_seconds",
+                            "compute_share"})
+      round.erase(own);
   const auto participants = names(round, "participants");
   const auto late = names(round, "late");
   const std::string sites = format("%zu/%zu", participants.size(), participants.size() + late.size());
   // Streaming DiLoCo: "12:f2" is round 12, which synced fragment 2.
   std::string number_text = count_text(count(round, "round"));
   if (auto fragment = count(round, "fragment")) number_text.append(":f").append(std::to_string(*fragment));
+  std::string last = late.empty() ? "-" : join(late);
+  if (!from.empty()) last.append(" (state from ").append(from).append(")");
   return format(kWatchColumns, number_text.c_str(), sites.c_str(),
                 fixed(number(round, "loss"), 4).c_str(), fixed(number(round, "eval_loss"), 4).c_str(),
                 bytes_text(round, "bytes_sent").c_str(), fixed(number(round, "compression_ratio"), 1, "x").c_str(),
                 fixed(number(round, "compute_seconds"), 1).c_str(), fixed(number(round, "waiting_seconds"), 1).c_str(),
                 fixed(number(round, "exchange_seconds"), 1).c_str(), percent_text(number(round, "compute_share")).c_str(),
-                late.empty() ? "-" : join(late).c_str());
+                last.c_str());
 }
 
 std::string watch_event_line(const json& event) { return "# " + text(event, "event", ""); }

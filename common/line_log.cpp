@@ -84,11 +84,20 @@ Result<LineLog> LineLog::open(const std::string& path, const std::string& what, 
 }
 
 Status LineLog::append(std::string_view line) {
-  GEOLOCO_RETURN_IF(line.find('\n') != std::string_view::npos, Err::invalid_argument, what_,
-                    ": a line to append holds a newline");
+  const std::string one(line);
+  return append(std::span<const std::string>(&one, 1));
+}
+
+Status LineLog::append(std::span<const std::string> lines) {
+  std::string data;
+  for (const auto& line : lines) {
+    GEOLOCO_RETURN_IF(line.find('\n') != std::string::npos, Err::invalid_argument, what_,
+                      ": a line to append holds a newline");
+    data += line;
+    data += '\n';
+  }
   GEOLOCO_RETURN_IF(broken_, Err::io, what_, ": a failed write could not be undone; no line is appended after it");
-  std::string data(line);
-  data += '\n';
+  if (data.empty()) return {};
   const off_t end = ::lseek(fd_, 0, SEEK_CUR);
   GEOLOCO_RETURN_IF(end < 0, Err::io, what_, ": ", std::strerror(errno));
   Status written = write_all(fd_, data, what_);

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ class LineLog {
   /// whole line, and a later append may succeed; a line never glues to half
   /// of another).
   Status append(std::string_view line);
+  /// Appends `lines` in order with one write and one sync: all of them, or
+  /// (an error) none. Errors: as append.
+  Status append(std::span<const std::string> lines);
 
  private:
   LineLog(int fd, std::string path, std::string what) : fd_(fd), path_(std::move(path)), what_(std::move(what)) {}

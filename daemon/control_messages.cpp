@@ -112,6 +112,10 @@ class Fields {
     if (!ok && status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: ", what));
   }
   const Status& status() const { return status_; }
+  /// The first problem of a nested record's fields, as this message's.
+  void absorb(const Fields& nested) {
+    if (status_.ok() && !nested.status_.ok()) status_ = nested.status_;
+  }
 
  private:
   const json* find(const char* key) {
@@ -230,6 +234,14 @@ std::string encode_control(const ControlMessage& message) {
               json d = json::array();
               for (const auto& e : m.deltas) d.push_back(json::array({e.round, e.bytes, e.hash, e.digest}));
               j["deltas"] = std::move(d);
+            }
+            if (!m.rounds.empty()) {
+              json rounds = json::array();
+              for (const auto& r : m.rounds)
+                rounds.push_back(json{{"round", r.round},   {"fragment", r.fragment}, {"participants", r.participants},
+                                      {"late", r.late},     {"loss", r.loss},         {"tokens", r.tokens},
+                                      {"digest", r.digest}});
+              j["rounds"] = std::move(rounds);
             }
             return j;
           },
@@ -439,6 +451,35 @@ Result<ControlMessage> decode_control(std::string_view text) {
           f.check(is_digest(o.hash) && is_digest(o.digest), "a delta's hash and digest must be 16 hex digits");
           f.check(o.bytes >= 1 && o.bytes <= kMaxOfferedDeltaBytes, "a delta's bytes must be 1..2^40");
           m.deltas.push_back(std::move(o));
+        }
+    }
+    if (f.has("rounds")) {
+      const json& rounds = j["rounds"];
+      f.check(rounds.is_array() && rounds.size() <= kMaxOfferedRounds,
+              cat("rounds must be a list of at most ", kMaxOfferedRounds, " records"));
+      if (rounds.is_array() && rounds.size() <= kMaxOfferedRounds)
+        for (const auto& e : rounds) {
+          f.check(e.is_object(), "each of rounds must be an object");
+          if (!e.is_object()) break;
+          Fields r(e, "state_offer (an entry of rounds)");
+          OfferedRound o;
+          std::uint64_t fragment = 0;
+          r.u64("round", o.round);
+          r.u64("fragment", fragment);
+          r.strings("participants", o.participants);
+          r.strings("late", o.late);
+          r.f64("loss", o.loss);
+          r.u64("tokens", o.tokens);
+          r.str("digest", o.digest);
+          r.check(fragment < (1u << 16), "fragment must be < 65536");
+          r.check(is_digest(o.digest), "digest must be 16 hex digits");
+          r.check(!o.participants.empty(), "a round has participants");
+          r.check(o.round >= 1 && o.round <= m.round, "a listed round must be 1..round");
+          r.check(m.rounds.empty() || m.rounds.back().round < o.round, "rounds must be listed in order, once each");
+          f.absorb(r);
+          if (!r.status().ok()) break;
+          o.fragment = static_cast<std::uint32_t>(fragment);
+          m.rounds.push_back(std::move(o));
         }
     }
     // The entries are of the rounds after the base, in order, through `round`.

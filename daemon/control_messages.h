@@ -136,6 +136,21 @@ struct StateDeltaOffer {
   bool operator==(const StateDeltaOffer&) const = default;
 };
 
+/// A committed round as the offering site lists it, so that a site given
+/// the state lists the rounds it did not apply itself (`geoloco status`).
+struct OfferedRound {
+  std::uint64_t round = 0;
+  std::uint32_t fragment = 0;
+  std::vector<std::string> participants;
+  std::vector<std::string> late;
+  double loss = 0;
+  std::uint64_t tokens = 0;
+  std::string digest;  ///< the anchor digest the round gave
+  bool operator==(const OfferedRound&) const = default;
+};
+/// Most rounds one state offer lists (the latest).
+inline constexpr std::size_t kMaxOfferedRounds = 256;
+
 /// STATE_SYNC, answered: the state of `round` is on offer, unless `reason`
 /// says why there is none. The asker takes it with a state_accept, and the
 /// state then follows as `state` frames (anchor values, then momentum
@@ -169,6 +184,9 @@ struct StateOfferMessage {
   /// said it holds it), and only the entries follow.
   bool from_held = false;
   std::vector<StateDeltaOffer> deltas = {};
+  /// The offering site's records of the rounds after the asker's, through
+  /// `round` (the latest kMaxOfferedRounds; optional).
+  std::vector<OfferedRound> rounds = {};
 };
 
 /// STATE_SYNC, taken: "send the state of `round` you offered". Sent once

@@ -228,6 +228,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// journal's last committed round (round_replay.h), before the machine
   /// starts: what this site holds after a crash, from its disk alone.
   void replay_round_log();
+  void list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer);
   /// geoloco_round_log_bytes: what the round log holds on disk now.
   void show_round_log_bytes();
 
@@ -251,6 +252,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<PendingCommit> restored_pending_;   ///< the one the journal held at start (its memory is gone)
   std::uint64_t receiving_tokens_ = 0;              ///< the offered state's tokens, while it is received
   std::optional<std::uint64_t> receiving_attempt_;  ///< and the attempt that committed its round
+  std::map<std::uint64_t, OfferedRound> receiving_rounds_;  ///< and the rounds its holders listed
   std::unique_ptr<TrainerHost> host_;
   std::unique_ptr<TrainerProcess> process_;
   /// Where this site is in the job's rounds; every decision is its.

@@ -96,6 +96,13 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason, con
     offer.tokens = r->value("tokens", std::uint64_t{0});
     if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned()) offer.attempt = (*r)["attempt"].get<std::uint64_t>();
   }
+  // This site's records of the rounds the asker did not apply, so that it lists them too.
+  if (offer.reason.empty())
+    for (const auto& r : rounds_->records())
+      if (r.round > (asker ? asker->round : 0) && r.round <= offer.round)
+        offer.rounds.push_back(OfferedRound{r.round, r.fragment, r.participants, r.late, r.loss, r.tokens, r.digest});
+  if (offer.rounds.size() > kMaxOfferedRounds)
+    offer.rounds.erase(offer.rounds.begin(), offer.rounds.end() - static_cast<std::ptrdiff_t>(kMaxOfferedRounds));
   if (!offer.deltas.empty())
     spdlog::info("[{}] {} is offered the state of round {}{}: {} bytes", spec_.name, peer, offer.round,
                  offer_route(offer), source ? source->bytes() : 0);
@@ -132,6 +139,7 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
   auto accepts = transfers_->receive(peer, offer, holders);
   receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
   if (offer.attempt) receiving_attempt_ = offer.attempt;
+  for (const auto& r : offer.rounds) receiving_rounds_.emplace(r.round, r);
   if (!accepts.ok()) {
     // A holder of another state cannot help with this one; the transfer goes on.
     if (joining && accepts.status().code() == Err::mismatch) machine_->on_state_helper_refused(peer, accepts.status().message());
@@ -199,6 +207,7 @@ void JobRun::install_state() {
   journal_committed(std::move(record));
   receiving_tokens_ = 0;
   receiving_attempt_.reset();
+  list_installed_rounds(installed->round, installed->digest, installed->peer);
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
     (void)m->set("geoloco_state_sync_seconds", job, installed->seconds);
@@ -210,6 +219,34 @@ void JobRun::install_state() {
   // checkpoint of it is where the next rebuild starts.
   if (Status s = save_checkpoint(); !s.ok())
     spdlog::error("[{}] checkpoint of the installed state: {}", spec_.name, s.message());
+}
+
+// The rounds through `round` that this site did not apply, as the state's
+// holders listed them, when their last one gave the state installed.
+void JobRun::list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer) {
+  const auto listed = std::move(receiving_rounds_);
+  receiving_rounds_.clear();
+  const auto last = listed.find(round);
+  if (last == listed.end() || last->second.digest != digest) return;
+  const std::uint64_t after = rounds_->records().empty() ? 0 : rounds_->records().back().round;
+  std::vector<RoundRecord> records;
+  for (auto it = listed.upper_bound(after); it != listed.end() && it->first <= round; ++it) {
+    RoundRecord r;
+    r.round = it->first;
+    r.fragment = it->second.fragment;
+    r.fragments = spec_.fragments();
+    r.participants = it->second.participants;
+    r.late = it->second.late;
+    r.loss = it->second.loss;
+    r.tokens = it->second.tokens;
+    r.digest = it->second.digest;
+    r.installed_from = peer;
+    records.push_back(std::move(r));
+  }
+  if (records.empty()) return;
+  if (Status kept = rounds_->append(std::span<const RoundRecord>(records)); !kept.ok())
+    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name,
+                  records.front().round, records.back().round, kRoundLogFile, kept.message());
 }
 
 // ------------------------------------------------------------- checkpoints

@@ -45,6 +45,9 @@ struct RoundRecord {
   std::optional<double> compute_share() const;
   std::string digest;
   bool contributed = false;        ///< this site's Δ was in the round
+  /// Not applied here: the state this round gave came from this site (a
+  /// state transfer), which listed the round so (no bytes or timings of this site).
+  std::string installed_from;
 };
 
 /// A round's record as status and watch show it, with the eval loss of the

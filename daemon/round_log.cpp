@@ -51,23 +51,25 @@ std::optional<RoundRecord> parse_line(std::string_view line, const std::string& 
 }  // namespace
 
 json stored_record_json(const RoundRecord& r) {
-  return json{{"round", r.round},
-              {"fragment", r.fragment},
-              {"fragments", r.fragments},
-              {"participants", r.participants},
-              {"late", r.late},
-              {"loss", r.loss},
-              {"tokens", r.tokens},
-              {"bytes_sent", r.bytes_sent},
-              {"bytes_received", r.bytes_received},
-              {"compression_ratio", r.compression_ratio},
-              {"compute_seconds", r.compute_seconds},
-              {"waiting_seconds", r.waiting_seconds},
-              {"exchange_seconds", r.exchange_seconds},
-              {"trainer_compute_seconds", optional_json(r.trainer_compute_seconds)},
-              {"trainer_loop_seconds", optional_json(r.trainer_loop_seconds)},
-              {"digest", r.digest},
-              {"contributed", r.contributed}};
+  json j{{"round", r.round},
+         {"fragment", r.fragment},
+         {"fragments", r.fragments},
+         {"participants", r.participants},
+         {"late", r.late},
+         {"loss", r.loss},
+         {"tokens", r.tokens},
+         {"bytes_sent", r.bytes_sent},
+         {"bytes_received", r.bytes_received},
+         {"compression_ratio", r.compression_ratio},
+         {"compute_seconds", r.compute_seconds},
+         {"waiting_seconds", r.waiting_seconds},
+         {"exchange_seconds", r.exchange_seconds},
+         {"trainer_compute_seconds", optional_json(r.trainer_compute_seconds)},
+         {"trainer_loop_seconds", optional_json(r.trainer_loop_seconds)},
+         {"digest", r.digest},
+         {"contributed", r.contributed}};
+  if (!r.installed_from.empty()) j["installed_from"] = r.installed_from;
+  return j;
 }
 
 std::optional<RoundRecord> stored_record(const json& j) {
@@ -90,6 +92,7 @@ std::optional<RoundRecord> stored_record(const json& j) {
     r.trainer_compute_seconds = it->get<double>();
   if (const auto it = j.find("trainer_loop_seconds"); it != j.end() && it->is_number())
     r.trainer_loop_seconds = it->get<double>();
+  if (const auto it = j.find("installed_from"); it != j.end() && it->is_string()) r.installed_from = it->get<std::string>();
   return r;
 }
 
@@ -123,18 +126,17 @@ void RoundLog::keep(RoundRecord record) {
   records_.push_back(std::move(record));
 }
 
-Status RoundLog::append(const RoundRecord& record) {
-  keep(record);
-  json line = stored_record_json(record);
-  line["config"] = config_;
-  unwritten_.push_back(hashed_line(line.dump()));
-  std::size_t written = 0;
-  Status status;
-  for (; written < unwritten_.size(); ++written) {
-    status = log_.append(unwritten_[written]);
-    if (!status.ok()) break;
+Status RoundLog::append(const RoundRecord& record) { return append(std::span<const RoundRecord>(&record, 1)); }
+
+Status RoundLog::append(std::span<const RoundRecord> records) {
+  for (const auto& record : records) {
+    keep(record);
+    json line = stored_record_json(record);
+    line["config"] = config_;
+    unwritten_.push_back(hashed_line(line.dump()));
   }
-  unwritten_.erase(unwritten_.begin(), unwritten_.begin() + static_cast<std::ptrdiff_t>(written));
+  Status status = log_.append(std::span<const std::string>(unwritten_));
+  if (status.ok()) unwritten_.clear();
   return status;
 }
 

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ class RoundLog {
   /// when the write fails. Errors: io (it waits for the next append; a
   /// restart before then would not list it).
   Status append(const RoundRecord& record);
+  /// Adds records of consecutive rounds, in order, with one write.
+  Status append(std::span<const RoundRecord> records);
 
  private:
   RoundLog(LineLog log, std::string config) : log_(std::move(log)), config_(std::move(config)) {}

@@ -61,6 +61,12 @@ TEST_CASE("a round with nulls, missing or mistyped fields prints dashes") {
   // Streaming DiLoCo: the round says which fragment it synced.
   CHECK(watch_round_line(json::parse(R"({"round": 12, "fragment": 2})")) ==
         "12:f2    0/0         -         -           -        -         -         -         -       -  -");
+  // A round whose state came from a peer: its own zeros are not shown as measured.
+  CHECK(watch_round_line(json::parse(R"({"round": 9, "participants": ["a", "b"], "late": [], "loss": 2.5,
+                                          "bytes_sent": 0, "compression_ratio": 0, "compute_seconds": 0,
+                                          "waiting_seconds": 0, "exchange_seconds": 0, "compute_share": null,
+                                          "installed_from": "b"})")) ==
+        "    9    2/2    2.5000         -           -        -         -         -         -       -  - (state from b)");
   CHECK(watch_round_line(json::parse("[1, 2]")) ==
         "    -    0/0         -         -           -        -         -         -         -       -  -");
   CHECK(watch_event_line(json::parse(R"({"event": "site c left", "state": "running"})")) == "# site c left");

@@ -37,6 +37,10 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
                         "00000000deadbeef", true,
                         {{6, 4000, "1111111111111111", "2222222222222222"},
                          {7, 4100, "3333333333333333", "0123456789abcdef"}}},
+      StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "", std::nullopt, "",
+                        false, {},
+                        {{6, 0, {"a", "b"}, {"c"}, 2.5, 12800, "2222222222222222"},
+                         {7, 1, {"a"}, {}, 2.25, 6400, "0123456789abcdef"}}},
   };
   for (const auto& m : messages) {
     const std::string text = encode_control(m);
@@ -82,6 +86,11 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   REQUIRE(rounds.deltas.size() == 2);
   CHECK(rounds.deltas[1] == StateDeltaOffer{7, 4100, "3333333333333333", "0123456789abcdef"});
   CHECK_FALSE(std::get<StateOfferMessage>(*decode_control(encode_control(messages[11]))).base_round);
+  auto listed = std::get<StateOfferMessage>(*decode_control(encode_control(messages[26]))).rounds;
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0] == OfferedRound{6, 0, {"a", "b"}, {"c"}, 2.5, 12800, "2222222222222222"});
+  CHECK(listed[1] == OfferedRound{7, 1, {"a"}, {}, 2.25, 6400, "0123456789abcdef"});
+  CHECK(std::get<StateOfferMessage>(*decode_control(encode_control(messages[11]))).rounds.empty());
   auto elect = std::get<ElectMessage>(*decode_control(encode_control(messages[14])));
   CHECK((elect.epoch == 3 && elect.pre && elect.committed_round == 41));
   auto vote = std::get<VoteMessage>(*decode_control(encode_control(messages[15])));
@@ -195,6 +204,19 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(base + R"([[2,10,"x","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]]})") ==
         "state_offer message: a delta's hash and digest must be 16 hex digits");
   CHECK(msg(base + R"([2,3]})") == "state_offer message: each of deltas must be [round, bytes, hash, digest]");
+  const std::string listing = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","rounds":)";
+  const std::string entry = R"({"fragment":0,"participants":["a"],"late":[],"loss":1.5,"tokens":10,)";
+  CHECK(msg(listing + "[" + entry + R"("round":2,"digest":"0123456789abcdef"},)" + entry +
+            R"("round":2,"digest":"0123456789abcdef"}]})") ==
+        "state_offer (an entry of rounds) message: rounds must be listed in order, once each");
+  CHECK(msg(listing + "[" + entry + R"("round":4,"digest":"0123456789abcdef"}]})") ==
+        "state_offer (an entry of rounds) message: a listed round must be 1..round");
+  CHECK(msg(listing + "[" + entry + R"("round":3,"digest":"x"}]})") ==
+        "state_offer (an entry of rounds) message: digest must be 16 hex digits");
+  CHECK(msg(listing + "[" + entry + R"("round":3}]})") ==
+        "state_offer (an entry of rounds) message: field 'digest' must be present");
+  CHECK(msg(listing + R"({}})") == "state_offer message: rounds must be a list of at most 256 records");
+  CHECK(msg(listing + "[3]}") == "state_offer message: each of rounds must be an object");
   CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true})") ==
         "state_offer message: an offer with deltas names its base_round");
   CHECK(msg(R"({"type":"state_request","job":"x","held_round":4,"held_digest":"nope"})") ==

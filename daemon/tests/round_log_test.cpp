@@ -82,6 +82,29 @@ TEST_CASE("every field of every round survives a reopen") {
   std::filesystem::remove(path);
 }
 
+TEST_CASE("rounds installed from a peer's state are written at once and say from whom") {
+  const auto path = temp_path("installed");
+  {
+    auto log = RoundLog::open(path, kConfig);
+    REQUIRE(log.ok());
+    REQUIRE(log->append(record_of(1)).ok());
+    std::vector<RoundRecord> installed{record_of(2), record_of(3), record_of(4)};
+    for (auto& r : installed) r.installed_from = "site-b";
+    REQUIRE(log->append(std::span<const RoundRecord>(installed)).ok());
+    CHECK(rounds_of(*log) == std::vector<std::uint64_t>{1, 2, 3, 4});
+  }
+  auto log = RoundLog::open(path, kConfig);
+  REQUIRE(log.ok());
+  REQUIRE(rounds_of(*log) == std::vector<std::uint64_t>{1, 2, 3, 4});
+  CHECK(log->records()[0].installed_from.empty());
+  CHECK_FALSE(stored_record_json(log->records()[0]).contains("installed_from"));
+  for (std::size_t i = 1; i < 4; ++i) {
+    CHECK(log->records()[i].installed_from == "site-b");
+    CHECK(stored_record_json(log->records()[i])["installed_from"] == "site-b");
+  }
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("a round committed again replaces the records from that round on") {
   const auto path = temp_path("again");
   {

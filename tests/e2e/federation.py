@@ -226,7 +226,8 @@ class Federation:
         again, contributes to a round after its return. It lists the rounds it
         committed before the kill (read back from its round log; a round up to
         killed_at + 1 may have committed just before the kill), then, after its
-        STATE_SYNC of round s, rounds from s + 1 on. Checks both; returns
+        STATE_SYNC of round s, rounds from s + 1 on (the rounds between, as its
+        donors listed them, say `installed_from`). Checks both; returns
         (s, the first round after the rejoin)."""
         self.wait_for(lambda: any(r["contributed"] and r["round"] > killed_at + 1
                                   for r in (site.status(job) or {}).get("rounds", [])), 120,
@@ -234,7 +235,8 @@ class Federation:
         listed = [r["round"] for r in site.status(job)["rounds"]]
         assert set(range(1, killed_at)) <= set(listed), \
             f"{site.name} forgot rounds it committed before the kill: {listed}"
-        first = min(r for r in listed if r > killed_at + 1)
+        first = min(r["round"] for r in site.status(job)["rounds"]
+                    if r["round"] > killed_at + 1 and "installed_from" not in r)
         synced = [int(m) for m in re.findall(r"state of round (\d+) received from", open(site.log_path).read())][-1]
         # Within one round of its STATE_SYNC, the site holds the committed anchor of the next round.
         assert first == synced + 1, f"{site.name} synced round {synced} but its first round after the rejoin is {first}"

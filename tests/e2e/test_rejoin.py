@@ -39,6 +39,17 @@ with Federation() as fed:
     for r in c.status("e2e")["rounds"]:
         assert r["digest"] == ref[r["round"]], (r["round"], r["digest"], ref[r["round"]])
     assert c.status("e2e")["anchor_digest"] == a.status("e2e")["anchor_digest"]
+    # site-c lists the whole job: the rounds it missed as its donors listed
+    # them (their loss and participants), saying where their state came from.
+    listed = c.status("e2e")["rounds"]
+    assert [r["round"] for r in listed] == list(range(1, ROUNDS + 1)), [r["round"] for r in listed]
+    for r in listed:
+        ours = {k: v for k, v in a.status("e2e")["rounds"][r["round"] - 1].items() if k in ("loss", "participants")}
+        assert {k: r[k] for k in ours} == ours, (r, ours)
+        if killed_at < r["round"] <= synced:
+            assert r.get("installed_from") in ("site-a", "site-b") and r["bytes_sent"] == 0, r
+        elif r["round"] < killed_at or r["round"] > synced:
+            assert "installed_from" not in r, r
     log = open(c.log_path).read()
     assert "received from site-a" in log, log[-3000:]
     # The transfer is measured and shown: its bytes (anchor and momentum,

@@ -168,15 +168,18 @@ void SuccessionMachine::learn(const Office& office, const std::string& from, Clo
   // A peer that has not heard of the resignation yet: the office stays vacant until an election fills it.
   if (office.coordinator == options_.self && resigned_epoch_ && office.epoch <= *resigned_epoch_) return;
   const bool was_acting = acting();
-  const Undo before{office_, vote_, office_heard_};
   office_ = office;
   highest_epoch_ = std::max(highest_epoch_, office.epoch);
   office_heard(now);
   candidacy_.reset();
   if (office.epoch > 0) ++failovers_;
-  act(Persist{office_record(office)});
-  undo_ = before;
+  // Followed first, and kept in memory even if the journal refuses the
+  // record (a full disk): nothing sent depends on it, and a site that
+  // cannot write must still follow the office it was told of. Started
+  // again without it, the site learns it again from the holder.
   act(Follow{office_});
+  act(Persist{office_record(office)});
+  undo_.reset();
   if (was_acting)
     note(cat("this site no longer coordinates the job: ", office.coordinator, " holds the office of epoch ",
              office.epoch, " (learned from ", from, ")"));
@@ -187,18 +190,18 @@ void SuccessionMachine::learn(const Office& office, const std::string& from, Clo
 void SuccessionMachine::adopt_epoch(std::uint64_t epoch, const std::string& from, Clock::time_point now) {
   if (epoch <= office_.epoch) return;
   const bool was_acting = acting();
-  const Undo before{office_, vote_, office_heard_};
+  const Office before = office_;
   office_ = Office{epoch, ""};
   highest_epoch_ = std::max(highest_epoch_, epoch);
   office_heard(now);  // the election's winner has a heartbeat timeout to show itself
   candidacy_.reset();
+  act(Follow{office_});  // as learn(): followed even if the journal refuses the record
   act(Persist{office_record(office_)});
-  undo_ = before;
-  act(Follow{office_});
-  note(cat(from, " is in epoch ", epoch, ", whose election is open: epoch ", before.office.epoch,
+  undo_.reset();
+  note(cat(from, " is in epoch ", epoch, ", whose election is open: epoch ", before.epoch,
            was_acting ? std::string(" is over and this site no longer coordinates the job")
                       : cat(" (coordinator ",
-                            before.office.coordinator.empty() ? std::string("none") : before.office.coordinator,
+                            before.coordinator.empty() ? std::string("none") : before.coordinator,
                             ") is over here")));
 }
 

@@ -164,8 +164,10 @@ class SuccessionMachine {
   /// `mine`: this site's standing now (its committed round ranks it; a
   /// candidate's own standing joins the voters').
   Actions step(const Standing& mine, Clock::time_point now);
-  /// The last Persist could not be written: the office and vote go back to
-  /// what they were before it (the caller sent nothing after it).
+  /// The last Persist could not be written: a vote, or an office this site
+  /// was to take, goes back to what was before it (the caller sent nothing
+  /// after it). An office learned from a peer, or a vacancy, stays: it is
+  /// followed in memory (nothing sent depends on its record).
   void on_persist_failed(Clock::time_point now);
   /// This site holds the office but cannot act on it (its role did not
   /// start): it leaves the office vacant, so another site stands.

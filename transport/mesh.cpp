@@ -165,6 +165,7 @@ asio::awaitable<Status> Mesh::wait_connected(std::vector<std::string> peers, std
 
 void Mesh::begin(OpKey key, FrameSink* sink) {
   declined_.erase(key);  // declined, then run after all: its frames from now on are delivered
+  if (newest_declined_ && !(key < *newest_declined_)) newest_declined_.reset();
   current_ = key;
   have_current_ = true;
   sink_ = sink;
@@ -179,6 +180,7 @@ void Mesh::decline(OpKey key) {
   if (have_current_ && key <= current_) return;
   declined_.insert(key);
   while (declined_.size() > 64) declined_.erase(declined_.begin());
+  if (!newest_declined_ || *newest_declined_ < key) newest_declined_ = key;
   op_changed_.notify_all();
 }
 
@@ -187,6 +189,7 @@ void Mesh::set_job(std::uint64_t job) {
   current_ = {};
   have_current_ = false;
   declined_.clear();
+  newest_declined_.reset();
   sink_ = nullptr;
   op_changed_.notify_all();
 }
@@ -205,7 +208,9 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   const OpKey key{h.round, h.fragment};
   // A frame of an operation this site has not begun yet waits for it; the
   // reader stops reading meanwhile, so nothing piles up in memory.
-  auto declined = [&] { return declined_.count(key) && !(have_current_ && key == current_); };
+  auto declined = [&] {
+    return (declined_.count(key) || (newest_declined_ && key < *newest_declined_)) && !(have_current_ && key == current_);
+  };
   while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined())
     co_await op_changed_.wait();
   if (!conn.is_open()) co_return conn.close_reason();

@@ -175,7 +175,11 @@ class Mesh {
   void cancel(OpKey key, const Status& why);
   /// This site will not run operation `key` (a later one than the current):
   /// its frames are dropped as they come, and any that wait are released.
-  /// The newest 64 declined keys are remembered.
+  /// The newest 64 declined keys are remembered. Operations run in key
+  /// order, so neither will one older than the newest declined (and not
+  /// begun): frames of an operation this site never heard of (a PLAN it
+  /// refused) are dropped too, rather than wait forever in front of the
+  /// state frames that share their connection.
   void decline(OpKey key);
   /// Frames dropped because their operation was declined.
   std::uint64_t declined_frames() const { return declined_frames_; }
@@ -345,6 +349,7 @@ class Mesh {
   bool have_current_ = false;
   FrameSink* sink_ = nullptr;
   std::set<OpKey> declined_;
+  std::optional<OpKey> newest_declined_;  ///< since the last begin() of a key at least as new
   std::uint64_t declined_frames_ = 0;
   std::uint64_t foreign_job_frames_ = 0;
   Signal op_changed_;

@@ -386,6 +386,36 @@ TEST_CASE("a record the journal refuses undoes the vote, and nothing is granted 
   CHECK(std::get<succession::Persist>(out.actions.at(0)).record == vote_record(Office{1, "b"}));
 }
 
+TEST_CASE("an office learned from a peer is followed even when the journal refuses its record") {
+  SuccessionOptions o{{"a", "b", "c"}, "a", "c", 10s, 1s};
+  SuccessionMachine c(o, {}, t0);
+  // A vote for b, journaled: it stays whatever the journal does later.
+  c.on_elect("b", ElectMessage{1, false, 4}, standing(4), t0 + 11s);
+  (void)c.step(standing(4), t0 + 11s);
+  // b's heartbeat says it holds epoch 1; c's disk is full.
+  c.on_heartbeat("b", HeartbeatMessage{5, "inner", 1, "b", 4}, t0 + 12s);
+  auto out = c.step(standing(4), t0 + 12s);
+  REQUIRE(out.actions.size() >= 2);
+  // Followed first: the wiring stops at a Persist that fails, and the Follow is already done.
+  CHECK(std::get<succession::Follow>(out.actions.at(0)).office == Office{1, "b"});
+  CHECK(std::get<succession::Persist>(out.actions.at(1)).record == office_record(Office{1, "b"}));
+  c.on_persist_failed(t0 + 12s);
+  CHECK(c.office() == Office{1, "b"});  // not undone, nor the vote before it
+  // Heard again: nothing to learn, nothing to journal again.
+  c.on_heartbeat("b", HeartbeatMessage{6, "inner", 1, "b", 5}, t0 + 13s);
+  out = c.step(standing(5), t0 + 13s);
+  for (const auto& a : out.actions) CHECK_FALSE(std::holds_alternative<succession::Persist>(a));
+  // The same for an open epoch learned from a peer, on a coordinator that can no longer write.
+  SuccessionMachine a({{"a", "b", "c"}, "a", "a", 10s, 1s}, {}, t0);
+  REQUIRE(a.acting());
+  a.on_heartbeat("c", HeartbeatMessage{5, "inner", 2, "", 4}, t0 + 1s);
+  out = a.step(standing(4), t0 + 1s);
+  CHECK(std::get<succession::Follow>(out.actions.at(0)).office == Office{2, ""});
+  a.on_persist_failed(t0 + 1s);
+  CHECK(a.office() == Office{2, ""});
+  CHECK_FALSE(a.acting());  // fenced, though its journal could not say so
+}
+
 TEST_CASE("a site that learned an open epoch from a peer still votes in its election at once") {
   SuccessionOptions o{{"a", "b", "c", "d"}, "a", "c", 10s, 1s};
   SuccessionMachine c(o, {}, t0);
@@ -393,7 +423,8 @@ TEST_CASE("a site that learned an open epoch from a peer still votes in its elec
   c.on_heartbeat("d", HeartbeatMessage{5, "inner", 1, "", 4}, t0 + 11s);
   auto adopted = c.step(standing(4), t0 + 11s);
   CHECK(c.office() == Office{1, ""});
-  CHECK(std::get<succession::Persist>(adopted.actions.at(0)).record == office_record(Office{1, ""}));
+  CHECK(std::get<succession::Follow>(adopted.actions.at(0)).office == Office{1, ""});
+  CHECK(std::get<succession::Persist>(adopted.actions.at(1)).record == office_record(Office{1, ""}));
   c.on_elect("b", ElectMessage{1, false, 4}, standing(4), t0 + 11s);
   auto out = c.step(standing(4), t0 + 11s);
   bool granted = false;

@@ -5,8 +5,10 @@ the site's trainer work is kept out of rounds; once there is room the
 records are written, in order, and the site contributes again. Then the
 same on the acting coordinator (its data folder on a small tmpfs from the
 start): it cannot journal its next decision, sends nothing of it, and hands
-the office on; the job goes on under a successor, and the old coordinator,
-restarted on its own folder, contributes again. Needs root
+the office on; the job goes on under a successor, which the old
+coordinator follows though it cannot journal that; once its disk is freed
+it catches up and contributes again without a restart, and again once
+restarted on its own folder. Needs root
 (to mount the tmpfs): otherwise the verdict is SKIP. Ends with the history
 checker."""
 
@@ -44,14 +46,16 @@ def body():
             assert not missing, f"site-b, started again, no longer lists rounds {missing}"
             note += f"; started again, it lists all {len(listed)} rounds it had listed"
             epoch, holder, freed = coordinator_full_disk(fed, commits, data_a)
-        # Started again on its own folder, the old coordinator follows the new
-        # office and contributes. (Freed without a restart, it does not yet:
-        # see docs/RELIABILITY.md.)
-        a = fed["site-a"]
-        contributes_after(fed, a, freed)
-        assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
+            # Freed, the old coordinator resumes on its own: no restart.
+            a = fed["site-a"]
+            contributes_after(fed, a, freed)
+            assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
+            back = commits.poll()
+        # Started again on its own folder, it follows the office and contributes too.
+        contributes_after(fed, a, back)
         note += (f"; full disk on the coordinator site-a: it said it cannot journal, {holder} took epoch {epoch} and "
-                 f"the job went on; restarted on its own folder, site-a contributed again")
+                 f"the job went on; freed, site-a contributed again without a restart, and again once restarted "
+                 f"on its own folder")
         commits.finished(300)
         fed.check_history("e2e")
     return note

@@ -166,6 +166,57 @@ TEST_CASE("control frames arrive while a data connection waits for an operation 
   CHECK(outs[1] == ins[1]);
 }
 
+TEST_CASE("frames of an operation this site never heard of are dropped once it declines a later one") {
+  // b refused the PLAN of round 5 (from a coordinator it did not follow):
+  // a's round-5 frames hold b's only data connection, and the state frame a
+  // sends behind them waits too. Declining round 7 (b catches up) means
+  // round 5 will never run here either: its frames go, the state arrives.
+  auto federation = loopback::Federation::create({"a", "b"});
+  REQUIRE(federation.ok());
+  auto options = loopback::test_options();
+  options.connections_per_peer = 1;
+  auto made = loopback::make_sites(**federation, {"a", "b"}, options);
+  REQUIRE(made.ok());
+  auto& sites = *made;
+  std::vector<std::string> received;  // touched on b's thread only
+  loopback::record_control_frames(*sites[1], received);
+  std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
+  AllReduceRequest r;
+  r.key = {5, 0};
+  r.participants = {"a"};
+  r.weights = {1};
+  r.observers = {"b"};
+  r.input = in;
+  r.output = out;
+  r.timeout = 20s;
+  Mesh& ma = sites[0]->mesh();
+  REQUIRE(sites[0]->spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
+  FrameHeader state;
+  state.type = FrameType::state;
+  state.round = 6;
+  const std::string text = "state-6";
+  REQUIRE(sites[0]->spawn([&ma, state, text]() -> asio::awaitable<Status> {
+                     co_return co_await ma.send_state_frame("b", state, std::as_bytes(std::span(text.data(), text.size())), 0);
+                   }).get().ok());
+  auto got = [&] { return sites[1]->call([&] { return received; }); };
+  std::this_thread::sleep_for(200ms);
+  CHECK(got().empty());  // behind round 5's frames
+  sites[1]->call([&] {
+    sites[1]->mesh().decline({7, 0});
+    return 0;
+  });
+  for (int tries = 0; tries < 200 && got().empty(); ++tries) std::this_thread::sleep_for(10ms);
+  CHECK(got() == std::vector<std::string>{"a:6:state-6"});
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().declined_frames(); }) >= 1);
+  CHECK(sites[1]->call([&] { return sites[1]->mesh().rejections().size(); }) == 0);
+  // A later round runs as usual: beginning it lifts the rule for what follows.
+  std::vector<std::vector<float>> ins(2, std::vector<float>(3000, 1.0f)), outs(2, std::vector<float>(3000, 0.0f));
+  std::vector<std::future<Result<AllReduceStats>>> round8;
+  for (int s = 0; s < 2; ++s) round8.push_back(spawn_round(*sites[s], 8, ins[s], outs[s], 20s));
+  for (const auto& res : loopback::wait_all(round8)) REQUIRE(res.ok());
+  CHECK(outs[1] == ins[1]);
+}
+
 TEST_CASE("control frames travel on the control connection only, data and state frames never on it") {
   auto federation = loopback::Federation::create({"a", "b"});
   REQUIRE(federation.ok());

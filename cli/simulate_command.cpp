@@ -35,6 +35,7 @@ struct SimulateArgs {
   std::uint64_t chunk_elements = 1 << 18;
   bool data_parallel = false;
   bool json = false;
+  std::vector<std::uint64_t> residual_lost_after;
 };
 
 // A scratch folder for the coordinator's eval log, removed on exit.
@@ -122,6 +123,7 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
   o.bandwidth_bits_per_s = bandwidth;
   o.rtt_ms = a.rtt_ms;
   o.eval_log = (dir.path / "eval.jsonl").string();
+  o.residual_lost_after = a.residual_lost_after;
   if (!a.step_seconds.empty() && a.step_seconds.size() != spec.sites.size()) {
     std::cerr << "geoloco simulate: --step-seconds gives " << a.step_seconds.size() << " times for "
               << spec.sites.size() << " sites; give one per site\n";
@@ -139,7 +141,11 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
     std::cout << "simulating '" << spec.name << "': " << spec.sites.size() << " sites, " << o.rounds << " rounds"
               << (o.fragments > 1 ? cat(" (", *spec.stop_rounds, " periods of ", o.fragments, " fragments)") : "")
               << " of H=" << o.inner_steps << ", " << spec.trainer.model << ", " << compression::describe(o.pipeline)
-              << ", link " << bandwidth / 1e9 << " Gbit/s, RTT " << a.rtt_ms << " ms\n"
+              << ", link " << bandwidth / 1e9 << " Gbit/s, RTT " << a.rtt_ms << " ms"
+              << (a.residual_lost_after.empty() ? std::string()
+                                                : cat(", residuals emptied after ", a.residual_lost_after.size(),
+                                                      " round(s)"))
+              << "\n"
               << "   round  sites  train loss  bytes/site     ratio exchange s  anchor\n";
   auto report = sim::run_federation(o, [&](const sim::RoundReport& r) {
     if (!a.json) print_round(r, o.fragments);
@@ -253,6 +259,10 @@ void add_simulate_command(CLI::App& app, Action& action) {
                   "modelled seconds per inner step of each site, in the job's order (time-based phases)");
   sim->add_option("--chunk-elements", a->chunk_elements, "the sites' transport.chunk_elements")
       ->capture_default_str();
+  sim->add_option("--lose-residual-after", a->residual_lost_after,
+                  "empty every site's error-feedback residual after these rounds (comma-separated), as a crash of "
+                  "every site rebuilt from the round log does: its cost in loss")
+      ->delimiter(',');
   sim->add_flag("--data-parallel", a->data_parallel, "synchronous data parallelism instead (the baseline)");
   sim->add_flag("--json", a->json, "one JSON object per round, then a summary object");
   sim->callback([&action, a] {
@@ -265,6 +275,10 @@ void add_simulate_command(CLI::App& app, Action& action) {
       auto bandwidth = parse_rate(a->bandwidth);
       if (!bandwidth.ok()) {
         std::cerr << "geoloco simulate: --bandwidth: " << bandwidth.status().message() << '\n';
+        return 2;
+      }
+      if (a->data_parallel && !a->residual_lost_after.empty()) {
+        std::cerr << "geoloco simulate: --lose-residual-after is DiLoCo's error feedback; --data-parallel has none\n";
         return 2;
       }
       return a->data_parallel ? run_data_parallel(*a, *spec, *bandwidth) : run_federation(*a, *spec, *bandwidth);

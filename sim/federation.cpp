@@ -223,6 +223,8 @@ class Federation {
         static_cast<double>(*std::max_element(ex->bytes_sent.begin(), ex->bytes_sent.end())), o_.bandwidth_bits_per_s,
         o_.rtt_ms, kRoundTrips);
     rep.anchor_digest = digest_hex(digest_f32(anchor_));
+    if (std::find(o_.residual_lost_after.begin(), o_.residual_lost_after.end(), r) != o_.residual_lost_after.end())
+      for (auto& f : feedback_) f = std::make_unique<compression::ErrorFeedback>(anchor_.size());
 
     // RESULT to every site, as TrainerHost::finish_round sends it.
     const bool stop = r == o_.rounds;
@@ -263,6 +265,9 @@ Status FederationOptions::validate() const {
     GEOLOCO_RETURN_IF(!(s.seconds_per_step > 0.0 && std::isfinite(s.seconds_per_step)), Err::invalid_argument,
                       "simulation: site ", s.name, "'s seconds per step must be finite and > 0");
   }
+  for (std::uint64_t r : residual_lost_after)
+    GEOLOCO_RETURN_IF(r < 1 || r > rounds, Err::invalid_argument, "simulation: a residual can be lost after rounds 1..",
+                      rounds, ", not ", r);
   GEOLOCO_TRY(outer.validate());
   GEOLOCO_TRY(straggler.validate());
   return compression::validate(pipeline);

@@ -57,6 +57,11 @@ struct FederationOptions {
   /// Where the coordinator's trainer logs the evaluation of every anchor
   /// (its --eval-log); empty: no evaluation.
   std::string eval_log;
+  /// After each of these rounds every site's error-feedback residual is
+  /// emptied, as after a crash of every site whose state was rebuilt from
+  /// the round log (the residual is not in it): what that loses in loss is
+  /// this run's against one without.
+  std::vector<std::uint64_t> residual_lost_after;
 
   /// Errors: invalid_argument naming the rule.
   Status validate() const;

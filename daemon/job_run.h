@@ -229,6 +229,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// starts: what this site holds after a crash, from its disk alone.
   void replay_round_log();
   void list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer);
+  bool keep_installed_entries(const InstalledState& installed);
   /// geoloco_round_log_bytes: what the round log holds on disk now.
   void show_round_log_bytes();
 

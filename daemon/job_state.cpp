@@ -199,11 +199,13 @@ void JobRun::install_state() {
       spdlog::error("[{}] the state's layout: {}", spec_.name, s.message());
   note(installed->note);
   record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
+  const bool chained = keep_installed_entries(*installed);
   nlohmann::json record{{"round", installed->round},
                         {"anchor_digest", installed->digest},
                         {"tokens", receiving_tokens_},
                         {"via", "state_sync"}};
   if (receiving_attempt_) record["attempt"] = *receiving_attempt_;
+  else if (chained) record["attempt"] = installed->entries.back().attempt;
   journal_committed(std::move(record));
   receiving_tokens_ = 0;
   receiving_attempt_.reset();
@@ -216,9 +218,57 @@ void JobRun::install_state() {
   if (!feedback_ && compression::uses_error_feedback(spec_.compression))
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
   // The round log cannot step over a state that came from a peer: a
-  // checkpoint of it is where the next rebuild starts.
-  if (Status s = save_checkpoint(); !s.ok())
+  // checkpoint of it is where the next rebuild starts. Rounds stepped on
+  // this site's own state are in its log now, which reaches them from its
+  // own checkpoint: no checkpoint (12 bytes a parameter) for a catch-up.
+  if (chained) {
+    note(cat("rounds ", installed->entries.front().round, "..", installed->round,
+             " are kept in this site's round log: it rebuilds them from its own checkpoint"));
+    show_round_log_bytes();
+  } else if (Status s = save_checkpoint(); !s.ok()) {
     spdlog::error("[{}] checkpoint of the installed state: {}", spec_.name, s.message());
+  }
+}
+
+// The entries of an install stepped on this site's own state, into its
+// round log, and every round but the last (the caller journals it) into its
+// journal, with the tokens through it from the holders' records. False when
+// any of it is missing or cannot be written: the caller then checkpoints.
+bool JobRun::keep_installed_entries(const InstalledState& installed) {
+  const auto& entries = installed.entries;
+  if (entries.empty() || !round_deltas_ || !journal_ || entries.back().round != installed.round) return false;
+  std::map<std::uint64_t, std::uint64_t> through;  // round -> tokens of every round committed through it
+  std::uint64_t tokens = receiving_tokens_;
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    through[it->round] = tokens;
+    const auto listed = receiving_rounds_.find(it->round);
+    if (listed == receiving_rounds_.end() || listed->second.digest != it->digest || listed->second.tokens > tokens)
+      return false;  // a holder that did not list the round: its tokens are not known
+    tokens -= listed->second.tokens;
+  }
+  for (const auto& e : entries)
+    if (Status kept = round_deltas_->append(e.round, e.attempt, e.offset, e.digest, e.delta); !kept.ok()) {
+      spdlog::warn("[{}] round {} from the installed state cannot be kept in the round log ({}): a checkpoint "
+                   "is written instead",
+                   spec_.name, e.round, kept.message());
+      return false;
+    }
+  for (std::size_t i = 0; i + 1 < entries.size(); ++i) {
+    const auto& e = entries[i];
+    if (journal_->committed_record(e.round)) continue;  // announced by its COMMITTED already
+    if (Status s = journal_->append(nlohmann::json{{"type", "committed"},
+                                                   {"round", e.round},
+                                                   {"anchor_digest", e.digest},
+                                                   {"tokens", through.at(e.round)},
+                                                   {"attempt", e.attempt},
+                                                   {"via", "state_sync"}});
+        !s.ok()) {
+      spdlog::warn("[{}] round {} from the installed state cannot be journaled ({}): a checkpoint is written instead",
+                   spec_.name, e.round, s.message());
+      return false;
+    }
+  }
+  return true;
 }
 
 // The rounds through `round` that this site did not apply, as the state's

@@ -56,13 +56,19 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
       planned_attempt = r.value("attempt", std::uint64_t{0});
     } else if (type == "committed") {
       const std::uint64_t round = r.value("round", std::uint64_t{0});
-      if (round < s.round) continue;  // a site's record of a round older than one it holds
-      s.round = round;
-      s.digest = r.value("anchor_digest", std::string());
-      JournaledCommit c{s.digest, std::nullopt, r.value("tokens", std::uint64_t{0}), r.value("epoch", std::uint64_t{0})};
+      JournaledCommit c{r.value("anchor_digest", std::string()), std::nullopt, r.value("tokens", std::uint64_t{0}),
+                        r.value("epoch", std::uint64_t{0})};
       if (r.contains("attempt") && r["attempt"].is_number_unsigned()) c.attempt = r["attempt"].get<std::uint64_t>();
-      else if (!r.contains("via") && planned_round == s.round) c.attempt = planned_attempt;
+      else if (!r.contains("via") && planned_round == round) c.attempt = planned_attempt;
       else if (!r.contains("via")) c.attempt = 0;
+      if (round < s.round) {
+        // A round older than one it holds, journaled later (a state's
+        // entries kept in the round log): listed, the last round unchanged.
+        s.commits.emplace(round, c);
+        continue;
+      }
+      s.round = round;
+      s.digest = c.digest;
       s.commits[s.round] = c;
       s.tokens = c.tokens;
       s.final = r.value("final", false);

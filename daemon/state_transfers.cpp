@@ -137,6 +137,7 @@ Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, c
   GEOLOCO_RETURN_IF(!offer.deltas.empty() && !steps_, Err::invalid_argument, peer, " offers rounds ",
                     offer_base_round(offer) + 1, "..", offer.round, " as round-log entries, which this site cannot step");
   receiving_.reset();
+  stepped_.clear();
   kept_frames_ = 0;
   auto receiver = StateReceiver::start(peer, offer);
   if (!receiver.ok()) return receiver.status();
@@ -224,6 +225,8 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   done.bytes = received.bytes();
   done.seconds = std::chrono::duration<double>(now - requested_at_).count();
   done.resumed_frames = kept_frames_;
+  done.entries = std::move(stepped_);
+  stepped_.clear();
   // Who sent it: every holder that sent frames of it.
   std::vector<std::string> named = done.senders;
   if (named.empty()) named.push_back(received.peer());
@@ -246,6 +249,7 @@ Status StateTransfers::step_entries(const outer::OuterState* held) {
   const StateOfferMessage& offer = r.offer();
   const std::uint64_t base = offer_base_round(offer);
   outer::OuterState state;
+  stepped_.clear();
   if (offer.from_held) {
     // This site's own state is the base: it must still be the one it said it held.
     GEOLOCO_RETURN_IF(!held || held->round != base || held->anchor.size() != offer.values, Err::mismatch,
@@ -281,8 +285,12 @@ Status StateTransfers::step_entries(const outer::OuterState* held) {
     else if (*digest != d.digest)
       out = Status(Err::mismatch, cat("round ", d.round, " from ", r.peer(), "'s round log gives anchor ", *digest,
                                       ", the committed one is ", d.digest));
-    else state.round = d.round;
+    else {
+      state.round = d.round;
+      if (offer.from_held) stepped_.push_back(std::move(*entry));
+    }
   }
+  if (!out.ok()) stepped_.clear();
   // The stepped state replaces the frames'; on failure the transfer is void anyway.
   r.anchor() = std::move(state.anchor);
   r.momentum() = std::move(state.momentum);

@@ -23,6 +23,7 @@
 #include "common/layout.h"
 #include "common/status.h"
 #include "daemon/control_messages.h"
+#include "daemon/round_deltas.h"
 #include "compression/pipeline.h"
 #include "daemon/state_source.h"
 #include "daemon/state_sync.h"
@@ -86,6 +87,10 @@ struct InstalledState {
   std::uint64_t resumed_frames = 0;  ///< frames kept from an earlier donor (0: one donor sent all)
   std::uint64_t base_round = 0;      ///< the round of the state the frames carried (or this site's own)
   std::uint64_t rounds_stepped = 0;  ///< committed rounds stepped on it from the holder's round log
+  /// Those entries, when they were stepped on this site's own state (an
+  /// offer `from_held`): kept in its own round log, they let it rebuild the
+  /// installed state from its own checkpoint, so it need not write one.
+  std::vector<RoundDelta> entries;
 };
 
 class StateTransfers {
@@ -168,7 +173,10 @@ class StateTransfers {
   /// last call (by frames, or by a change of shares that left them none).
   std::vector<std::string> shares_done() { return receiving_ ? receiving_->take_share_done() : std::vector<std::string>{}; }
   /// Forgets the transfer being received, if any.
-  void drop() { receiving_.reset(); }
+  void drop() {
+    receiving_.reset();
+    stepped_.clear();
+  }
   bool receiving() const { return receiving_.has_value(); }
 
  private:
@@ -191,6 +199,7 @@ class StateTransfers {
   Clock::time_point requested_at_;
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
   std::optional<RoundSteps> steps_;
+  std::vector<RoundDelta> stepped_;  ///< the complete transfer's entries, stepped on this site's own state
   /// The complete transfer's entries stepped on its base. Errors: why not.
   Status step_entries(const outer::OuterState* held);
   /// The accepts that carry changed shares.

@@ -140,6 +140,28 @@ TEST_CASE("a journal's summary: the last commit, and the attempt after the last 
   CHECK((s.commits.at(2).digest == "00000000000000a2" && s.commits.at(2).attempt == 1));
 }
 
+TEST_CASE("a round older than the last, journaled after it, is listed without moving the last") {
+  using nlohmann::json;
+  // A site installed round 6 and kept rounds 4..6 as entries in its round
+  // log: rounds 4 and 5 are journaled after 6 was announced to it.
+  const std::vector<json> records{
+      {{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"}, {"tokens", 30}},
+      {{"type", "committed"}, {"round", 6}, {"anchor_digest", "00000000000000a6"}, {"tokens", 60}, {"via", "announced"}},
+      {{"type", "committed"}, {"round", 4}, {"anchor_digest", "00000000000000a4"}, {"tokens", 40}, {"attempt", 2u},
+       {"via", "state_sync"}},
+      {{"type", "committed"}, {"round", 5}, {"anchor_digest", "00000000000000a5"}, {"tokens", 50}, {"attempt", 0u},
+       {"via", "state_sync"}},
+      {{"type", "committed"}, {"round", 4}, {"anchor_digest", "00000000000000ff"}, {"tokens", 40}, {"via", "again"}},
+  };
+  const auto s = summarize_journal(records);
+  CHECK(s.round == 6);
+  CHECK(s.digest == "00000000000000a6");
+  CHECK(s.tokens == 60);
+  REQUIRE(s.commits.size() == 4);
+  CHECK((s.commits.at(4).digest == "00000000000000a4" && s.commits.at(4).attempt == std::optional<std::uint64_t>(2)));
+  CHECK(s.commits.at(5).digest == "00000000000000a5");  // the first record of a round stands
+}
+
 TEST_CASE("a journal answers which attempt committed a round when a record of the round names it") {
   using nlohmann::json;
   const auto path = temp_path("outcome");

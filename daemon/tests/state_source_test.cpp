@@ -13,6 +13,7 @@
 
 #include "common/digest.h"
 #include "daemon/round_deltas.h"
+#include "daemon/round_replay.h"
 #include "daemon/state_source.h"
 #include "daemon/tests/round_fixtures.h"
 #include "daemon/tests/state_pair.h"
@@ -186,6 +187,7 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     CHECK(installed->round == 6);
     CHECK(installed->base_round == 2);
     CHECK(installed->rounds_stepped == 4);
+    CHECK(installed->entries.empty());  // stepped on the holder's checkpoint: the asker's log cannot reach it
     CHECK_THAT(installed->note, Catch::StartsWith("state of round 6 received from a: 5000 parameters, "));
     CHECK_THAT(installed->note, Catch::EndsWith(" (as the state of round 2 and rounds 3..6 of the round log)"));
     CHECK(mine.round == 6);
@@ -218,6 +220,19 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
     REQUIRE(installed.ok());
     CHECK_THAT(installed->note, Catch::EndsWith(", anchor " + digests[6] + " (as rounds 5..6 of the round log, on round 4)"));
+    // Stepped on b's own state: the entries come back to be kept in b's own
+    // log, and stepping them again on round 4 gives round 6 bit for bit.
+    REQUIRE(installed->entries.size() == 2);
+    outer::OuterState again = at4;
+    for (std::size_t i = 0; i < 2; ++i) {
+      RoundDelta e = installed->entries[i];
+      CHECK(e.round == 5 + i);
+      CHECK(e.digest == digests[5 + i]);
+      auto stepped = step_round_delta(again, e, spec, outer);
+      REQUIRE(stepped.ok());
+      CHECK(*stepped == digests[5 + i]);
+    }
+    CHECK(same_bits(again.anchor, live.anchor));
     CHECK(mine.round == 6);
     CHECK(same_bits(mine.anchor, live.anchor));
     CHECK(same_bits(mine.momentum, live.momentum));

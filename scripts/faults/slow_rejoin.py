@@ -3,7 +3,9 @@ seconds: with each of site-c's links capped (1 MB/s by default, shared by
 the link's connections), site-c is killed, two rounds pass, and it comes
 back while site-a and site-b go on; twice: first with its disk (it holds an
 older committed round: only the rounds since may come, as the holders'
-round-log entries), then as a replaced machine (its checkpoint and round log
+round-log entries, which it keeps in its own round log instead of writing
+a checkpoint: killed again at once, it rebuilds them from its own
+checkpoint), then as a replaced machine (its checkpoint and round log
 deleted: the whole state once, consistent at the first try, then the rounds
 committed meanwhile as entries), until it trains with the others. Never a
 checksum mismatch, a transfer abandoned or a state that "moved past" in any
@@ -52,11 +54,35 @@ def rejoin(fed, commits, lose_disk):
     before = commits.poll()
     c.start()
     restarted = time.monotonic()
+    if not lose_disk:
+        rebuilt_after_install(fed, c, size)
     contributes_after(fed, c, before, seconds=600)  # its work is in a round again
     took = time.monotonic() - restarted
     transfers = list(RECEIVED.finditer(open(c.log_path).read()[size:]))
     assert transfers, "site-c took no state"
     return before, commits.poll(), took, transfers
+
+
+def rebuilt_after_install(fed, c, size):
+    """With its disk, site-c is given the rounds it missed as entries it
+    steps on its own state; it keeps them in its own round log instead of
+    writing a checkpoint. Killed at once and started again, it rebuilds
+    the installed round from its older checkpoint through those entries."""
+    kept = re.compile(r"rounds (\d+)\.\.(\d+) are kept in this site's round log")
+    fed.wait_for(lambda: kept.search(open(c.log_path).read()[size:]), 120, "site-c to keep the installed rounds")
+    c.kill()
+    text = open(c.log_path).read()[size:]
+    first, installed = (int(x) for x in kept.search(text).groups())
+    assert f"checkpoint of round {installed} saved" not in text, f"site-c wrote a checkpoint of round {installed}"
+    size = len(open(c.log_path).read())
+    c.start()
+    replayed = re.compile(r"rounds (\d+)\.\.(\d+) replayed from the round log on the checkpoint of round (\d+)")
+    fed.wait_for(lambda: replayed.search(open(c.log_path).read()[size:]), 60, "site-c to replay its round log")
+    frm, to, on = (int(x) for x in replayed.search(open(c.log_path).read()[size:]).groups())
+    assert on < first and to >= installed, \
+        f"site-c replayed rounds {frm}..{to} on its checkpoint of round {on}, not through rounds {first}..{installed}"
+    print(f"site-c kept rounds {first}..{installed} of the installed state in its round log; killed at once and "
+          f"started again, it replayed rounds {frm}..{to} on its checkpoint of round {on}", flush=True)
 
 
 def check_transfers(transfers, per_link, whole_first):

@@ -146,19 +146,18 @@ bool JobRun::admit(const std::string& from, const ControlMessage& message) {
   return false;
 }
 
-bool JobRun::journal_pending_commit() {
-  auto p = machine_->pending_commit();
-  if (!p || (journaled_pending_ && journaled_pending_->round == p->round && journaled_pending_->attempt == p->attempt))
+bool JobRun::journal_pending_commit(const PendingCommit& p) {
+  if (journaled_pending_ && journaled_pending_->round == p.round && journaled_pending_->attempt == p.attempt)
     return true;
   if (Status s = journal_->append(nlohmann::json{{"type", "pending"},
-                                                 {"round", p->round},
-                                                 {"attempt", p->attempt},
-                                                 {"anchor_digest", p->anchor_digest},
-                                                 {"tokens", p->tokens}});
+                                                 {"round", p.round},
+                                                 {"attempt", p.attempt},
+                                                 {"anchor_digest", p.anchor_digest},
+                                                 {"tokens", p.tokens}});
       !s.ok()) {
-    // Not sent: a successor could not learn of it. The machine sends its
-    // COMMIT again every resend interval, and the journal is tried again then.
-    note(cat("the COMMIT of round ", p->round, " is not sent: it cannot be journaled (", s.message(),
+    // Not sent: a successor could not learn of it. The machine tries the
+    // record and its COMMIT again at the next resend.
+    note(cat("the COMMIT of round ", p.round, " is not sent: it cannot be journaled (", s.message(),
              "); tried again at the next resend"));
     if (env_.metrics) (void)env_.metrics->add("geoloco_journal_write_failures_total", {{"job", spec_.name}}, 1);
     return false;

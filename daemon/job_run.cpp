@@ -346,14 +346,20 @@ void JobRun::execute(ParticipantAction& action) {
       Overload{
           [&](Send& s) {
             if (std::holds_alternative<StateRequestMessage>(s.message)) transfers_->requested(Clock::now());
-            // On disk before it goes; if it cannot be, it does not go (the machine resends it).
-            if (std::holds_alternative<CommitMessage>(s.message) && !journal_pending_commit()) return;
             // A finished site's final COMMITTED to a late one: in this site's epoch, or it is refused.
             if (auto* c = std::get_if<CommittedMessage>(&s.message)) c->epoch = succession_->epoch();
             if (s.now) send_now(s.to, s.message);
             else send(s.to, s.message);
           },
           [&](StartExchange& e) { asio::co_spawn(env_.executor, exchange(e.plan, e.participant), asio::detached); },
+          [&](JournalCommit& j) {
+            // On disk before it goes; if it cannot be, it does not go (the machine tries again).
+            if (!journal_pending_commit(j.pending)) {
+              machine_->on_commit_unjournaled();
+              return;
+            }
+            send(j.to, j.commit);
+          },
           [&](DeclineExchange& d) { env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)}); },
           [&](CancelExchange& c) {
             env_.mesh->cancel({c.round, static_cast<std::uint32_t>(c.attempt)},

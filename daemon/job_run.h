@@ -173,7 +173,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   bool admit(const std::string& from, const ControlMessage& message);
   /// The COMMIT about to be sent: its round and attempt journaled first (a
   /// successor must hear of it). false: it could not be, and is not sent.
-  bool journal_pending_commit();
+  bool journal_pending_commit(const PendingCommit& p);
   /// The machine has no COMMIT in doubt any more: journaled too.
   void journal_pending_cleared();
   /// A round this site applied or installed: its journal's `committed` record.

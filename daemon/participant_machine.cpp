@@ -378,6 +378,8 @@ void ParticipantMachine::on_office(const std::string& coordinator) {
   asks_of_source_ = 0;
 }
 
+void ParticipantMachine::on_commit_unjournaled() { commit_journaled_.reset(); }
+
 std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
   if (where_ == Where::committing && plan_) return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
   if (commit_in_doubt_ && !(held_ && holds_current() && held_->round >= commit_in_doubt_->round)) return commit_in_doubt_;

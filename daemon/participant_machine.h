@@ -211,6 +211,17 @@ struct OfferState {
 };
 /// Checkpoint the held state (every checkpoint.every_rounds).
 struct SaveCheckpoint {};
+/// This site's COMMIT, which must be on disk before it goes (a successor
+/// learns from a voter's journal what it voted for): journal `pending`,
+/// then send `commit` to `to`, only if the record is durable; when it is
+/// not, call on_commit_unjournaled() and send nothing (the machine tries
+/// again at the next resend). Once a COMMIT of the attempt was journaled,
+/// its resends are plain Sends.
+struct JournalCommit {
+  PendingCommit pending;
+  std::string to;
+  CommitMessage commit;
+};
 /// The job ends here: `end` says how; `checkpoint` whether the held state
 /// may be saved (it is committed and current). An exchange still running is
 /// cancelled, and its end awaited, before anything it reads is released.
@@ -229,7 +240,7 @@ using ParticipantAction =
                  participant::WelcomeTrainer,
                  participant::PublishInitial, participant::InstallState, participant::ReceiveState,
                  participant::DropTransfer, participant::ReleaseDonor, participant::OfferState,
-                 participant::SaveCheckpoint, participant::EndJob>;
+                 participant::SaveCheckpoint, participant::EndJob, participant::JournalCommit>;
 
 class ParticipantMachine {
  public:
@@ -317,6 +328,9 @@ class ParticipantMachine {
   /// The COMMIT this site sent (as a participant or an observer) for a
   /// round whose outcome it has not learned, if any: what its VOTE reports.
   std::optional<PendingCommit> pending_commit() const;
+  /// The journal refused the record of a JournalCommit: its COMMIT was not
+  /// sent. Both are tried again at the next resend.
+  void on_commit_unjournaled();
   /// The newest plan seen, of any round: (round, attempt).
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan() const { return newest_seen_; }
   /// The coordinator this site sends to now.
@@ -378,6 +392,7 @@ class ParticipantMachine {
   std::optional<CommittedMessage> early_commit_;  ///< exchanging: COMMITTED came before the exchange ended
   std::string digest_;                            ///< committing: the next anchor's digest
   std::optional<Clock::time_point> commit_sent_at_;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> commit_journaled_;  ///< (round, attempt) whose COMMIT is on disk
   After after_ = After::idle;                     ///< unwinding: what comes next
   std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
   std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN taken

@@ -167,7 +167,14 @@ ParticipantMachine::Actions ParticipantMachine::step(Clock::time_point now) {
     // majority that must hold a round's outcome.
     if (!commit_sent_at_ || now - *commit_sent_at_ >= options_.ready_resend_ms) {
       commit_sent_at_ = now;
-      send_coordinator(CommitMessage{plan_->round, digest_, plan_->attempt});
+      const CommitMessage commit{plan_->round, digest_, plan_->attempt};
+      const std::pair<std::uint64_t, std::uint64_t> attempt{plan_->round, plan_->attempt};
+      if (commit_journaled_ == attempt) {
+        send_coordinator(commit);
+      } else {
+        commit_journaled_ = attempt;  // unless the wiring says otherwise
+        act(JournalCommit{*pending_commit(), options_.coordinator, commit});
+      }
     }
     wake = *commit_sent_at_ + options_.ready_resend_ms;
   }

@@ -57,6 +57,7 @@ inline std::string kind(const ParticipantAction& a) {
                [](const ReleaseDonor& r) { return (r.hand_out ? "release " : "drop ") + r.peer; },
                [](const OfferState& o) { return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason); },
                [](const SaveCheckpoint&) { return std::string("checkpoint"); },
+               [](const JournalCommit& j) { return cat("journal and send commit to ", j.to); },
                [](const EndJob& e) {
                  const char* how[] = {"finished", "stopped", "cancelled", "failed"};
                  return cat("end ", how[static_cast<int>(e.end)], e.checkpoint ? " with checkpoint" : "");
@@ -97,11 +98,16 @@ inline const T& first(const ParticipantMachine::Actions& a) {
   throw 0;
 }
 
+// The first message of type M sent (a COMMIT, also as the one a
+// JournalCommit sends once its record is on disk).
 template <class M>
 inline const M& sent(const ParticipantMachine::Actions& a) {
-  for (const auto& x : a.actions)
+  for (const auto& x : a.actions) {
     if (const Send* s = std::get_if<Send>(&x))
       if (const M* m = std::get_if<M>(&s->message)) return *m;
+    if constexpr (std::is_same_v<M, CommitMessage>)
+      if (const JournalCommit* j = std::get_if<JournalCommit>(&x)) return j->commit;
+  }
   FAIL("no such message sent");
   throw 0;
 }

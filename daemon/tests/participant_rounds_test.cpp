@@ -32,8 +32,11 @@ TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED
 
   m.on_exchange_done(3, 0, kDigest2);
   auto commit = m.step(t0 + 2s);
-  CHECK(kinds(commit) == std::vector<std::string>{"send commit to a"});
+  // On disk first: the record of what this site voted for goes with the COMMIT.
+  CHECK(kinds(commit) == std::vector<std::string>{"journal and send commit to a"});
   CHECK((sent<CommitMessage>(commit).round == 3 && sent<CommitMessage>(commit).anchor_digest == kDigest2));
+  const auto& pending = first<JournalCommit>(commit).pending;
+  CHECK((pending.round == 3 && pending.attempt == 0 && pending.anchor_digest == kDigest2 && pending.participant));
   CHECK(kinds(m.step(t0 + 2200ms)).empty());
   CHECK(kinds(m.step(t0 + 2300ms)) == std::vector<std::string>{"send commit to a"});  // the coordinator may have missed it
 
@@ -486,4 +489,30 @@ TEST_CASE("an ABORT while an exchange unwinds toward catching up keeps the catch
                                                       "send round_query to a", "send round_query to b",
                                                       "send round_query to c"});
   CHECK(m.where() == Where::catching_up);
+}
+
+TEST_CASE("a COMMIT whose record the journal refuses is not sent, and both are tried again at the next resend") {
+  auto m = joined(2);
+  m.on_phase({3, 0, 0, 1.0});
+  (void)m.step(t0 + 1s);
+  REQUIRE(m.on_plan("a", counting(plan(3, {"a", "b", "c"}), "b", 1, 3)).ok());
+  (void)m.step(t0 + 1400ms);
+  m.on_exchange_done(3, 0, kDigest2);
+  CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"journal and send commit to a"});
+  m.on_commit_unjournaled();  // a full disk: the wiring sent nothing
+  CHECK(kinds(m.step(t0 + 2100ms)).empty());  // not at once: every resend interval
+  CHECK(m.where() == Where::committing);
+  CHECK(m.pending_commit().has_value());
+  CHECK(kinds(m.step(t0 + 2300ms)) == std::vector<std::string>{"journal and send commit to a"});
+  // Written this time: later resends need no record.
+  CHECK(kinds(m.step(t0 + 2600ms)) == std::vector<std::string>{"send commit to a"});
+  // A new attempt of the round is a new vote: journaled again.
+  REQUIRE(m.on_abort("a", AbortMessage{3, 0, "a site failed"}).ok());
+  (void)m.step(t0 + 2700ms);
+  REQUIRE(m.on_plan("a", counting(plan(3, {"a", "b", "c"}, {}, 1), "b", 1, 3)).ok());
+  (void)m.step(t0 + 2800ms);
+  m.on_exchange_done(3, 1, kDigest3);
+  auto again = m.step(t0 + 2900ms);
+  CHECK(kinds(again) == std::vector<std::string>{"journal and send commit to a"});
+  CHECK(first<JournalCommit>(again).pending.attempt == 1);
 }

@@ -229,7 +229,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// starts: what this site holds after a crash, from its disk alone.
   void replay_round_log();
   void list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer);
-  bool keep_installed_entries(const InstalledState& installed);
+  bool keep_installed_entries(const InstalledState& installed, std::uint64_t tokens);
+  bool rebuilds_from_disk(std::uint64_t round);
   /// geoloco_round_log_bytes: what the round log holds on disk now.
   void show_round_log_bytes();
 
@@ -251,8 +252,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::shared_ptr<CoordinatorRole> role_;  ///< while this site holds the office
   std::optional<PendingCommit> journaled_pending_;  ///< the pending COMMIT this run journaled
   std::optional<PendingCommit> restored_pending_;   ///< the one the journal held at start (its memory is gone)
-  std::uint64_t receiving_tokens_ = 0;              ///< the offered state's tokens, while it is received
-  std::optional<std::uint64_t> receiving_attempt_;  ///< and the attempt that committed its round
+  /// What the offers of a state being received said, by the round offered
+  /// (an offer of another round, later dropped, must not lend its figures):
+  /// the tokens through that round, and the attempt that committed it.
+  std::map<std::uint64_t, std::uint64_t> receiving_tokens_;
+  std::map<std::uint64_t, std::uint64_t> receiving_attempt_;
   std::map<std::uint64_t, OfferedRound> receiving_rounds_;  ///< and the rounds its holders listed
   std::unique_ptr<TrainerHost> host_;
   std::unique_ptr<TrainerProcess> process_;

@@ -137,8 +137,10 @@ void JobRun::on_state_accept(const std::string& from, const StateAcceptMessage& 
 void JobRun::receive_state(const std::string& peer, const StateOfferMessage& offer, std::size_t holders) {
   const bool joining = transfers_->receiving();
   auto accepts = transfers_->receive(peer, offer, holders);
-  receiving_tokens_ = std::max(receiving_tokens_, offer.tokens);
-  if (offer.attempt) receiving_attempt_ = offer.attempt;
+  if (offer.reason.empty()) {
+    receiving_tokens_[offer.round] = std::max(receiving_tokens_[offer.round], offer.tokens);
+    if (offer.attempt) receiving_attempt_[offer.round] = *offer.attempt;
+  }
   for (const auto& r : offer.rounds) receiving_rounds_.emplace(r.round, r);
   if (!accepts.ok()) {
     // A holder of another state cannot help with this one; the transfer goes on.
@@ -199,16 +201,18 @@ void JobRun::install_state() {
       spdlog::error("[{}] the state's layout: {}", spec_.name, s.message());
   note(installed->note);
   record(history::StateSyncApplied{installed->round, installed->digest, installed->peer});
-  const bool chained = keep_installed_entries(*installed);
+  const auto offered_tokens = receiving_tokens_.find(installed->round);
+  const std::uint64_t tokens = offered_tokens == receiving_tokens_.end() ? 0 : offered_tokens->second;
+  const bool chained = keep_installed_entries(*installed, tokens);
   nlohmann::json record{{"round", installed->round},
                         {"anchor_digest", installed->digest},
-                        {"tokens", receiving_tokens_},
+                        {"tokens", tokens},
                         {"via", "state_sync"}};
-  if (receiving_attempt_) record["attempt"] = *receiving_attempt_;
+  if (auto a = receiving_attempt_.find(installed->round); a != receiving_attempt_.end()) record["attempt"] = a->second;
   else if (chained) record["attempt"] = installed->entries.back().attempt;
   journal_committed(std::move(record));
-  receiving_tokens_ = 0;
-  receiving_attempt_.reset();
+  receiving_tokens_.clear();
+  receiving_attempt_.clear();
   list_installed_rounds(installed->round, installed->digest, installed->peer);
   if (auto* m = env_.metrics) {
     const Labels job{{"job", spec_.name}};
@@ -230,15 +234,34 @@ void JobRun::install_state() {
   }
 }
 
+// Whether this site's checkpoint and round log rebuild round `round`: the
+// checkpoint's round, then an entry and a journaled commit of every round
+// after it through `round`. (Not so when the last install's checkpoint
+// could not be written, or a round was applied without its entry.)
+bool JobRun::rebuilds_from_disk(std::uint64_t round) {
+  const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
+  if (!fs::exists(path)) return false;
+  auto mapped = MappedCheckpoint::open(path, config_hash_);
+  if (!mapped.ok()) return false;
+  const std::uint64_t from = (*mapped)->view().round;
+  if (from > round) return false;
+  const auto logged = round_deltas_->rounds();
+  const JournalSummary journal = summarize_journal(journal_->records());
+  for (std::uint64_t r = from + 1; r <= round; ++r)
+    if (!std::binary_search(logged.begin(), logged.end(), r) || !journal.commits.count(r)) return false;
+  return true;
+}
+
 // The entries of an install stepped on this site's own state, into its
 // round log, and every round but the last (the caller journals it) into its
 // journal, with the tokens through it from the holders' records. False when
 // any of it is missing or cannot be written: the caller then checkpoints.
-bool JobRun::keep_installed_entries(const InstalledState& installed) {
+bool JobRun::keep_installed_entries(const InstalledState& installed, std::uint64_t tokens) {
   const auto& entries = installed.entries;
-  if (entries.empty() || !round_deltas_ || !journal_ || entries.back().round != installed.round) return false;
+  if (entries.empty() || !round_deltas_ || !journal_ || entries.back().round != installed.round || tokens == 0)
+    return false;
+  if (!rebuilds_from_disk(installed.base_round)) return false;
   std::map<std::uint64_t, std::uint64_t> through;  // round -> tokens of every round committed through it
-  std::uint64_t tokens = receiving_tokens_;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     through[it->round] = tokens;
     const auto listed = receiving_rounds_.find(it->round);

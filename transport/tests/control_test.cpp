@@ -28,6 +28,22 @@ std::future<Result<AllReduceStats>> spawn_round(loopback::Site& site, std::uint6
   return site.spawn([&mesh, q]() { return all_reduce(mesh, q); });
 }
 
+// a's frames of round 5 to b, named its observer, which has not begun it:
+// with one data connection, they hold b's data reader.
+void send_round_5_to_observer_b(loopback::Site& a) {
+  std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
+  AllReduceRequest r;
+  r.key = {5, 0};
+  r.participants = {"a"};
+  r.weights = {1};
+  r.observers = {"b"};
+  r.input = in;
+  r.output = out;
+  r.timeout = 20s;
+  Mesh& ma = a.mesh();
+  REQUIRE(a.spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
+}
+
 }  // namespace
 
 TEST_CASE("control frames reach the peer's handler in order, outside any all-reduce") {
@@ -126,17 +142,7 @@ TEST_CASE("control frames arrive while a data connection waits for an operation 
   auto& sites = *made;
   std::vector<std::string> received;  // touched on b's thread only
   loopback::record_control_frames(*sites[1], received);
-  std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
-  AllReduceRequest r;
-  r.key = {5, 0};
-  r.participants = {"a"};
-  r.weights = {1};
-  r.observers = {"b"};
-  r.input = in;
-  r.output = out;
-  r.timeout = 20s;
-  Mesh& ma = sites[0]->mesh();
-  REQUIRE(sites[0]->spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
+  send_round_5_to_observer_b(*sites[0]);
   auto* a = sites[0].get();
   REQUIRE(a->spawn([a]() -> asio::awaitable<Status> {
                const std::string text = "plan-5";
@@ -180,17 +186,8 @@ TEST_CASE("frames of an operation this site never heard of are dropped once it d
   auto& sites = *made;
   std::vector<std::string> received;  // touched on b's thread only
   loopback::record_control_frames(*sites[1], received);
-  std::vector<float> in(3000, 0.5f), out(3000, 0.0f);
-  AllReduceRequest r;
-  r.key = {5, 0};
-  r.participants = {"a"};
-  r.weights = {1};
-  r.observers = {"b"};
-  r.input = in;
-  r.output = out;
-  r.timeout = 20s;
+  send_round_5_to_observer_b(*sites[0]);
   Mesh& ma = sites[0]->mesh();
-  REQUIRE(sites[0]->spawn([&ma, r]() { return all_reduce(ma, r); }).get().ok());
   FrameHeader state;
   state.type = FrameType::state;
   state.round = 6;

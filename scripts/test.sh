@@ -54,9 +54,23 @@ left_out=()
 [ "$install" = 1 ] || left_out+=(install)
 exclude=()
 [ ${#left_out[@]} -gt 0 ] && exclude=(-LE "^($(IFS='|'; echo "${left_out[*]}"))\$")
-status=0
-ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}" || status=1
+# The end of each failed test's output, again after everything: a long run's
+# log is often read from its last lines only.
+failed_dirs=()
+summarize_failures() {
+  local dir=$1 log=$1/Testing/Temporary/LastTest.log
+  [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] || return 0
+  while IFS=: read -r _ name; do
+    echo "---- $dir: $name failed; the last lines of its output:"
+    awk -v t="$name" '$0 ~ ("^[0-9]+/[0-9]+ Testing: " t "$") {on=1; next}
+      on && /^<end of output>$/ {exit} on' "$log" | tail -n 25
+  done <"$dir/Testing/Temporary/LastTestsFailed.log"
+}
+ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}" || failed_dirs+=(build)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L sanitize || status=1
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L threads || status=1
-exit $status
+  ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -L sanitize || failed_dirs+=(build-sanitize)
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L threads || failed_dirs+=(build-tsan)
+[ ${#failed_dirs[@]} -eq 0 ] && exit 0
+echo "== failures"
+for dir in "${failed_dirs[@]}"; do summarize_failures "$dir"; done
+exit 1

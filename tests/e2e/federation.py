@@ -18,6 +18,10 @@ import tempfile
 import time
 import urllib.request
 
+# One line at a time, so a failure's output reads in the order it happened
+# (ctest hands a test's stdout and stderr through one pipe).
+sys.stdout.reconfigure(line_buffering=True)
+
 
 def free_ports(count):
     """Ports the kernel hands out now (bound and released: free for a moment)."""

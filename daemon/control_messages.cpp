@@ -209,6 +209,7 @@ std::string encode_control(const ControlMessage& message) {
               j["held_round"] = *m.held_round;
               j["held_digest"] = m.held_digest;
             }
+            if (m.listed_round) j["listed_round"] = *m.listed_round;
             return j;
           },
           [](const StateAcceptMessage& m) {
@@ -403,6 +404,11 @@ Result<ControlMessage> decode_control(std::string_view text) {
     StateRequestMessage m;
     f.str("job", m.job);
     round_and_digest("held_round", "held_digest", m.held_round, m.held_digest);
+    if (f.has("listed_round")) {
+      std::uint64_t listed = 0;
+      f.u64("listed_round", listed);
+      m.listed_round = listed;
+    }
     out = m;
   } else if (type == "state_accept") {
     StateAcceptMessage m;

@@ -124,6 +124,12 @@ struct StateRequestMessage {
   std::string job;
   std::optional<std::uint64_t> held_round = std::nullopt;
   std::string held_digest = {};  ///< with held_round: the anchor digest of that round
+  /// The last round the asker's status lists (its round log), when it lists
+  /// any: the offer carries the holder's records of the rounds after it.
+  /// It can be before held_round: a site killed after its journal learned
+  /// a round, before it applied and listed it, rebuilds that round from its
+  /// own disk but has no record of it.
+  std::optional<std::uint64_t> listed_round = std::nullopt;
 };
 
 /// A committed round's averaged Δ, as a holder's round log keeps it, that

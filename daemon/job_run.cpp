@@ -345,7 +345,11 @@ void JobRun::execute(ParticipantAction& action) {
   std::visit(
       Overload{
           [&](Send& s) {
-            if (std::holds_alternative<StateRequestMessage>(s.message)) transfers_->requested(Clock::now());
+            if (auto* r = std::get_if<StateRequestMessage>(&s.message)) {
+              transfers_->requested(Clock::now());
+              // The holder lists the rounds after the last one this site lists.
+              if (!rounds_->records().empty()) r->listed_round = rounds_->records().back().round;
+            }
             // A finished site's final COMMITTED to a late one: in this site's epoch, or it is refused.
             if (auto* c = std::get_if<CommittedMessage>(&s.message)) c->epoch = succession_->epoch();
             if (s.now) send_now(s.to, s.message);
@@ -410,7 +414,7 @@ void JobRun::execute(ParticipantAction& action) {
           [&](ReceiveState& r) { receive_state(r.peer, r.offer, r.holders); },
           [&](DropTransfer&) { transfers_->drop(); },
           [&](ReleaseDonor& r) { release_donor(r.peer, r.hand_out); },
-          [&](OfferState& o) { offer_state(o.peer, o.reason, o.asker); },
+          [&](OfferState& o) { offer_state(o.peer, o.reason, o.asker, o.listed_round); },
           [&](SaveCheckpoint&) {
             if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
           },

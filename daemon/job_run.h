@@ -214,7 +214,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   diloco::ChunkedDelta averaged_delta() const;
 
   // STATE_SYNC and checkpoints (job_state.cpp).
-  void offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker);
+  void offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker,
+                   std::optional<std::uint64_t> listed_round);
   void on_state_accept(const std::string& from, const StateAcceptMessage& accept);
   void receive_state(const std::string& peer, const StateOfferMessage& offer, std::size_t holders);
   /// `peer` stopped sending its share: its frames go to the holders still sending.

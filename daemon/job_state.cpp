@@ -81,7 +81,8 @@ Result<std::shared_ptr<const StateSource>> JobRun::state_source(const std::optio
   return StateSource::copy_of(state_);
 }
 
-void JobRun::offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker) {
+void JobRun::offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker,
+                         std::optional<std::uint64_t> listed_round) {
   std::shared_ptr<const StateSource> source;
   std::string why = reason;
   if (why.empty()) {
@@ -96,10 +97,11 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason, con
     offer.tokens = r->value("tokens", std::uint64_t{0});
     if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned()) offer.attempt = (*r)["attempt"].get<std::uint64_t>();
   }
-  // This site's records of the rounds the asker did not apply, so that it lists them too.
+  // This site's records of the rounds the asker does not list, so that it lists them too.
+  const std::uint64_t listed = listed_round ? *listed_round : asker ? asker->round : 0;
   if (offer.reason.empty())
     for (const auto& r : rounds_->records())
-      if (r.round > (asker ? asker->round : 0) && r.round <= offer.round)
+      if (r.round > listed && r.round <= offer.round)
         offer.rounds.push_back(OfferedRound{r.round, r.fragment, r.participants, r.late, r.loss, r.tokens, r.digest});
   if (offer.rounds.size() > kMaxOfferedRounds)
     offer.rounds.erase(offer.rounds.begin(), offer.rounds.end() - static_cast<std::ptrdiff_t>(kMaxOfferedRounds));

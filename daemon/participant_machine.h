@@ -208,6 +208,7 @@ struct OfferState {
   std::string peer;
   std::string reason;  ///< empty: offer the state
   std::optional<HeldState> asker = std::nullopt;  ///< the committed state the asker holds, as it said
+  std::optional<std::uint64_t> listed_round = std::nullopt;  ///< the last round the asker lists, as it said
 };
 /// Checkpoint the held state (every checkpoint.every_rounds).
 struct SaveCheckpoint {};
@@ -452,7 +453,7 @@ class ParticipantMachine {
   Clock::time_point progress_at_{};  ///< the transfer's last frame, from any holder
   bool helpers_asked_ = false;       ///< the other sites were asked to help with this transfer
   /// Peers told "no state yet": offered the state as soon as this site holds it.
-  std::map<std::string, std::optional<HeldState>> waiting_for_state_;
+  std::map<std::string, StateRequestMessage> waiting_for_state_;
   /// A request for the state, naming the committed state this site holds.
   StateRequestMessage state_request() const;
   /// Peers that answered this site's request without state, since it began catching up.

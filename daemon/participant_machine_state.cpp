@@ -9,28 +9,35 @@ namespace geoloco::daemon {
 
 using namespace participant;
 
-void ParticipantMachine::on_state_request(const std::string& from, const StateRequestMessage& request) {
-  if (where_ == Where::ended) return;
+namespace {
+// The state offered to the site that sent `request`.
+OfferState offer_for(const std::string& peer, const StateRequestMessage& request) {
   std::optional<HeldState> asker;
   if (request.held_round) asker = HeldState{*request.held_round, request.held_digest};
+  return OfferState{peer, "", asker, request.listed_round};
+}
+}  // namespace
+
+void ParticipantMachine::on_state_request(const std::string& from, const StateRequestMessage& request) {
+  if (where_ == Where::ended) return;
   if (where_ == Where::finished) {
     // The job ended here: a site that comes back late still gets the final
     // state, and then the final COMMITTED, so it ends the job too.
-    act(OfferState{from, "", asker});
+    act(offer_for(from, request));
     act(Send{from, CommittedMessage{held_->round, held_->digest, true}});
     return;
   }
   if (holds_current()) {
-    act(OfferState{from, "", asker});
+    act(offer_for(from, request));
     return;
   }
   act(OfferState{from, held_ ? "this site is catching up itself" : "no committed state yet"});
   // Offered as soon as this site holds it: the asker need not poll for it.
-  waiting_for_state_[from] = asker;
+  waiting_for_state_[from] = request;
 }
 
 void ParticipantMachine::offer_to_waiting() {
-  for (const auto& [peer, asker] : waiting_for_state_) act(OfferState{peer, "", asker});
+  for (const auto& [peer, request] : waiting_for_state_) act(offer_for(peer, request));
   waiting_for_state_.clear();
 }
 

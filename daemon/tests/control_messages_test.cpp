@@ -79,6 +79,11 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK((outcome.round == 12 && outcome.attempt == 65537 && outcome.anchor_digest == "0123456789abcdef"));
   auto request = std::get<StateRequestMessage>(*decode_control(encode_control(messages[24])));
   CHECK((request.held_round == std::optional<std::uint64_t>(5) && request.held_digest == "00000000deadbeef"));
+  CHECK_FALSE(request.listed_round);
+  StateRequestMessage listing{"demo", 5, "00000000deadbeef"};
+  listing.listed_round = 3;
+  CHECK(std::get<StateRequestMessage>(*decode_control(encode_control(listing))).listed_round ==
+        std::optional<std::uint64_t>(3));
   CHECK_FALSE(std::get<StateRequestMessage>(*decode_control(encode_control(messages[10]))).held_round);
   auto rounds = std::get<StateOfferMessage>(*decode_control(encode_control(messages[25])));
   CHECK((rounds.base_round == std::optional<std::uint64_t>(5) && rounds.base_digest == "00000000deadbeef" &&

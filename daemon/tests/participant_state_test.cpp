@@ -143,6 +143,39 @@ TEST_CASE("STATE_SYNC: a site that had no state to give offers it to the askers 
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"offer to c"});
 }
 
+TEST_CASE("STATE_SYNC: an offer names the state and the last listed round the asker said it has, also once it waited") {
+  // A site killed after its journal learned round 3, before it listed it:
+  // it rebuilt round 3 from its disk and lists rounds through 2 only.
+  StateRequestMessage request{"job", 3, kDigest1};
+  request.listed_round = 2;
+  auto offered = [](const ParticipantMachine::Actions& a) {
+    REQUIRE(a.actions.size() == 1);
+    const auto* o = std::get_if<OfferState>(&a.actions[0]);
+    REQUIRE(o != nullptr);
+    return *o;
+  };
+  auto idle = joined(3);
+  idle.on_state_request("c", request);
+  auto now = offered(idle.step(t0));
+  CHECK(now.reason.empty());
+  REQUIRE(now.asker);
+  CHECK((now.asker->round == 3 && now.asker->digest == kDigest1));
+  CHECK(now.listed_round == std::optional<std::uint64_t>(2));
+
+  ParticipantMachine m(options("a"), std::nullopt, HeldState{3, kDigest1}, 0, t0);
+  (void)m.step(t0);
+  m.on_state_request("c", request);
+  CHECK(offered(m.step(t0)).reason == "no committed state yet");
+  m.on_state_offer("b", offer(3, kDigest1), t0);
+  m.on_state_arrived({3, kDigest1});
+  auto later = m.step(t0);
+  REQUIRE(!later.actions.empty());
+  const auto* o = std::get_if<OfferState>(&later.actions.back());
+  REQUIRE(o != nullptr);
+  CHECK((o->peer == "c" && o->reason.empty() && o->asker && o->asker->round == 3));
+  CHECK(o->listed_round == std::optional<std::uint64_t>(2));
+}
+
 TEST_CASE("STATE_SYNC: a site catching up itself offers the state it installs to those it turned away") {
   ParticipantMachine m(options("a"), std::nullopt, HeldState{3, kDigest1}, 0, t0);
   (void)m.step(t0);

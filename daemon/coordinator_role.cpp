@@ -76,6 +76,7 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
       coordinator_(options_of(job, heartbeat_timeout, summarize_journal(journal_.records()), start),
                    summarize_journal(journal_.records()).round + 1, Clock::now()),
       wake_(executor),
+      decisions_(heartbeat_timeout),
       step_down_(std::move(start.step_down)) {
   const JournalSummary s = summarize_journal(journal_.records());
   commits_ = s.commits;
@@ -103,42 +104,15 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
   }
 }
 
-Status CoordinatorRole::journal(const nlohmann::json& record) { return journal_.append(record); }
-
-void CoordinatorRole::decide(nlohmann::json record, std::string what, std::function<void()> then) {
-  unwritten_.push_back(Decision{std::move(record), std::move(what), std::move(then)});
+void CoordinatorRole::decide(nlohmann::json record, std::string what, std::function<void()> send) {
+  decisions_.add(std::move(record), std::move(what), std::move(send));
 }
 
 bool CoordinatorRole::write_decisions(Clock::time_point now) {
-  while (!unwritten_.empty()) {
-    Decision& d = unwritten_.front();
-    if (Status j = journal(d.record); !j.ok()) {
-      if (!unwritten_since_) {
-        unwritten_since_ = now;
-        // "paused:" puts it in `geoloco status` too.
-        note_(cat("paused: cannot journal ", d.what, " (", j.message(),
-                  "); nothing of it is sent, and it is tried again every second"));
-      }
-      if (!handed_on_ && step_down_ && now - *unwritten_since_ >= heartbeat_timeout_) {
-        handed_on_ = true;
-        step_down_(cat("its journal refused ", d.what, " for ",
-                            std::chrono::duration_cast<Millis>(now - *unwritten_since_).count() / 1000, " s: ",
-                            j.message()));
-      }
-      return false;
-    }
-    if (unwritten_since_) {
-      note_(cat("the journal is written again after ",
-                std::chrono::duration_cast<Millis>(now - *unwritten_since_).count() / 1000, " s: ", d.what,
-                " goes out"));
-      unwritten_since_.reset();
-      handed_on_ = false;
-    }
-    auto then = std::move(d.then);
-    unwritten_.pop_front();
-    then();
-  }
-  return true;
+  auto flushed = decisions_.flush(now, [this](const nlohmann::json& r) { return journal_.append(r); });
+  for (const auto& line : flushed.notes) note_(line);
+  if (flushed.hand_on_why && step_down_) step_down_(*flushed.hand_on_why);
+  return flushed.all_written;
 }
 
 std::optional<CommittedMessage> CoordinatorRole::committed_message(std::uint64_t round) const {
@@ -245,7 +219,7 @@ asio::awaitable<void> CoordinatorRole::run() {
   // An exchange that outlasts the participants' own all-reduce limit (4 x
   // the heartbeat timeout) plus a margin cannot finish any more: abort it.
   const auto exchange_limit = 5 * heartbeat_timeout_;
-  while (!stopped_ && (!finished() || !unwritten_.empty())) {
+  while (!stopped_ && (!finished() || !decisions_.empty())) {
     poked_ = false;
     // The loop passes at least every second. A longer gap than the
     // heartbeat timeout is a process that stood still: the other sites
@@ -256,7 +230,7 @@ asio::awaitable<void> CoordinatorRole::run() {
       const auto gap = std::chrono::duration_cast<Millis>(now - *last_step_).count();
       note_(cat("this coordinator stood still for ", gap / 1000.0,
                 " s, longer than the heartbeat timeout: it decides nothing more and leaves the office"));
-      unwritten_.clear();  // decisions made before the gap are not sent after it
+      decisions_.clear();  // decisions made before the gap are not sent after it
       step_down_(cat("the process stood still for ", gap / 1000.0, " s"));
       break;
     }
@@ -287,13 +261,8 @@ asio::awaitable<void> CoordinatorRole::run() {
     }
     if (collecting) standing_ = std::move(still);  // what holds now (a planned step decides no liveness)
     if (actions.plan) {
-      nlohmann::json record{{"type", "plan"},
-                            {"round", actions.plan->round},
-                            {"attempt", actions.plan->attempt},
-                            {"participants", actions.plan->participants},
-                            {"weights", actions.plan->weights},
-                            {"late", actions.plan->late},
-                            {"epoch", epoch_}};
+      auto record = plan_record(actions.plan->round, actions.plan->attempt, actions.plan->participants,
+                                actions.plan->weights, actions.plan->late, epoch_);
       decide(std::move(record), cat("the plan of round ", actions.plan->round),
              [this, plan = *actions.plan] {
                lagging_ = plan.late;
@@ -303,13 +272,8 @@ asio::awaitable<void> CoordinatorRole::run() {
     }
     if (actions.committed) {
       const auto& c = *actions.committed;
-      nlohmann::json record{{"type", "committed"},
-                            {"round", c.round},
-                            {"anchor_digest", c.anchor_digest},
-                            {"tokens", coordinator_.tokens()},
-                            {"final", c.final},
-                            {"attempt", c.attempt.value_or(0)},
-                            {"epoch", epoch_}};
+      auto record = committed_record(c.round, c.anchor_digest, coordinator_.tokens(), c.final, c.attempt.value_or(0),
+                                     epoch_);
       decide(std::move(record), cat("the commit of round ", c.round), [this, c, tokens = coordinator_.tokens()] {
         commits_[c.round] = {c.anchor_digest, c.attempt, tokens, epoch_};
         committed_round_ = c.round;
@@ -320,10 +284,7 @@ asio::awaitable<void> CoordinatorRole::run() {
       });
     }
     if (actions.abort) {
-      decide(nlohmann::json{{"type", "abort"},
-                            {"round", actions.abort->round},
-                            {"reason", actions.abort->reason},
-                            {"epoch", epoch_}},
+      decide(abort_record(actions.abort->round, actions.abort->reason, epoch_),
              cat("the abort of round ", actions.abort->round), [this, abort = *actions.abort] {
                for (const auto& site : job_.sites) send_(site, abort);
              });

@@ -1,9 +1,9 @@
 // The coordinator role of one job on the site that holds the office
 // (docs/design.md §3-§4; succession.h): the CoordinatorMachine state machine
 // (coordinator_machine.h) wired to the clock, the site's journal and the
-// sites. Every decision is journaled (fsync) before it is sent, so a
-// coordinator restarted after kill -9 resumes at the journaled round: it
-// re-announces the last COMMITTED (a site that missed it applies it; the
+// sites. Every decision is journaled (fsync) before it is sent
+// (decision_outbox.h), so a coordinator restarted after kill -9 resumes at
+// the journaled round: it re-announces the last COMMITTED (a site that missed it applies it; the
 // others ignore it) and aborts the round that was in flight, so no round is
 // applied twice or lost. A successor starts from its voters' recovery: it
 // journals the last committed round they knew, completes the pending round
@@ -17,7 +17,6 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <map>
@@ -28,6 +27,7 @@
 #include "common/status.h"
 #include "daemon/control_messages.h"
 #include "daemon/coordinator_machine.h"
+#include "daemon/decision_outbox.h"
 #include "job/job_spec.h"
 #include "daemon/journal.h"
 #include "daemon/succession.h"
@@ -88,10 +88,9 @@ class CoordinatorRole {
   CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout,
                   Journal& journal, Start start, Send send, Note note);
   void greet(const std::string& site);
-  Status journal(const nlohmann::json& record);
-  /// `then` (what sends the decision) runs once `record` is on disk, after
+  /// `send` (what sends the decision) runs once `record` is on disk, after
   /// every decision queued before it.
-  void decide(nlohmann::json record, std::string what, std::function<void()> then);
+  void decide(nlohmann::json record, std::string what, std::function<void()> send);
   /// Writes the queued decisions in order and sends each; false: one could
   /// not be written (it and those after it wait; the machine decides nothing new).
   bool write_decisions(Clock::time_point now);
@@ -121,15 +120,8 @@ class CoordinatorRole {
   bool stopped_ = false;
   bool poked_ = false;  // a message arrived since the last step
   std::set<std::string> standing_;  // standing conditions logged already
-  struct Decision {
-    nlohmann::json record;
-    std::string what;  // "the plan of round 7", for the log
-    std::function<void()> then;
-  };
-  std::deque<Decision> unwritten_;  // decisions whose journal record is not on disk yet, in order
-  std::optional<Clock::time_point> unwritten_since_;
+  DecisionOutbox decisions_;  // decisions whose journal record is not on disk yet, in order
   std::function<void(const std::string&)> step_down_;
-  bool handed_on_ = false;  // step_down_ was called for the journal
   std::optional<Clock::time_point> last_step_;  // the loop's last pass: a long gap is a process that stood still
   std::optional<Clock::time_point> planned_at_;  // the plan in flight went out then
 };

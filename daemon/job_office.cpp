@@ -149,12 +149,19 @@ bool JobRun::admit(const std::string& from, const ControlMessage& message) {
 bool JobRun::journal_pending_commit(const PendingCommit& p) {
   if (journaled_pending_ && journaled_pending_->round == p.round && journaled_pending_->attempt == p.attempt)
     return true;
-  if (Status s = journal_->append(nlohmann::json{{"type", "pending"},
-                                                 {"round", p.round},
-                                                 {"attempt", p.attempt},
-                                                 {"anchor_digest", p.anchor_digest},
-                                                 {"tokens", p.tokens}});
-      !s.ok()) {
+  nlohmann::json record{{"type", "pending"},
+                        {"round", p.round},
+                        {"attempt", p.attempt},
+                        {"anchor_digest", p.anchor_digest},
+                        {"tokens", p.tokens}};
+  // The plan it answers, so that a restart that rebuilds the round from the
+  // round log before applying it lists and records it as applied.
+  if (plan_.round == p.round && plan_.attempt == p.attempt)
+    record["plan"] = nlohmann::json{{"participants", plan_.participants}, {"late", plan_.late},
+                                    {"weights", plan_.weights},           {"tokens_each", plan_.tokens_each},
+                                    {"anchor_rounds", plan_.anchor_rounds}, {"loss", plan_.loss},
+                                    {"epoch", plan_.epoch},               {"coordinator", coordinator()}};
+  if (Status s = journal_->append(record); !s.ok()) {
     // Not sent: a successor could not learn of it. The machine tries the
     // record and its COMMIT again at the next resend.
     note(cat("the COMMIT of round ", p.round, " is not sent: it cannot be journaled (", s.message(),

@@ -459,7 +459,7 @@ Status JobRun::start() {
   // anchor its site holds (STATE_SYNC).
   GEOLOCO_TRY(start_trainer(first_round, machine_->where() == ParticipantMachine::Where::awaiting_initial));
   record(history::Started{self(), state_.round, checkpoint_ ? checkpoint_->digest : std::string(),
-                          checkpoint_ ? "checkpoint" : "nothing"});
+                          checkpoint_ ? "checkpoint" : "nothing", std::move(rebuilt_)});
   wake_.emplace(env_.executor);
   asio::co_spawn(env_.executor, run(), logged("the job's engine"));
   return {};

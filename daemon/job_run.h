@@ -229,6 +229,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// journal's last committed round (round_replay.h), before the machine
   /// starts: what this site holds after a crash, from its disk alone.
   void replay_round_log();
+  /// The rounds replay_round_log() rebuilt on the checkpoint, with their committed digests (for the history).
+  std::vector<history::RoundDigest> rebuilt_;
+  void record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const JournalSummary& journal);
   void list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer);
   bool keep_installed_entries(const InstalledState& installed, std::uint64_t tokens);
   bool rebuilds_from_disk(std::uint64_t round);

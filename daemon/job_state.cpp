@@ -369,6 +369,90 @@ void JobRun::show_round_log_bytes() {
     (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
 }
 
+namespace {
+
+// The plan this site answered with its COMMIT of `round` (attempt
+// `attempt`), as its journal's `pending` record keeps it; none when the
+// record lacks it or is not well formed.
+std::optional<PlanMessage> journaled_plan(const std::vector<nlohmann::json>& records, std::uint64_t round,
+                                          std::optional<std::uint64_t> attempt, std::string& coordinator) {
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    const nlohmann::json& r = *it;
+    if (r.value("type", "") != "pending" || r.value("round", std::uint64_t{0}) != round) continue;
+    if (attempt && r.value("attempt", std::uint64_t{0}) != *attempt) continue;
+    const auto p = r.find("plan");
+    if (p == r.end() || !p->is_object()) return std::nullopt;
+    try {
+      PlanMessage plan;
+      plan.round = round;
+      plan.attempt = r.value("attempt", std::uint64_t{0});
+      plan.participants = p->at("participants").get<std::vector<std::string>>();
+      plan.late = p->at("late").get<std::vector<std::string>>();
+      plan.weights = p->at("weights").get<std::vector<double>>();
+      plan.tokens_each = p->at("tokens_each").get<std::vector<std::uint64_t>>();
+      plan.anchor_rounds = p->at("anchor_rounds").get<std::vector<std::uint64_t>>();
+      plan.loss = p->at("loss").get<double>();
+      plan.epoch = p->at("epoch").get<std::uint64_t>();
+      coordinator = p->at("coordinator").get<std::string>();
+      const std::size_t n = plan.participants.size();
+      if (plan.weights.size() != n || plan.tokens_each.size() != n || plan.anchor_rounds.size() != n)
+        return std::nullopt;
+      for (auto t : plan.tokens_each) plan.tokens += t;
+      return plan;
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// Rounds the replay rebuilt that this site never applied (killed after its
+// journal learned them): listed and recorded in the history now, as
+// applied, from the plan its journal kept with its vote. The first round
+// without that plan ends the list (the records stay consecutive); its
+// history still names it with its digest (history::Started::rebuilt).
+void JobRun::record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const JournalSummary& journal) {
+  const std::uint64_t listed = rounds_->records().empty() ? 0 : rounds_->records().back().round;
+  std::vector<RoundRecord> records;
+  for (std::uint64_t round = std::max(from, listed) + 1; round <= to; ++round) {
+    const JournaledCommit& c = journal.commits.at(round);
+    std::string coordinator;
+    const auto plan = journaled_plan(journal_->records(), round, c.attempt, coordinator);
+    if (!plan) break;
+    RoundRecord r;
+    r.round = round;
+    r.fragment = diloco::fragment_of_round(round, spec_.fragments());
+    r.fragments = spec_.fragments();
+    r.participants = plan->participants;
+    r.late = plan->late;
+    r.loss = plan->loss;
+    r.tokens = plan->tokens;
+    r.digest = c.digest;
+    r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
+    r.installed_from = "round log";
+    records.push_back(std::move(r));
+    history::Committed h;
+    h.round = round;
+    h.attempt = plan->attempt;
+    h.fragment = records.back().fragment;
+    h.coordinator = coordinator;
+    h.epoch = plan->epoch;
+    h.participants = plan->participants;
+    h.late = plan->late;
+    for (std::size_t i = 0; i < plan->participants.size(); ++i)
+      h.contributions.push_back({plan->participants[i], plan->anchor_rounds[i], plan->tokens_each[i], plan->weights[i]});
+    h.digest = c.digest;
+    h.final = journal.final && round == journal.round;
+    record(h);
+  }
+  if (records.empty()) return;
+  if (Status kept = rounds_->append(std::span<const RoundRecord>(records)); !kept.ok())
+    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name,
+                  records.front().round, records.back().round, kRoundLogFile, kept.message());
+}
+
 void JobRun::replay_round_log() {
   if (!round_deltas_ || !journal_ || state_.anchor.empty()) return;
   const JournalSummary journal = summarize_journal(journal_->records());
@@ -391,6 +475,8 @@ void JobRun::replay_round_log() {
     // site starts again with none (at most one round's rounding is lost).
     if (feedback_) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
     checkpoint_ = HeldState{replayed->to, replayed->digest};
+    for (std::uint64_t r = from + 1; r <= replayed->to; ++r) rebuilt_.push_back({r, journal.commits.at(r).digest});
+    record_rebuilt_rounds(from, replayed->to, journal);
     note(cat("rounds ", from + 1, "..", replayed->to, " replayed from the round log on the checkpoint of round ", from,
              " (", replayed->bytes, " bytes): anchor ", replayed->digest));
   }

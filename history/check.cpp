@@ -103,9 +103,17 @@ class Checker {
                 // A checkpoint of a round this site never held (damaged, or
                 // from elsewhere) may be loaded, but nothing may be built on
                 // it: the site must take the committed state from a peer.
-                unverified = !lives.empty() && e.round > highest ? std::optional<std::uint64_t>(e.round) : std::nullopt;
-                if (unverified) ++s_.checkpoints_ahead;
-                else highest = std::max(highest, e.round);
+                // Rounds rebuilt on it from the site's round log are claimed
+                // with their digests, as a commit would claim them.
+                const std::uint64_t base = e.rebuilt.empty() ? e.round : e.rebuilt.front().round - 1;
+                unverified = !lives.empty() && base > highest ? std::optional<std::uint64_t>(e.round) : std::nullopt;
+                if (unverified) {
+                  ++s_.checkpoints_ahead;
+                } else {
+                  for (const auto& r : e.rebuilt)
+                    if (!claim(r.round, r.digest, cat(who, " rebuilt from its round log"))) return;
+                  highest = std::max(highest, e.round);
+                }
                 lives.emplace_back();
                 // Not claimed as the round's digest: the site may refuse the
                 // checkpoint it loaded (its next commit or state sync is checked).

@@ -78,6 +78,25 @@ class Reader {
     }
     return out;
   }
+  /// Absent: none (histories written before the field existed).
+  std::vector<RoundDigest> round_digests(const char* key) {
+    std::vector<RoundDigest> out;
+    if (!j_.contains(key)) return out;
+    const json& v = j_[key];
+    if (!v.is_array()) {
+      fail(key, "a list of {round, digest}");
+      return out;
+    }
+    for (const auto& e : v) {
+      if (!e.is_object() || !e.contains("round") || !e["round"].is_number_unsigned() || !e.contains("digest") ||
+          !e["digest"].is_string()) {
+        fail(key, "a list of {round, digest}");
+        return {};
+      }
+      out.push_back({e["round"].get<std::uint64_t>(), e["digest"].get<std::string>()});
+    }
+    return out;
+  }
   void check(bool ok, const std::string& what) {
     if (!ok && status_.ok()) status_ = Status(Err::malformed, what);
   }
@@ -96,7 +115,13 @@ class Reader {
 };
 
 Result<Event> parse_event(const std::string& name, Reader& f) {
-  if (name == "started") return Event(Started{f.str("site"), f.u64("round"), f.str("digest"), f.str("from")});
+  if (name == "started") {
+    Started e{f.str("site"), f.u64("round"), f.str("digest"), f.str("from"), f.round_digests("rebuilt")};
+    for (std::size_t i = 0; i < e.rebuilt.size(); ++i)
+      f.check(e.rebuilt[i].round == e.round - (e.rebuilt.size() - 1 - i),
+              "rebuilt must list consecutive rounds ending at round");
+    return Event(e);
+  }
   if (name == "trainer_tokens") {
     TrainerTokens e{f.u64("round"), static_cast<std::uint32_t>(f.u64("fragment")), f.u64("tokens")};
     return Event(e);
@@ -140,7 +165,14 @@ std::string_view event_name(const Event& event) {
 std::string encode_record(const Record& record) {
   json j = std::visit(
       Overload{
-          [](const Started& e) { return json{{"site", e.site}, {"round", e.round}, {"digest", e.digest}, {"from", e.from}}; },
+          [](const Started& e) {
+            json j{{"site", e.site}, {"round", e.round}, {"digest", e.digest}, {"from", e.from}};
+            if (!e.rebuilt.empty()) {
+              j["rebuilt"] = json::array();
+              for (const auto& r : e.rebuilt) j["rebuilt"].push_back({{"round", r.round}, {"digest", r.digest}});
+            }
+            return j;
+          },
           [](const TrainerTokens& e) { return json{{"round", e.round}, {"fragment", e.fragment}, {"tokens", e.tokens}}; },
           [](const Committed& e) {
             json contributions = json::array();

@@ -3,7 +3,8 @@
 // (`t`, milliseconds since the Unix epoch) and its `event`:
 //
 //   started             the job began on this site (again, after a restart):
-//                       the round it holds and from where
+//                       the round it holds and from where, and the rounds
+//                       it rebuilt from its round log (each with its digest)
 //   trainer_tokens      the trainer finished an inner phase: the round whose
 //                       anchor it trained from, the fragment, its tokens
 //   committed           a round this site applied: attempt, fragment,
@@ -30,11 +31,22 @@
 
 namespace geoloco::history {
 
+/// A committed round and the anchor digest after it.
+struct RoundDigest {
+  std::uint64_t round = 0;
+  std::string digest;
+  bool operator==(const RoundDigest&) const = default;
+};
+
 struct Started {
   std::string site;
   std::uint64_t round = 0;  ///< rounds committed in the state it holds (0: none yet)
   std::string digest;       ///< that state's anchor digest ("" without one)
   std::string from;         ///< "checkpoint", or "nothing" (the state comes from the trainer or a peer)
+  /// The rounds rebuilt from the site's round log on its checkpoint, in
+  /// order, each stepped to the digest its journal says committed (the last
+  /// is `round`): the checkpoint holds the round before the first.
+  std::vector<RoundDigest> rebuilt = {};
 };
 
 struct TrainerTokens {

@@ -263,6 +263,40 @@ TEST_CASE("a restart from a round the site never held: nothing may be built on i
   CHECK(s.summary.checkpoints_ahead == 1);
 }
 
+TEST_CASE("rounds a restart rebuilt from its round log are claimed with their digests and may be built on") {
+  // c is killed after its journal learned round 2 and before it applied it;
+  // it restarts from its checkpoint of round 1, rebuilds round 2 from its
+  // round log, and commits round 3 on top of it.
+  auto restarted = [](std::vector<RoundDigest> rebuilt) {
+    Federation f;
+    f.erase("c", "committed", 2);
+    const std::size_t at = f.find("c", "committed", 3);
+    f.h["c"].insert(f.h["c"].begin() + static_cast<std::ptrdiff_t>(at),
+                    {3200, Started{"c", 2, digest_of(2), "checkpoint", std::move(rebuilt)}});
+    return f;
+  };
+  auto ok = check_history(restarted({{2, digest_of(2)}}).input());
+  INFO(ok.violation);
+  REQUIRE(ok.ok());
+  CHECK(ok.summary.restarts == 1);
+  CHECK(ok.summary.checkpoints_ahead == 0);
+  // Rebuilt to another anchor than the round's: a divergence.
+  CHECK(check_history(restarted({{2, "d2-other"}}).input()).violation ==
+        "round 2 has two digests: a (committed) says d2, c (started) rebuilt from its round log says d2-other");
+  // Without the rebuilt rounds, the same start is a checkpoint ahead of the history.
+  CHECK(check_history(restarted({}).input()).violation ==
+        "c applied round 3 on top of round 2 from its checkpoint, a round it never held and took from no peer");
+  // Rebuilt on a checkpoint of a round it never held: still ahead.
+  Federation ahead;
+  ahead.erase("c", "committed", 2);
+  ahead.erase("c", "committed", 3);
+  ahead.h["c"].insert(ahead.h["c"].begin() + static_cast<std::ptrdiff_t>(ahead.find("c", "ended", 3)),
+                      {3200, Started{"c", 3, digest_of(3), "checkpoint", {{3, digest_of(3)}}}});
+  auto in = ahead.input();
+  auto r = check_history(in);
+  CHECK(r.summary.checkpoints_ahead == 1);
+}
+
 TEST_CASE("a history must begin with its site's start, and each site comes once") {
   Federation f;
   auto in = f.input();

@@ -38,6 +38,7 @@ std::vector<Event> every_event() {
   c.final = true;
   return {Started{"a", 3, "00000000deadbeef", "checkpoint"},
           TrainerTokens{4, 2, 12800},
+          Started{"a", 3, "00000000deadbeef", "checkpoint", {{2, "00000000000000d2"}, {3, "00000000deadbeef"}}},
           c,
           StateSyncApplied{5, "0123456789abcdef", "b"},
           Dropped{2, "a", 640, "5 round(s) late, policy drop"},
@@ -59,7 +60,10 @@ TEST_CASE("every history event round-trips through its line", "[sanitize]") {
     CHECK(encode_record(*back) == line);
     ++t;
   }
-  auto c = std::get<Committed>(parse_record(encode_record({1, every_event()[2]}))->event);
+  auto rebuilt = std::get<Started>(parse_record(encode_record({1, every_event()[2]}))->event).rebuilt;
+  CHECK(rebuilt == std::vector<RoundDigest>{{2, "00000000000000d2"}, {3, "00000000deadbeef"}});
+  CHECK(std::get<Started>(parse_record(encode_record({1, every_event()[0]}))->event).rebuilt.empty());
+  auto c = std::get<Committed>(parse_record(encode_record({1, every_event()[3]}))->event);
   CHECK(c.contributions[1] == Contribution{"b", 3, 6400, 3200});
   CHECK(c.final);
   CHECK(c.late == std::vector<std::string>{"c"});
@@ -81,6 +85,11 @@ TEST_CASE("a history line that is not a record is refused naming what is wrong",
             R"("participants":["a"],"late":[],"contributions":[{"site":"b","anchor_round":1,"tokens":1,"weight":1}],)"
             R"("digest":"x","final":false})") == "committed: contributions in the participants' order");
   CHECK(parse_record(R"({"t":1,"event":"aborted","round":1,"attempt":0,"reason":7})").status().code() == Err::malformed);
+  CHECK(msg(R"({"t":1,"event":"started","site":"a","round":3,"digest":"x","from":"checkpoint","rebuilt":[2]})") ==
+        "started: field 'rebuilt' must be a list of {round, digest}");
+  CHECK(msg(R"({"t":1,"event":"started","site":"a","round":3,"digest":"x","from":"checkpoint",)"
+            R"("rebuilt":[{"round":1,"digest":"y"}]})") ==
+        "started: rebuilt must list consecutive rounds ending at round");
 }
 
 TEST_CASE("a history file keeps its records across a reopen and cuts only a torn tail", "[sanitize]") {
@@ -96,24 +105,24 @@ TEST_CASE("a history file keeps its records across a reopen and cuts only a torn
   auto read = read_history(path);
   REQUIRE(read.ok());
   CHECK(read->torn_tail);
-  REQUIRE(read->records.size() == 7);
+  REQUIRE(read->records.size() == every_event().size());
   CHECK(std::get<Ended>(read->records.back().event).round == 9);
   CHECK(read->records.front().t_ms > 1700000000000);  // the wall clock, in ms
   {
     auto h = HistoryFile::open(path);
     REQUIRE(h.ok());
-    CHECK(h->records().size() == 7);
+    CHECK(h->records().size() == every_event().size());
     REQUIRE(h->append(Aborted{10, 0, "x"}).ok());
   }
   auto again = read_history(path);
   REQUIRE(again.ok());
   CHECK_FALSE(again->torn_tail);
-  CHECK(again->records.size() == 8);
+  CHECK(again->records.size() == every_event().size() + 1);
 
   std::ofstream(path, std::ios::app) << R"({"t":1,"event":"aborted","round":"x","attempt":0,"reason":""})" << "\n";
   auto bad = read_history(path);
   CHECK(bad.status().code() == Err::malformed);
-  CHECK(bad.status().message() == path + ":9: aborted: field 'round' must be a non-negative integer");
+  CHECK(bad.status().message() == path + ":10: aborted: field 'round' must be a non-negative integer");
 }
 
 TEST_CASE("the journal's commits are read up to its first damaged line", "[sanitize]") {

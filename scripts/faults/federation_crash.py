@@ -1,20 +1,23 @@
 """Every site of the federation down at once, daemons and trainers, and all
-started again together: kill -9 in the inner phase, mid all-reduce and right
-after a commit, then SIGTERM, with checkpoints only every 5 rounds. No site
+started again together: kill -9 in the inner phase, mid all-reduce, between
+the votes and the outcome (a site's COMMIT journaled, its round's COMMITTED
+not: the coordinator is frozen there), and right after a commit, then SIGTERM, with checkpoints only every 5 rounds. No site
 holds a checkpoint of the last committed round, so each rebuilds it from its
 checkpoint and its round log (the averaged Δ of the rounds since, made
 durable before it voted). The job resumes on the last committed round and
 finishes: no round lost, none applied twice, one digest per round. Ends
 with the history checker."""
 
+import json
 import os
 import random
 import signal
 import time
 
-from scenario import Commits, Federation, arguments, history_events, link_name, mlp_job, run, wait_for_transfer
+from scenario import (Commits, Federation, arguments, epoch_of, history_events, link_name, mlp_job, run, signal_site,
+                      wait_for_transfer)
 
-PHASES = ("inner", "allreduce", "after-commit", "sigterm")
+PHASES = ("inner", "allreduce", "commit", "after-commit", "sigterm")
 args = arguments(__doc__, rounds=30, every=5, phases=",".join(PHASES))
 NAME = "federation-crash"
 
@@ -39,6 +42,46 @@ def down_all(fed, sig):
             pass
     for p in daemons:
         p.wait(timeout=60)
+
+
+def last_record(site):
+    """The last whole record of a site's journal (read while it runs)."""
+    with open(os.path.join(site.dir, "data", "jobs", "e2e", "journal")) as f:
+        lines = [line for line in f if line.endswith("\n") and line.strip()]
+    return json.loads(lines[-1].split(" ", 1)[1]) if lines else {}
+
+
+def journal_commits(site):
+    """The rounds a site's journal says committed (read with the site down)."""
+    with open(os.path.join(site.dir, "data", "jobs", "e2e", "journal")) as f:
+        records = [json.loads(line.split(" ", 1)[1]) for line in f if line.endswith("\n") and line.strip()]
+    return {r["round"] for r in records if r.get("type") == "committed"}
+
+
+def voted(site):
+    """The round whose COMMIT `site` journaled and whose outcome it has not learned, if any."""
+    r = last_record(site)
+    return r.get("round") if r.get("type") == "pending" and not r.get("none") else None
+
+
+def freeze_between_vote_and_outcome(fed, seconds=60):
+    """Freezes the acting coordinator (SIGSTOP) at a moment when a voter has
+    journaled its COMMIT of a round and not its outcome; returns (the
+    coordinator, the round, the voters still waiting). A freeze that came
+    too late (every vote answered) is undone and tried at the next round."""
+    office = epoch_of(fed["site-b"])[1] or "site-a"
+    voters = [s for s in fed.sites if s.name != office]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(voted(s) for s in voters):
+            time.sleep(0.002)
+            continue
+        signal_site(fed[office], signal.SIGSTOP)
+        waiting = {s.name: voted(s) for s in voters if voted(s)}
+        if waiting:
+            return office, max(waiting.values()), sorted(waiting)
+        signal_site(fed[office], signal.SIGCONT)
+    raise AssertionError(f"no vote of a round was seen waiting for its outcome in {seconds} s")
 
 
 def committed_rounds(fed):
@@ -71,6 +114,14 @@ def body():
                 time.sleep(0.05)
             if phase == "allreduce":
                 wait_for_transfer(fed, link_name("site-a", "site-b"))
+            elif phase == "commit":
+                # Neither this round nor the one voted on a checkpoint's: the
+                # restart rebuilds from the round log whichever the outcome.
+                while commits.poll() % args.every in (0, args.every - 1):
+                    time.sleep(0.05)
+                office, voting, waiting = freeze_between_vote_and_outcome(fed)
+                print(f"{office} (the coordinator) frozen while {', '.join(waiting)} wait for the outcome of "
+                      f"round {voting}", flush=True)
             elif phase == "after-commit":
                 at = commits.poll()
                 commits.wait_round(at + 1, 60, "the next commit")
@@ -79,9 +130,15 @@ def body():
                 time.sleep(rng.uniform(0.05, 0.4))
             sizes = {s.name: len(open(s.log_path).read()) for s in fed.sites}
             down_all(fed, signal.SIGTERM if phase == "sigterm" else signal.SIGKILL)
+            for s in fed.sites:
+                s.frozen = False
             held = committed_rounds(fed)
             last = max(held.values())
             crashes.append(f"{phase}(r{last})")
+            if phase == "commit":
+                # Frozen before or after its decision: both are crashes in the commit phase.
+                decided = voting in journal_commits(fed[office])
+                crashes[-1] = f"commit(r{voting} {'decided' if decided else 'undecided'})"
             print(f"every site down ({phase}) with rounds {held} committed", flush=True)
             time.sleep(0.5)
             for s in fed.sites:

@@ -77,7 +77,8 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
                    summarize_journal(journal_.records()).round + 1, Clock::now()),
       wake_(executor),
       decisions_(heartbeat_timeout),
-      step_down_(std::move(start.step_down)) {
+      step_down_(std::move(start.step_down)),
+      journal_refused_(std::move(start.journal_refused)) {
   const JournalSummary s = summarize_journal(journal_.records());
   commits_ = s.commits;
   committed_round_ = s.round;
@@ -111,6 +112,7 @@ void CoordinatorRole::decide(nlohmann::json record, std::string what, std::funct
 bool CoordinatorRole::write_decisions(Clock::time_point now) {
   auto flushed = decisions_.flush(now, [this](const nlohmann::json& r) { return journal_.append(r); });
   for (const auto& line : flushed.notes) note_(line);
+  if (journal_refused_ && (!flushed.all_written || flushed.written_again)) journal_refused_(!flushed.all_written);
   if (flushed.hand_on_why && step_down_) step_down_(*flushed.hand_on_why);
   return flushed.all_written;
 }

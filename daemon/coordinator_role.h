@@ -54,6 +54,9 @@ class CoordinatorRole {
     /// heartbeat timeout (SIGSTOP, a paused machine), so the others may have
     /// elected a successor meanwhile and it must decide nothing more.
     std::function<void(const std::string& why)> step_down = {};
+    /// Called at each refused write of a decision's journal record (true),
+    /// and once when the journal writes again (false): metrics and status.
+    std::function<void(bool refused)> journal_refused = {};
   };
   /// Resumes from the site's journal (which outlives the role); a
   /// successor first journals its recovery. Errors: io.
@@ -122,6 +125,7 @@ class CoordinatorRole {
   std::set<std::string> standing_;  // standing conditions logged already
   DecisionOutbox decisions_;  // decisions whose journal record is not on disk yet, in order
   std::function<void(const std::string&)> step_down_;
+  std::function<void(bool)> journal_refused_;
   std::optional<Clock::time_point> last_step_;  // the loop's last pass: a long gap is a process that stood still
   std::optional<Clock::time_point> planned_at_;  // the plan in flight went out then
 };

@@ -32,6 +32,7 @@ DecisionOutbox::Flushed DecisionOutbox::flush(Clock::time_point now, const Write
                               d.what, " goes out"));
       refused_since_.reset();
       handed_on_ = false;
+      out.written_again = true;
     }
     auto send = std::move(d.send);
     queued_.pop_front();

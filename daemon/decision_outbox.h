@@ -41,7 +41,8 @@ class DecisionOutbox {
 
   /// What one flush did.
   struct Flushed {
-    bool all_written = true;                 ///< false: a record was refused; it and those after it wait
+    bool all_written = true;                 ///< false: a record was refused (once per flush); it and those after it wait
+    bool written_again = false;              ///< a refusal ended: the held decisions went out
     std::vector<std::string> notes;          ///< lines for the log
     std::optional<std::string> hand_on_why;  ///< leave the office, for this reason (said once per refusal)
   };

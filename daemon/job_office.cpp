@@ -55,9 +55,12 @@ bool JobRun::execute(SuccessionAction& action) {
                  if (Status s = journal_->append(p.record); !s.ok()) {
                    spdlog::error("[{}] cannot journal {}: {}; nothing that depends on it is sent", spec_.name,
                                  p.record.dump(), s.message());
+                   journal_refused(cat("paused: cannot journal this site's ", p.record.value("type", "office"),
+                                       " record (", s.message(), "); nothing that depends on it is sent"));
                    succession_->on_persist_failed(Clock::now());
                    return false;
                  }
+                 journal_written();
                  return true;
                },
                [&](Send& s) {
@@ -105,6 +108,10 @@ Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now, std::s
                                // It cannot write, or stood still: another site stands.
                                succession_->resign(why, Clock::now());
                                step_succession();
+                             },
+                             [this](bool refused) {
+                               if (refused) journal_refused("");  // the role says why ("paused: ...")
+                               else journal_written();
                              }},
       [this](const std::string& site, const ControlMessage& m) { send(site, m); },
       [this](const std::string& line) {
@@ -146,6 +153,22 @@ bool JobRun::admit(const std::string& from, const ControlMessage& message) {
   return false;
 }
 
+void JobRun::journal_refused(const std::string& status_line) {
+  if (env_.metrics) (void)env_.metrics->add("geoloco_journal_write_failures_total", {{"job", spec_.name}}, 1);
+  if (!status_line.empty() && job_state_ == JobState::running && message_ != status_line) {
+    message_ = status_line;
+    changed_.notify_all();
+  }
+}
+
+void JobRun::journal_written() {
+  if (job_state_ == JobState::running &&
+      (message_.rfind("paused: cannot journal", 0) == 0 || message_.rfind("cannot journal", 0) == 0)) {
+    message_.clear();
+    changed_.notify_all();
+  }
+}
+
 bool JobRun::journal_pending_commit(const PendingCommit& p) {
   if (journaled_pending_ && journaled_pending_->round == p.round && journaled_pending_->attempt == p.attempt)
     return true;
@@ -166,9 +189,11 @@ bool JobRun::journal_pending_commit(const PendingCommit& p) {
     // record and its COMMIT again at the next resend.
     note(cat("the COMMIT of round ", p.round, " is not sent: it cannot be journaled (", s.message(),
              "); tried again at the next resend"));
-    if (env_.metrics) (void)env_.metrics->add("geoloco_journal_write_failures_total", {{"job", spec_.name}}, 1);
+    journal_refused(cat("paused: cannot journal the COMMIT of round ", p.round, " (", s.message(),
+                        "); it is not sent, and tried again at the next resend"));
     return false;
   }
+  journal_written();
   journaled_pending_ = p;
   return true;
 }
@@ -184,8 +209,13 @@ void JobRun::journal_pending_cleared() {
 void JobRun::journal_committed(nlohmann::json record) {
   if (record.value("round", std::uint64_t{0}) <= journal_->committed_round()) return;  // the role journaled it
   record["type"] = "committed";
-  if (Status s = journal_->append(record); !s.ok())
+  if (Status s = journal_->append(record); !s.ok()) {
     spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.value("round", std::uint64_t{0}), s.message());
+    journal_refused(cat("cannot journal that round ", record.value("round", std::uint64_t{0}), " committed (",
+                        s.message(), "); a successor this site votes for may not learn it from this site"));
+  } else {
+    journal_written();
+  }
 }
 
 void JobRun::answer_round_query(const std::string& from, const RoundQueryMessage& query) {

@@ -231,6 +231,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void replay_round_log();
   /// The rounds replay_round_log() rebuilt on the checkpoint, with their committed digests (for the history).
   std::vector<history::RoundDigest> rebuilt_;
+  /// A journal write refused: counted (geoloco_journal_write_failures_total)
+  /// and, when `status_line` is given, shown by status while the job runs.
+  void journal_refused(const std::string& status_line);
+  /// A journal write went through: a refusal status showed is over.
+  void journal_written();
   void record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const JournalSummary& journal);
   void list_installed_rounds(std::uint64_t round, const std::string& digest, const std::string& peer);
   bool keep_installed_entries(const InstalledState& installed, std::uint64_t tokens);

@@ -47,6 +47,7 @@ TEST_CASE("a decision goes out once its record is written, in the order the deci
   const Clock::time_point t0{};
   auto flushed = outbox.flush(t0, journal.writer());
   CHECK(flushed.all_written);
+  CHECK(!flushed.written_again);
   CHECK(flushed.notes.empty());
   CHECK(!flushed.hand_on_why);
   CHECK(sent == std::vector<std::string>{"plan 7", "abort 7"});
@@ -97,6 +98,7 @@ TEST_CASE("a refused record holds back every later decision, is said once, and h
   flushed = outbox.flush(t0 + 5s, journal.writer());
   CHECK(flushed.all_written);
   CHECK(flushed.notes == std::vector<std::string>{"the journal is written again after 5 s: the commit of round 6 goes out"});
+  CHECK(flushed.written_again);
   CHECK(sent == std::vector<std::string>{"committed 6", "plan 7"});
   CHECK(!outbox.refused_since());
 

@@ -50,6 +50,8 @@ def body():
             a = fed["site-a"]
             contributes_after(fed, a, freed)
             assert epoch_of(a)[0] >= epoch, f"site-a follows {epoch_of(a)}, older than epoch {epoch} of {holder}"
+            said = a.status("e2e").get("message", "")
+            assert "cannot journal" not in said, f"site-a's status still says it cannot journal: {said}"
             back = commits.poll()
         # Started again on its own folder, it follows the office and contributes too.
         contributes_after(fed, a, back)
@@ -73,6 +75,11 @@ def coordinator_full_disk(fed, commits, data):
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
     fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
                  "site-a to say it cannot journal a decision")
+    # Said by its status and counted by its metrics too.
+    fed.wait_for(lambda: "cannot journal" in (a.status("e2e") or {}).get("message", ""), 60,
+                 "site-a's status to say it cannot journal")
+    failures = a.metrics().get(("geoloco_journal_write_failures_total", (("job", "e2e"),)), 0)
+    assert failures > 0, f"site-a's refused journal writes are not counted: {failures}"
     fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
                  "a successor to take the office from the full coordinator")
     epoch, holder = epoch_of(fed["site-b"])

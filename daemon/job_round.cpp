@@ -21,6 +21,24 @@
 
 namespace geoloco::daemon {
 
+history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment, const std::string& coordinator,
+                                   std::uint64_t epoch, const std::string& digest, bool final) {
+  history::Committed h;
+  h.round = round;
+  h.attempt = plan.attempt;
+  h.fragment = fragment;
+  h.coordinator = coordinator;
+  h.epoch = epoch;
+  h.participants = plan.participants;
+  h.late = plan.late;
+  for (std::size_t i = 0; i < plan.participants.size(); ++i)
+    h.contributions.push_back(
+        {plan.participants[i], plan.anchor_rounds.at(i), plan.tokens_each.at(i), plan.weights.at(i)});
+  h.digest = digest;
+  h.final = final;
+  return h;
+}
+
 using Clock = std::chrono::steady_clock;
 
 asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
@@ -181,20 +199,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     spdlog::error("[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
                   "next round's): {}",
                   spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
-  history::Committed h;
-  h.round = c.round;
-  h.attempt = plan_.attempt;
-  h.fragment = r.fragment;
-  h.coordinator = coordinator();
-  h.epoch = c.epoch;
-  h.participants = plan_.participants;
-  h.late = plan_.late;
-  for (std::size_t i = 0; i < plan_.participants.size(); ++i)
-    h.contributions.push_back({plan_.participants[i], plan_.anchor_rounds.at(i), plan_.tokens_each.at(i),
-                               plan_.weights.at(i)});
-  h.digest = digest;
-  h.final = c.final;
-  record(h);
+  record(committed_event(plan_, c.round, r.fragment, coordinator(), c.epoch, digest, c.final));
   // What a successor needs of this round, should this site take the office.
   journal_committed(nlohmann::json{{"round", c.round},
                                    {"anchor_digest", digest},

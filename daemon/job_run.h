@@ -92,6 +92,11 @@ struct JobEnvironment {
   std::string trainer_program = "geoloco-train";
 };
 
+/// The history's record of round `round` of `plan` as committed (`digest`, `final`)
+/// by `coordinator` in `epoch`: its participants and their contributions.
+history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment, const std::string& coordinator,
+                                   std::uint64_t epoch, const std::string& digest, bool final);
+
 class JobRun : public std::enable_shared_from_this<JobRun> {
  public:
   /// Prepares the job's folder (<data_dir>/jobs/<name>: job.yaml, status,

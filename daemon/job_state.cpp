@@ -433,19 +433,8 @@ void JobRun::record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const J
     r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
     r.installed_from = "round log";
     records.push_back(std::move(r));
-    history::Committed h;
-    h.round = round;
-    h.attempt = plan->attempt;
-    h.fragment = records.back().fragment;
-    h.coordinator = coordinator;
-    h.epoch = plan->epoch;
-    h.participants = plan->participants;
-    h.late = plan->late;
-    for (std::size_t i = 0; i < plan->participants.size(); ++i)
-      h.contributions.push_back({plan->participants[i], plan->anchor_rounds[i], plan->tokens_each[i], plan->weights[i]});
-    h.digest = c.digest;
-    h.final = journal.final && round == journal.round;
-    record(h);
+    record(committed_event(*plan, round, records.back().fragment, coordinator, plan->epoch, c.digest,
+                           journal.final && round == journal.round));
   }
   if (records.empty()) return;
   if (Status kept = rounds_->append(std::span<const RoundRecord>(records)); !kept.ok())

@@ -23,16 +23,64 @@ import urllib.request
 sys.stdout.reconfigure(line_buffering=True)
 
 
+_held_ports = []  # lock files of the ports this process reserved, held until it exits
+
+
+def _port_range():
+    """Ports below the kernel's ephemeral range: no outgoing connection and no
+    bind to port 0 is ever given one, so a port chosen here stays free while a
+    site is down or starting, whatever else runs on the machine."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(1024, low - 12000), low
+
+
 def free_ports(count):
-    """Ports the kernel hands out now (bound and released: free for a moment)."""
-    socks, ports = [], []
-    for _ in range(count):
+    """`count` loopback ports reserved for this process until it exits. They
+    lie outside the ephemeral range (see _port_range), and each is claimed by
+    an exclusive lock on a file named after it, so two harnesses that run at
+    once (ctest -j2) never pick the same one; a port is taken only if it binds
+    now, with SO_REUSEADDR as the daemons bind."""
+    import fcntl
+    import random
+    folder = os.path.join(tempfile.gettempdir(), "geoloco-test-ports")
+    os.makedirs(folder, exist_ok=True)
+    try:
+        os.chmod(folder, 0o1777)  # shared by every user's test runs, like /tmp
+    except OSError:
+        pass
+    low, high = _port_range()
+    ports = []
+    start = random.randrange(low, high)
+    for i in range(high - low):
+        if len(ports) == count:
+            break
+        port = low + (start - low + i) % (high - low)
+        try:
+            fd = os.open(os.path.join(folder, str(port)), os.O_CREAT | os.O_RDWR, 0o666)
+        except OSError:  # another user's lock file: leave that port to them
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            os.close(fd)
+            continue
+        finally:
+            s.close()
+        _held_ports.append(fd)
+        ports.append(port)
+    if len(ports) < count:
+        raise AssertionError(f"only {len(ports)} of {count} free loopback ports in {low}-{high - 1}")
     return ports
 
 

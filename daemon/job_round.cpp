@@ -13,6 +13,7 @@
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
+#include "daemon/round_replay.h"
 #include "daemon/site_metrics.h"
 #include "inner/protocol/layout.h"
 #include "diloco/exchange.h"
@@ -173,13 +174,6 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
                     digest, ", the committed one ", c.anchor_digest);
   const auto now = Clock::now();
   RoundRecord r;
-  r.round = c.round;
-  r.fragment = diloco::fragment_of_round(c.round, spec_.fragments());
-  r.fragments = spec_.fragments();
-  r.participants = plan_.participants;
-  r.late = plan_.late;
-  r.loss = plan_.loss;
-  r.tokens = plan_.tokens;
   r.bytes_sent = round_bytes_sent_;
   r.bytes_received = round_bytes_received_;
   const double raw =
@@ -192,27 +186,79 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     r.trainer_compute_seconds = phase_compute_seconds_;
     r.trainer_loop_seconds = phase_loop_seconds_;
   }
-  r.digest = digest;
   r.contributed = participant;
+  keep_committed_round(c, plan_, coordinator(), std::move(r));
+  return {};
+}
+
+void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& plan, const std::string& coordinator,
+                                  RoundRecord r) {
+  r.round = c.round;
+  r.fragment = diloco::fragment_of_round(c.round, spec_.fragments());
+  r.fragments = spec_.fragments();
+  r.participants = plan.participants;
+  r.late = plan.late;
+  r.loss = plan.loss;
+  r.tokens = plan.tokens;
+  r.digest = c.anchor_digest;
   state_.round = c.round;
   if (Status kept = rounds_->append(r); !kept.ok())
     spdlog::error("[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
                   "next round's): {}",
                   spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
-  record(committed_event(plan_, c.round, r.fragment, coordinator(), c.epoch, digest, c.final));
+  record(committed_event(plan, c.round, r.fragment, coordinator, c.epoch, c.anchor_digest, c.final));
   // What a successor needs of this round, should this site take the office.
   journal_committed(nlohmann::json{{"round", c.round},
-                                   {"anchor_digest", digest},
+                                   {"anchor_digest", c.anchor_digest},
                                    {"tokens", c.tokens},
                                    {"final", c.final},
-                                   {"attempt", c.attempt.value_or(plan_.attempt)},
+                                   {"attempt", c.attempt.value_or(plan.attempt)},
                                    {"epoch", c.epoch}});
   note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
-           plan_.participants.size(), " site(s)",
-           plan_.late.empty() ? std::string() : cat(", late: ", plan_.late.size()), ", loss ", plan_.loss,
-           ", sent ", round_bytes_sent_, " bytes, anchor ", digest));
+           plan.participants.size(), " site(s)",
+           plan.late.empty() ? std::string() : cat(", late: ", plan.late.size()), ", loss ", plan.loss,
+           r.installed_from.empty() ? cat(", sent ", r.bytes_sent, " bytes") : cat(", from the ", r.installed_from),
+           ", anchor ", c.anchor_digest));
   if (env_.metrics) show_committed_round(*env_.metrics, spec_.name, r);
   set_state(JobState::running, cat("round ", c.round, " committed"));
+}
+
+Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attempt, bool& state_lost) {
+  state_lost = false;
+  GEOLOCO_RETURN_IF(!round_deltas_ || !journal_, Err::internal, "no round log is open");
+  std::string coordinator;
+  const auto plan = journaled_plan(journal_->records(), c.round, attempt, coordinator);
+  GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
+                    " (attempt ", attempt, ")");
+  auto read = round_deltas_->read(c.round);
+  if (!read.ok()) return read.status();
+  GEOLOCO_RETURN_IF(!*read, Err::mismatch, "the round log has no Δ of round ", c.round);
+  RoundDelta& entry = **read;
+  GEOLOCO_RETURN_IF(entry.attempt != attempt || entry.digest != c.anchor_digest, Err::mismatch,
+                    "the round log's Δ of round ", c.round, " is of attempt ", entry.attempt, " (anchor ", entry.digest,
+                    "); attempt ", attempt, " committed anchor ", c.anchor_digest);
+  auto stepped = step_round_delta(state_, entry, spec_.compression, spec_.outer.outer);
+  if (!stepped.ok() || *stepped != c.anchor_digest) {
+    if (!stepped.ok() && stepped.status().code() != Err::mismatch) return stepped.status();  // unchanged
+    // Stepped to no committed anchor: nothing of it is kept; a peer gives the state.
+    state_lost = true;
+    anchor_committed_ = false;
+    state_ = outer::OuterState();
+    feedback_.reset();
+    checkpoint_.reset();
+    if (!stepped.ok()) return stepped.status();
+    return Status(Err::mismatch, cat("stepping round ", c.round, " from the round log gives anchor ", *stepped,
+                                     ", the committed one is ", c.anchor_digest));
+  }
+  // The encodes of this site's share of the round went with the memory of
+  // the run that voted: its residual starts again from zero, as after a
+  // replay at start.
+  if (feedback_) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  anchor_committed_ = true;
+  RoundRecord r;
+  r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
+  r.installed_from = "round log";
+  keep_committed_round(c, *plan, coordinator, std::move(r));
   return {};
 }
 

@@ -380,6 +380,11 @@ void JobRun::execute(ParticipantAction& action) {
             else late_anchor_ = std::move(kept);
           },
           [&](ApplyRound& a) { machine_->on_applied(apply_round(a.committed, a.participant)); },
+          [&](ApplyLoggedRound& a) {
+            bool lost = false;
+            const Status applied = apply_logged_round(a.committed, a.attempt, lost);
+            machine_->on_logged_applied(applied, lost);
+          },
           [&](KeepTrainerAnchor& k) {
             if (!late_anchor_.empty()) {
               spdlog::error("[{}] internal: the trainer's older anchor is kept already", spec_.name);
@@ -454,6 +459,7 @@ Status JobRun::start() {
   ParticipantOptions po = participant_options(spec_, self(), Millis(env_.site.heartbeat_interval_ms));
   po.coordinator = coordinator();
   machine_.emplace(po, checkpoint_, journal, spec_.checkpoint_every(), Clock::now());
+  if (restored_pending_) machine_->on_restored_vote(*restored_pending_);
   // Only the coordinator's trainer may supply the job's initialization, and
   // only when nothing was ever committed; every other trainer waits for the
   // anchor its site holds (STATE_SYNC).

@@ -209,6 +209,16 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Applies the exchanged round's outer step and records the round.
   /// Errors: the step's, and mismatch (the anchor is not the committed one).
   Status apply_round(const CommittedMessage& committed, bool participant);
+  /// Steps round `committed` from the round log's entry this site wrote
+  /// before its COMMIT of `attempt` (a vote from before a restart), and
+  /// records the round as apply_round() does. Errors: mismatch (no such
+  /// entry or plan; or the step gave another anchor, and then
+  /// `state_lost`: the state is dropped), the entry's read and decode.
+  Status apply_logged_round(const CommittedMessage& committed, std::uint64_t attempt, bool& state_lost);
+  /// A committed round's record (its timings and bytes in `record`),
+  /// history event and journal record, and its line in the log.
+  void keep_committed_round(const CommittedMessage& committed, const PlanMessage& plan, const std::string& coordinator,
+                            RoundRecord record);
   Result<std::string> next_anchor_digest(float scale) const;
   /// The values round `round` syncs: the whole model, or with streaming the
   /// fragment fragment_of_round(round) cut from the layout as the trainer's

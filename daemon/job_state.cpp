@@ -369,44 +369,6 @@ void JobRun::show_round_log_bytes() {
     (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
 }
 
-namespace {
-
-// The plan this site answered with its COMMIT of `round` (attempt
-// `attempt`), as its journal's `pending` record keeps it; none when the
-// record lacks it or is not well formed.
-std::optional<PlanMessage> journaled_plan(const std::vector<nlohmann::json>& records, std::uint64_t round,
-                                          std::optional<std::uint64_t> attempt, std::string& coordinator) {
-  for (auto it = records.rbegin(); it != records.rend(); ++it) {
-    const nlohmann::json& r = *it;
-    if (r.value("type", "") != "pending" || r.value("round", std::uint64_t{0}) != round) continue;
-    if (attempt && r.value("attempt", std::uint64_t{0}) != *attempt) continue;
-    const auto p = r.find("plan");
-    if (p == r.end() || !p->is_object()) return std::nullopt;
-    try {
-      PlanMessage plan;
-      plan.round = round;
-      plan.attempt = r.value("attempt", std::uint64_t{0});
-      plan.participants = p->at("participants").get<std::vector<std::string>>();
-      plan.late = p->at("late").get<std::vector<std::string>>();
-      plan.weights = p->at("weights").get<std::vector<double>>();
-      plan.tokens_each = p->at("tokens_each").get<std::vector<std::uint64_t>>();
-      plan.anchor_rounds = p->at("anchor_rounds").get<std::vector<std::uint64_t>>();
-      plan.loss = p->at("loss").get<double>();
-      plan.epoch = p->at("epoch").get<std::uint64_t>();
-      coordinator = p->at("coordinator").get<std::string>();
-      const std::size_t n = plan.participants.size();
-      if (plan.weights.size() != n || plan.tokens_each.size() != n || plan.anchor_rounds.size() != n)
-        return std::nullopt;
-      for (auto t : plan.tokens_each) plan.tokens += t;
-      return plan;
-    } catch (const nlohmann::json::exception&) {
-      return std::nullopt;
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 // Rounds the replay rebuilt that this site never applied (killed after its
 // journal learned them): listed and recorded in the history now, as

@@ -95,4 +95,11 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records);
 /// installed from a donor that did not know the attempt).
 std::optional<RoundOutcomeMessage> round_outcome(const Journal& journal, std::uint64_t round);
 
+/// The plan this site answered with its COMMIT of `round` (of `attempt`,
+/// when given), as the journal's `pending` record keeps it, and the
+/// coordinator that sent it; none when the record lacks the plan or it is
+/// not well formed.
+std::optional<PlanMessage> journaled_plan(const std::vector<nlohmann::json>& records, std::uint64_t round,
+                                          std::optional<std::uint64_t> attempt, std::string& coordinator);
+
 }  // namespace geoloco::daemon

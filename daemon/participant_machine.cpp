@@ -124,6 +124,9 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // A newer attempt of the round whose COMMIT is pending: that COMMIT is void.
   if (commit_in_doubt_ && plan.round == commit_in_doubt_->round && plan.attempt > commit_in_doubt_->attempt)
     commit_in_doubt_.reset();
+  if (restored_vote_ && (plan.round > restored_vote_->round ||
+                         (plan.round == restored_vote_->round && plan.attempt > restored_vote_->attempt)))
+    restored_vote_.reset();
   // A plan of round R means round R - 1 is committed: a state older than that is of no use.
   if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
@@ -246,6 +249,13 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
   if (commit_in_doubt_ && c.round >= commit_in_doubt_->round) commit_in_doubt_.reset();  // its outcome is known
   if (c.final) final_round_ = c.round;
   known_committed_ = std::max(known_committed_, c.round);
+  if (restored_vote_ && c.round >= restored_vote_->round) {
+    if (commits_restored_vote(c) && (where_ == Where::idle || where_ == Where::catching_up)) {
+      apply_logged(c);
+      return {};
+    }
+    restored_vote_.reset();  // another outcome: the state comes as it would without the vote
+  }
   // Ours: the round in hand, and the attempt in hand when the COMMITTED names one.
   const bool ours = holds_current() && c.round == held_->round + 1 && plan_ && plan_->round == c.round &&
                     (!c.attempt || *c.attempt == plan_->attempt);
@@ -289,6 +299,8 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
                     ", which is not the coordinator (", options_.coordinator, ")");
   if (commit_in_doubt_ && a.round == commit_in_doubt_->round && a.attempt == commit_in_doubt_->attempt)
     commit_in_doubt_.reset();
+  if (restored_vote_ && a.round == restored_vote_->round && a.attempt == restored_vote_->attempt)
+    restored_vote_.reset();
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the

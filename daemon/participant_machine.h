@@ -21,7 +21,10 @@
 //   committing        the next anchor's digest is known (COMMIT sent by a
 //                     participant); waits for COMMITTED or ABORT
 //   applying          COMMITTED named that digest: the step is being applied
-//                     (ApplyRound, answered by on_applied())
+//                     (ApplyRound, answered by on_applied()); or it named
+//                     the attempt and digest this site voted for before a
+//                     restart, and the round is stepped from its round log
+//                     (ApplyLoggedRound, answered by on_logged_applied())
 //   finished          the job's last round is applied here
 //   ended             stopped, cancelled or failed: nothing changes any more
 //
@@ -153,6 +156,14 @@ struct ApplyRound {
   CommittedMessage committed;
   bool participant = false;  ///< this site's Δ was in the round (its residual takes the round's encodes)
 };
+/// Step the committed round from this site's round log: the entry this
+/// site wrote before its COMMIT of `attempt`, which `committed` names
+/// (the site restarted on the round before, and its vote was counted).
+/// Answer with on_logged_applied().
+struct ApplyLoggedRound {
+  CommittedMessage committed;
+  std::uint64_t attempt = 0;
+};
 /// Before the held state moves: the trainer trains from the anchor held
 /// now; keep it, it is the base of the trainer's Δ. `replaced`: a new state
 /// replaces the held one (the anchor may be moved out); else the step
@@ -241,7 +252,8 @@ using ParticipantAction =
                  participant::WelcomeTrainer,
                  participant::PublishInitial, participant::InstallState, participant::ReceiveState,
                  participant::DropTransfer, participant::ReleaseDonor, participant::OfferState,
-                 participant::SaveCheckpoint, participant::EndJob, participant::JournalCommit>;
+                 participant::SaveCheckpoint, participant::EndJob, participant::JournalCommit,
+                 participant::ApplyLoggedRound>;
 
 class ParticipantMachine {
  public:
@@ -291,6 +303,17 @@ class ParticipantMachine {
   void on_trainer_moved(std::uint64_t round);
   /// The transfer in progress broke (its frames, its digest): ask again later.
   void on_state_failed(const std::string& why);
+  /// The COMMIT this site journaled before it restarted, and whose outcome
+  /// its journal does not hold: when it is of the round after the held
+  /// state, a COMMITTED naming its attempt and digest is stepped from the
+  /// round log (ApplyLoggedRound) instead of asked of a peer. After a crash
+  /// of every site between the votes and the outcome, the voters may be
+  /// the only sites that can rebuild the round.
+  void on_restored_vote(const PendingCommit& vote);
+  /// ApplyLoggedRound was carried out. An error leaves the site catching
+  /// up; `state_lost`: the step went wrong midway and the held state is no
+  /// round's any more (the state comes whole from a peer).
+  void on_logged_applied(const Status& applied, bool state_lost);
   /// The trainer failed for good.
   void on_trainer_failed(const std::string& why);
   /// A site's journal says which attempt committed a round (the answer to
@@ -367,6 +390,10 @@ class ParticipantMachine {
   void decline(const PlanMessage& plan);
   void catch_up(const std::string& why);
   void apply(const CommittedMessage& committed);
+  /// Whether `committed` is the outcome of restored_vote_ (its round, its
+  /// attempt when named, its digest).
+  bool commits_restored_vote(const CommittedMessage& committed) const;
+  void apply_logged(const CommittedMessage& committed);
   void become_idle();
   void welcome_trainer();
   void release_trainer(bool stop);
@@ -407,6 +434,11 @@ class ParticipantMachine {
   /// that round's state or learns its outcome, since the old coordinator
   /// may have counted it toward the majority.
   std::optional<PendingCommit> commit_in_doubt_;
+  /// The vote this site's journal held at start (on_restored_vote()), of
+  /// the round after held_, until that round's outcome is known.
+  std::optional<PendingCommit> restored_vote_;
+  /// applying: the round stepped from the round log (ApplyLoggedRound).
+  std::optional<CommittedMessage> logged_round_;
   /// Asking which attempt committed doubted_round(): the round asked about,
   /// when last asked, and how often.
   std::uint64_t asked_round_ = 0;

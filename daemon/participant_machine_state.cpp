@@ -2,6 +2,8 @@
 // asked of it and offered, and the state it takes while catching up, one
 // transfer at a time (a stalled one goes on from another holder's offer).
 // Asking for the state, which time drives, is participant_machine_step.cpp's.
+// Last, the state a site rebuilds itself: a round it voted for before a
+// restart, stepped from its own round log once its outcome names that vote.
 #include "daemon/participant_machine.h"
 #include "daemon/state_sync.h"
 
@@ -187,6 +189,56 @@ void ParticipantMachine::on_state_failed(const std::string& why) {
   transferring_ = false;
   donors_.clear();
   helpers_asked_ = false;
+}
+
+// ------------------------------------------- a voted round from the round log
+
+void ParticipantMachine::on_restored_vote(const PendingCommit& vote) {
+  if (held_ && vote.round == held_->round + 1 && vote.round > known_committed_) restored_vote_ = vote;
+}
+
+bool ParticipantMachine::commits_restored_vote(const CommittedMessage& c) const {
+  return restored_vote_ && held_ && c.round == restored_vote_->round && c.round == held_->round + 1 &&
+         (!c.attempt || *c.attempt == restored_vote_->attempt) && c.anchor_digest == restored_vote_->anchor_digest;
+}
+
+void ParticipantMachine::apply_logged(const CommittedMessage& c) {
+  if (transferring_) {
+    // A state of the round before, or of this one from a peer: the round log holds it already.
+    act(DropTransfer{});
+    transferring_ = false;
+    donors_.clear();
+    helpers_asked_ = false;
+  }
+  // The trainer keeps training from the anchor held now (the base of its late Δ).
+  if (trainer_round_ == held_->round + 1 && !streaming()) act(KeepTrainerAnchor{false});
+  note(cat("round ", c.round, " committed attempt ", restored_vote_->attempt,
+           ", which this site voted for before it restarted: stepped from its round log"));
+  act(ApplyLoggedRound{c, restored_vote_->attempt});
+  logged_round_ = c;
+  where_ = Where::applying;
+}
+
+void ParticipantMachine::on_logged_applied(const Status& applied, bool state_lost) {
+  if (where_ != Where::applying || !logged_round_) return;
+  const CommittedMessage c = *logged_round_;
+  logged_round_.reset();
+  restored_vote_.reset();
+  if (!applied.ok()) {
+    if (state_lost) held_.reset();
+    catch_up(cat("round ", c.round, " cannot be stepped from the round log: ", applied.message()));
+    return;
+  }
+  held_ = HeldState{c.round, c.anchor_digest};
+  become_idle();
+  if (trainer_round_ == 0) welcome_trainer();
+  else if (trainer_round_ < c.round + 1 && !phase_) act(MoveTrainer{c.round + 1});
+  offer_to_waiting();
+  if (final_round_ && c.round >= *final_round_) {
+    finish();
+    return;
+  }
+  if (checkpoint_every_ > 0 && c.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
 }
 
 }  // namespace geoloco::daemon

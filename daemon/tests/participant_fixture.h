@@ -40,6 +40,7 @@ inline std::string kind(const ParticipantAction& a) {
                [](const ForgetExchange&) { return std::string("forget"); },
                [](const MoveTrainer& m) { return cat("move trainer ", m.round); },
                [](const ApplyRound&) { return std::string("apply"); },
+               [](const ApplyLoggedRound& a) { return cat("apply ", a.committed.round, ".", a.attempt, " from the round log"); },
                [](const KeepTrainerAnchor&) { return std::string("keep anchor"); },
                [](const ReleaseTrainer& r) { return cat("release ", r.next_round, r.stop ? " stop" : ""); },
                [](const Record& r) {

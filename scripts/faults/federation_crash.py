@@ -1,9 +1,10 @@
 """Every site of the federation down at once, daemons and trainers, and all
-started again together: kill -9 in the inner phase, mid all-reduce and right
-after a commit, then SIGTERM (and, asked for with --phases, between the
-votes and the outcome: a site's COMMIT journaled, its round's COMMITTED not,
-the coordinator frozen there), with checkpoints only every 5 rounds. No site
-holds a checkpoint of the last committed round, so each rebuilds it from its
+started again together: kill -9 in the inner phase, mid all-reduce, between
+the votes and the outcome (a site's COMMIT journaled, its round's COMMITTED
+not, the coordinator frozen there), that crash again with the old
+coordinator started last (once the others elected a successor, which
+completes or aborts the voted round), right after a commit, then SIGTERM;
+with checkpoints only every 5 rounds. No site holds a checkpoint of the last committed round, so each rebuilds it from its
 checkpoint and its round log (the averaged Δ of the rounds since, made
 durable before it voted). The job resumes on the last committed round and
 finishes: no round lost, none applied twice, one digest per round. Ends
@@ -18,12 +19,10 @@ import time
 from scenario import (Commits, Federation, arguments, epoch_of, history_events, link_name, mlp_job, run, signal_site,
                       wait_for_transfer)
 
-PHASES = ("inner", "allreduce", "commit", "after-commit", "sigterm")
-# "commit" is asked for by name (--phases inner,commit,...): after such a
-# crash, a successor elected at the restart can complete the voted round
-# from the votes while no site steps it from its own round log, and the
-# job waits for a state nobody holds (docs/RELIABILITY.md, known gap).
-args = arguments(__doc__, rounds=30, every=5, phases="inner,allreduce,after-commit,sigterm")
+PHASES = ("inner", "allreduce", "commit", "commit-elect", "after-commit", "sigterm")
+# "commit-elect": the "commit" crash with the old coordinator started
+# again only once the others elected a successor.
+args = arguments(__doc__, rounds=40, every=5, phases="inner,allreduce,commit,commit-elect,after-commit,sigterm")
 NAME = "federation-crash"
 
 
@@ -100,7 +99,7 @@ def body():
     phases = [p for p in args.phases.split(",") if p]
     for p in phases:
         assert p in PHASES, f"unknown phase {p} (expected {', '.join(PHASES)})"
-    crashes, replays = [], 0
+    crashes, replays, voted_steps = [], 0, 0
     with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "25"
@@ -119,7 +118,7 @@ def body():
                 time.sleep(0.05)
             if phase == "allreduce":
                 wait_for_transfer(fed, link_name("site-a", "site-b"))
-            elif phase == "commit":
+            elif phase in ("commit", "commit-elect"):
                 # Neither this round nor the one voted on a checkpoint's: the
                 # restart rebuilds from the round log whichever the outcome.
                 while commits.poll() % args.every in (0, args.every - 1):
@@ -140,14 +139,27 @@ def body():
             held = committed_rounds(fed)
             last = max(held.values())
             crashes.append(f"{phase}(r{last})")
-            if phase == "commit":
+            if phase in ("commit", "commit-elect"):
                 # Frozen before or after its decision: both are crashes in the commit phase.
                 decided = voting in journal_commits(fed[office])
-                crashes[-1] = f"commit(r{voting} {'decided' if decided else 'undecided'})"
+                crashes[-1] = f"{phase}(r{voting} {'decided' if decided else 'undecided'})"
             print(f"every site down ({phase}) with rounds {held} committed", flush=True)
             time.sleep(0.5)
+            if phase == "commit-elect":
+                # The old coordinator comes back last: the voters elect one
+                # of themselves, which completes the voted round from the
+                # votes (when they make a majority) or aborts it; each voter
+                # that restarted on the round before steps it from its own
+                # round log.
+                for s in fed.sites:
+                    if s.name != office:
+                        s.start()
+                successors = lambda: {epoch_of(s)[1] for s in fed.sites if s.name != office} - {"", office}
+                fed.wait_for(successors, 60, f"a successor to {office}")
+                print(f"{', '.join(sorted(successors()))} elected while {office} is down", flush=True)
             for s in fed.sites:
-                s.start()
+                if s.process is None or s.process.poll() is not None:
+                    s.start()
             # Resumed on the last committed round: the next rounds commit, and
             # each site's history goes on from there (the checker sees a round
             # committed twice with another anchor, or one missing).
@@ -166,12 +178,16 @@ def body():
                 assert loaded, f"no site loaded its checkpoint of round {last} after the {phase} crash"
                 crashes[-1] += " on a checkpoint"
             replays += len(replayed)
+            # A voter restarted on the round before its vote steps the round
+            # from its round log once its outcome names that vote.
+            voted_steps += sum(text.count("which this site voted for before it restarted") for text in logs.values())
             for n, text in logs.items():
                 assert "cannot rebuild the committed state" not in text, f"{n}: {text}"
         commits.finished(300)
         fed.check_history("e2e")
     return (f"{len(crashes)} whole-federation crashes ({', '.join(crashes)}), {args.rounds} rounds, checkpoint every "
-            f"{args.every}; {replays} site restarts rebuilt their state from the round log")
+            f"{args.every}; {replays} site restarts rebuilt their state from the round log, {voted_steps} stepped a round "
+            f"they had voted for from it")
 
 
 run(NAME, body)

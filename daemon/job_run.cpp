@@ -187,6 +187,17 @@ void JobRun::set_state(JobState state, const std::string& message) {
 
 void JobRun::send(const std::string& site, const ControlMessage& message) {
   if (site.empty()) return;  // for the coordinator while an election is open: nobody to send to yet
+  // With GEOLOCO_LOG_LEVEL=debug, each message as it is handed on (the
+  // order of journal writes and sends can then be read from the log).
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("[{}] {}{} to {}", spec_.name, control_type_name(message),
+                  std::visit(
+                      [](const auto& m) -> std::string {
+                        if constexpr (requires { m.round; }) return cat(" of round ", m.round);
+                        else return std::string();
+                      },
+                      message),
+                  site);
   if (site == self()) {
     // Local delivery, after the current handler returns (no re-entrance).
     asio::post(env_.executor, [self = shared_from_this(), message] { self->deliver(self->self(), message); });

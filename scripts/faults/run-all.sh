@@ -43,6 +43,7 @@ quick=(
   "donor_death.py"
   "federation_crash.py"
   "slow_rejoin.py"
+  "durable_order.py"
 )
 full=(
   "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"

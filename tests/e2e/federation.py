@@ -93,6 +93,7 @@ class Site:
         self.log_path = os.path.join(self.dir, "geolocod.log")
         self.process = None
         self.env = {}
+        self.wrap = []  # a command the daemon runs under (e.g. strace), none by default
 
     def write_config(self, sites):
         peers = "\n".join(
@@ -120,7 +121,7 @@ transport: {{connections_per_peer: 2, read_timeout: {self.fed.read_timeout}, kee
         env.update(extra_env or {})
         log = open(self.log_path, "a")
         self.process = subprocess.Popen(
-            [self.fed.geolocod, "--config", self.config, "--trainer", self.fed.trainer],
+            [*self.wrap, self.fed.geolocod, "--config", self.config, "--trainer", self.fed.trainer],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.fed.wait_for(lambda: os.path.exists(self.socket) and self.cli_ok("status"),
                           20, f"{self.name}'s control socket")

@@ -58,6 +58,7 @@ full=(
   "federation_crash.py --rounds 80 --phases inner,allreduce,commit,commit-elect,after-commit,inner,allreduce,commit,commit-elect,after-commit,sigterm --seed 2"
   "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
+  "slow_rejoin.py --width 4096 --steps 40 --rounds 30"
   "slow_rejoin.py --width 81920 --steps 2 --rounds 48 --rate 400M --bound-factor 0"
 )
 set=("${quick[@]}")

@@ -38,6 +38,7 @@ def body():
     with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
             s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "25"
+        fed["site-a"].env["GEOLOCO_LOG_LEVEL"] = "debug"  # each failed dial is a debug line: counted below
         fed.start()
         a, b, c = fed["site-a"], fed["site-b"], fed["site-c"]
         a.cli("submit", fed.write_job(mlp_job(rounds=args.rounds, steps=20, deadline="2s", min_sites=2)))
@@ -98,6 +99,14 @@ def body():
             commits.poll()
             return all((s.status("e2e") or {}).get("state") == "finished" for s in (a, b))
         fed.wait_for(majority_finished, 300, "site-a and site-b to finish")
+        # site-a dials the revoked site-c with the backoff of any failed dial
+        # (each slot doubles its wait up to transport.reconnect_max, 0.5 s in
+        # the harness's site files), knocks or not: counted over 10 s.
+        window_start = len(log_of(a))
+        time.sleep(10)
+        dials = len(re.findall(r"dial site-c slot \d+: ", log_of(a, window_start)))
+        bound = SLOTS / 0.5 * 10
+        assert 0 < dials <= bound * 1.1, f"site-a dialed the revoked site-c {dials} times in 10 s (bound {bound:.0f})"
         c_round = c.status("e2e")["round"]
         assert c_round <= revoked_at + 1, f"site-c committed up to round {c_round} after its revocation at {revoked_at}"
         c.kill(signal.SIGTERM)
@@ -108,7 +117,8 @@ def body():
             assert not lost, f"{s.name}: attempts aborted while certificates rotated: {lost}"
     return (f"3 certificates renewed and reloaded mid-job (rounds {first}..{rotated}), {4 * SLOTS} connections "
             f"replaced on each site, 0 aborts; site-c revoked at round {revoked_at}, refused by name, the others "
-            f"finished {args.rounds} rounds; longest stall {commits.longest_stall:.1f} s")
+            f"finished {args.rounds} rounds; site-a dialed it {dials} times in 10 s (backoff bound {bound:.0f}); longest stall "
+            f"{commits.longest_stall:.1f} s")
 
 
 run(NAME, body)

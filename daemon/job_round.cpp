@@ -226,8 +226,8 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
 Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attempt, bool& state_lost) {
   state_lost = false;
   GEOLOCO_RETURN_IF(!round_deltas_ || !journal_, Err::internal, "no round log is open");
-  std::string coordinator;
-  const auto plan = journaled_plan(journal_->records(), c.round, attempt, coordinator);
+  std::string voted_to;  // the coordinator the vote went to (the round is recorded as the sender of COMMITTED's)
+  const auto plan = journaled_plan(journal_->records(), c.round, attempt, voted_to);
   GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
                     " (attempt ", attempt, ")");
   auto read = round_deltas_->read(c.round);
@@ -250,15 +250,16 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
     return Status(Err::mismatch, cat("stepping round ", c.round, " from the round log gives anchor ", *stepped,
                                      ", the committed one is ", c.anchor_digest));
   }
-  // The encodes of this site's share of the round went with the memory of
-  // the run that voted: its residual starts again from zero, as after a
-  // replay at start.
-  if (feedback_) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
   anchor_committed_ = true;
   RoundRecord r;
   r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
+  // The encodes of this site's share of the round went with the memory of
+  // the run that voted: its residual starts again from zero, as after a
+  // replay at start. (A site whose work was not in the round keeps it.)
+  if (feedback_ && r.contributed) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
   r.installed_from = "round log";
-  keep_committed_round(c, *plan, coordinator, std::move(r));
+  // Recorded as committed by the office that sent COMMITTED, as apply_round() does.
+  keep_committed_round(c, *plan, coordinator(), std::move(r));
   return {};
 }
 

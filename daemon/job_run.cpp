@@ -394,6 +394,9 @@ void JobRun::execute(ParticipantAction& action) {
           [&](ApplyLoggedRound& a) {
             bool lost = false;
             const Status applied = apply_logged_round(a.committed, a.attempt, lost);
+            // Nothing moved: a copy of the held anchor kept for this step is
+            // the held anchor again (a later install keeps it afresh).
+            if (!applied.ok() && !lost && late_anchor_ == state_.anchor) late_anchor_ = std::vector<float>();
             machine_->on_logged_applied(applied, lost);
           },
           [&](KeepTrainerAnchor& k) {

@@ -124,9 +124,6 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
   // A newer attempt of the round whose COMMIT is pending: that COMMIT is void.
   if (commit_in_doubt_ && plan.round == commit_in_doubt_->round && plan.attempt > commit_in_doubt_->attempt)
     commit_in_doubt_.reset();
-  if (restored_vote_ && (plan.round > restored_vote_->round ||
-                         (plan.round == restored_vote_->round && plan.attempt > restored_vote_->attempt)))
-    restored_vote_.reset();
   // A plan of round R means round R - 1 is committed: a state older than that is of no use.
   if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
@@ -299,8 +296,6 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
                     ", which is not the coordinator (", options_.coordinator, ")");
   if (commit_in_doubt_ && a.round == commit_in_doubt_->round && a.attempt == commit_in_doubt_->attempt)
     commit_in_doubt_.reset();
-  if (restored_vote_ && a.round == restored_vote_->round && a.attempt == restored_vote_->attempt)
-    restored_vote_.reset();
   if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
     return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the

@@ -304,9 +304,10 @@ class ParticipantMachine {
   /// The transfer in progress broke (its frames, its digest): ask again later.
   void on_state_failed(const std::string& why);
   /// The COMMIT this site journaled before it restarted, and whose outcome
-  /// its journal does not hold: when it is of the round after the held
-  /// state, a COMMITTED naming its attempt and digest is stepped from the
-  /// round log (ApplyLoggedRound) instead of asked of a peer. After a crash
+  /// its journal does not hold: a COMMITTED naming its attempt and digest,
+  /// when it is of the round after the held state (the restart's, or one
+  /// installed since), is stepped from the round log (ApplyLoggedRound)
+  /// instead of asked of a peer. After a crash
   /// of every site between the votes and the outcome, the voters may be
   /// the only sites that can rebuild the round.
   void on_restored_vote(const PendingCommit& vote);

@@ -162,6 +162,7 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   transferring_ = false;
   donors_.clear();
   helpers_asked_ = false;
+  if (restored_vote_ && state.round >= restored_vote_->round) restored_vote_.reset();  // the state holds its round
   // The trainer trains from the anchor held now: keep it as its base.
   if (held_ && trainer_round_ == held_->round + 1) act(KeepTrainerAnchor{true});
   act(InstallState{});
@@ -194,7 +195,13 @@ void ParticipantMachine::on_state_failed(const std::string& why) {
 // ------------------------------------------- a voted round from the round log
 
 void ParticipantMachine::on_restored_vote(const PendingCommit& vote) {
-  if (held_ && vote.round == held_->round + 1 && vote.round > known_committed_) restored_vote_ = vote;
+  // Kept until the round's outcome is known or the held state passes it.
+  // Not dropped by a PLAN of a later attempt or an ABORT of this one: the
+  // site's vote still counts in an election (JobRun reports it), and a
+  // successor that never heard of them may complete this attempt. Stepping
+  // it is safe whenever a COMMITTED names it: the outcome of a round is one
+  // attempt and one digest, and the stepped anchor is checked against it.
+  if (vote.round > known_committed_) restored_vote_ = vote;
 }
 
 bool ParticipantMachine::commits_restored_vote(const CommittedMessage& c) const {

@@ -80,20 +80,6 @@ TEST_CASE("RESTORED VOTE: another outcome of the round is not stepped from the l
     REQUIRE(m.on_committed("a", committed(3, kDigest3, 7)).ok());
     CHECK(kinds(m.step(t0 + 200ms)).empty());
   }
-  SECTION("a later attempt was planned: the vote's attempt is void, even if a COMMITTED of it comes late") {
-    ParticipantMachine m = restarted();
-    REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {}, 8)).ok());
-    (void)m.step(t0 + 100ms);
-    REQUIRE(m.on_committed("a", committed(3, kDigest2, 7)).ok());
-    CHECK(kinds(m.step(t0 + 200ms)).empty());
-  }
-  SECTION("the vote's attempt was aborted") {
-    ParticipantMachine m = restarted();
-    REQUIRE(m.on_abort("a", AbortMessage{3, 7, "the coordinator restarted"}).ok());
-    (void)m.step(t0 + 100ms);
-    REQUIRE(m.on_committed("a", committed(3, kDigest2, 7)).ok());
-    CHECK(kinds(m.step(t0 + 200ms)).empty());
-  }
   SECTION("a later round committed first") {
     ParticipantMachine m = restarted();
     REQUIRE(m.on_committed("a", committed(4, kDigest3, 0)).ok());
@@ -104,6 +90,51 @@ TEST_CASE("RESTORED VOTE: another outcome of the round is not stepped from the l
     ParticipantMachine m = restarted(kVote, 1);
     REQUIRE(m.on_committed("a", committed(3, kDigest2, 7)).ok());
     CHECK(kinds(m.step(t0 + 200ms)).empty());
+  }
+}
+
+TEST_CASE("RESTORED VOTE: an ABORT of the voted attempt or a later PLAN leaves the vote; a successor may still commit it") {
+  // The vote still counts in an election (the site reports it), and a
+  // successor that never heard of the ABORT or the PLAN completes the
+  // attempt: the voters are then the ones who can step it.
+  SECTION("aborted") {
+    ParticipantMachine m = restarted();
+    REQUIRE(m.on_abort("a", AbortMessage{3, 7, "the coordinator restarted"}).ok());
+    (void)m.step(t0 + 100ms);
+    m.on_office("c");
+    REQUIRE(m.on_committed("c", committed(3, kDigest2, 7)).ok());
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"apply 3.7 from the round log"});
+  }
+  SECTION("a later attempt planned, which this catching-up site declines") {
+    ParticipantMachine m = restarted();
+    REQUIRE(m.on_plan("a", plan(3, {"a", "c"}, {}, 8)).ok());
+    (void)m.step(t0 + 100ms);
+    m.on_office("c");
+    REQUIRE(m.on_committed("c", committed(3, kDigest2, 7)).ok());
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"apply 3.7 from the round log"});
+  }
+}
+
+TEST_CASE("RESTORED VOTE: a state installed from a peer while catching up is stepped on; one of the voted round ends the vote") {
+  SECTION("the round before the vote's, installed: the vote is stepped on it") {
+    ParticipantMachine m = restarted(kVote, 1);  // restarted two rounds behind its vote
+    m.on_state_offer("a", offer(2, kDigest1), t0 + 100ms);
+    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"receive from a"});
+    m.on_state_arrived({2, kDigest1});
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"install", "welcome 3"});
+    REQUIRE(m.on_committed("a", committed(3, kDigest2, 7)).ok());
+    // Its trainer was welcomed at round 3 with round 2's anchor: kept before the step.
+    CHECK(kinds(m.step(t0 + 300ms)) == std::vector<std::string>{"keep anchor", "apply 3.7 from the round log"});
+  }
+  SECTION("the voted round itself, installed: nothing is stepped, and a later outcome is not taken for it") {
+    ParticipantMachine m = restarted();
+    m.on_state_offer("a", offer(3, kDigest2), t0 + 100ms);
+    (void)m.step(t0 + 100ms);
+    m.on_state_arrived({3, kDigest2});
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"install", "welcome 4"});
+    REQUIRE(m.on_committed("a", committed(3, kDigest2, 7)).ok());
+    CHECK(kinds(m.step(t0 + 300ms)).empty());
+    CHECK(m.held()->round == 3);
   }
 }
 
@@ -142,7 +173,7 @@ TEST_CASE("RESTORED VOTE: a state transfer in progress is dropped; a training co
     CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"drop transfer", "apply 3.7 from the round log"});
     m.on_logged_applied({}, false);
     CHECK(kinds(m.step(t0 + 300ms)) == std::vector<std::string>{"welcome 4"});
-    // A frame or the end of the dropped transfer changes nothing.
+    // The dropped transfer's end, arriving late, does not replace the stepped state.
     m.on_state_arrived({2, kDigest1});
     CHECK(kinds(m.step(t0 + 400ms)).empty());
     CHECK(m.held()->round == 3);

@@ -13,6 +13,7 @@ with the history checker."""
 import json
 import os
 import random
+import re
 import signal
 import time
 
@@ -179,10 +180,13 @@ def body():
                 crashes[-1] += " on a checkpoint"
             replays += len(replayed)
             # A voter restarted on the round before its vote steps the round
-            # from its round log once its outcome names that vote.
-            voted_steps += sum(text.count("which this site voted for before it restarted") for text in logs.values())
+            # from its round log once its outcome names that vote (counted
+            # when the stepped round is recorded, not when it is begun).
+            voted_steps += sum(len(re.findall(r"round \d+ committed: .*, from the round log, anchor", text))
+                               for text in logs.values())
             for n, text in logs.items():
                 assert "cannot rebuild the committed state" not in text, f"{n}: {text}"
+                assert "cannot be stepped from the round log" not in text, f"{n}: {text}"
         commits.finished(300)
         fed.check_history("e2e")
     return (f"{len(crashes)} whole-federation crashes ({', '.join(crashes)}), {args.rounds} rounds, checkpoint every "

@@ -49,7 +49,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   exchange_running_ = true;
   auto finish = [&](const Result<std::string>& digest, bool own_fault = false) {
     exchange_running_ = false;  // nothing of the trainer's replica is read any more
-    if (!digest.ok()) delta_.clear();
+    if (!digest.ok()) forget_delta();
     machine_->on_exchange_done(plan.round, plan.attempt, digest, own_fault);
     drive();
     changed_.notify_all();
@@ -73,7 +73,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
     }
     base = base.subspan(delta_offset_, n);
   }
-  delta_.clear();
+  forget_delta();
   delta_.values = n;
   transport::AllReduceRequest& request = request_;
   request = transport::AllReduceRequest();
@@ -119,10 +119,16 @@ Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& dige
                                  "vote for it: ", kept.message()));
 }
 
-Result<std::string> JobRun::exchange_digest() const {
+Result<std::string> JobRun::exchange_digest() {
   auto scale = clip_scale_of_delta();
   if (!scale.ok()) return scale.status();
+  delta_clip_scale_ = *scale;  // apply_round() steps with it: one pass over Δ fewer
   return next_anchor_digest(*scale);
+}
+
+void JobRun::forget_delta() {
+  delta_.clear();
+  delta_clip_scale_.reset();
 }
 
 diloco::ChunkedDelta JobRun::averaged_delta() const {
@@ -153,7 +159,9 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
 }
 
 Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
-  const auto scale = clip_scale_of_delta();
+  // The scale the COMMIT's digest was computed with (the same function of
+  // the same Δ, so the same bits); computed again only if it is not at hand.
+  const Result<float> scale = delta_clip_scale_ ? Result<float>(*delta_clip_scale_) : clip_scale_of_delta();
   // The round is kept: this site's residual takes what its encodes dropped
   // (replayed from the base and replica, which the step has not moved yet).
   if (participant && feedback_) {
@@ -165,7 +173,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
                               : scale.status();
   const std::string digest = digest_hex(state_.anchor_digest());
   const std::uint64_t values = delta_.values;
-  delta_.clear();
+  forget_delta();
   // Stepped in place: after a failure the anchor is no committed state
   // until one is installed (the machine catches up).
   anchor_committed_ = stepped.ok() && digest == c.anchor_digest;

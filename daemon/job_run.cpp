@@ -381,7 +381,7 @@ void JobRun::execute(ParticipantAction& action) {
                               Status(Err::io, cat("the exchange of round ", c.round, " attempt ", c.attempt,
                                                   " was given up: ", c.why)));
           },
-          [&](ForgetExchange&) { delta_.clear(); },
+          [&](ForgetExchange&) { forget_delta(); },
           [&](MoveTrainer& m) {
             // Welcomed with the held anchor only if no trainer trains yet:
             // set_anchor refuses otherwise, and the older anchor stays its base.

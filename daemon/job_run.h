@@ -202,7 +202,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   // One round (job_round.cpp).
   asio::awaitable<void> exchange(PlanMessage plan, bool participant);
-  Result<std::string> exchange_digest() const;
+  /// The next anchor's digest from the exchanged Δ (its clip scale kept in delta_clip_scale_).
+  Result<std::string> exchange_digest();
+  /// Frees the exchanged Δ (and its clip scale).
+  void forget_delta();
   /// The exchanged round's averaged Δ made durable in the round log before
   /// this site votes for it (round_deltas.h). Errors: io (no vote then).
   Status keep_round_delta(const PlanMessage& plan, const std::string& digest);
@@ -316,6 +319,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// The averaged Δ of plan_.round's values (delta_offset_ onwards), kept as
   /// the all-gather's encoded chunks and decoded again piece by piece.
   transport::EncodedOutput delta_;
+  /// delta_'s clip scale, once exchange_digest() computed it.
+  std::optional<float> delta_clip_scale_;
   std::uint64_t delta_offset_ = 0;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
 

@@ -194,7 +194,7 @@ void JobRun::install_state() {
     spdlog::error("[{}] {}", spec_.name, installed.status().message());
     return;
   }
-  delta_.clear();
+  forget_delta();
   anchor_committed_ = true;
   // The job's layout came with the state: a trainer of another model, or of
   // the same values in other shapes, is refused before it is welcomed.

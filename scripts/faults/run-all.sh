@@ -55,7 +55,7 @@ full=(
   "kill_site.py --repeat 4 --rounds 100 --seed 2"
   "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
   "coordinator_failover.py --rounds 60 --partition-seconds 20"
-  "federation_crash.py --rounds 80 --phases inner,allreduce,commit,commit-elect,after-commit,inner,allreduce,commit,commit-elect,after-commit,sigterm --seed 2"
+  "federation_crash.py --rounds 90 --phases inner,allreduce,commit,commit-elect,commit-lost-entry,after-commit,inner,allreduce,commit,commit-elect,commit-lost-entry,after-commit,sigterm --seed 2"
   "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
   "churn_soak.py --duration 600 --seed 3"
   "slow_rejoin.py --width 4096 --steps 40 --rounds 30"

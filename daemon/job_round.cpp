@@ -199,16 +199,21 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   return {};
 }
 
-void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& plan, const std::string& coordinator,
-                                  RoundRecord r) {
-  r.round = c.round;
-  r.fragment = diloco::fragment_of_round(c.round, spec_.fragments());
+void JobRun::describe_round(RoundRecord& r, const PlanMessage& plan, std::uint64_t round,
+                            const std::string& digest) const {
+  r.round = round;
+  r.fragment = diloco::fragment_of_round(round, spec_.fragments());
   r.fragments = spec_.fragments();
   r.participants = plan.participants;
   r.late = plan.late;
   r.loss = plan.loss;
   r.tokens = plan.tokens;
-  r.digest = c.anchor_digest;
+  r.digest = digest;
+}
+
+void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& plan, const std::string& coordinator,
+                                  RoundRecord r) {
+  describe_round(r, plan, c.round, c.anchor_digest);
   state_.round = c.round;
   if (Status kept = rounds_->append(r); !kept.ok())
     spdlog::error("[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
@@ -234,30 +239,21 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
 Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attempt, bool& state_lost) {
   state_lost = false;
   GEOLOCO_RETURN_IF(!round_deltas_ || !journal_, Err::internal, "no round log is open");
-  std::string voted_to;  // the coordinator the vote went to (the round is recorded as the sender of COMMITTED's)
+  std::string voted_to;  // unused: the round is recorded as committed by the sender of COMMITTED
   const auto plan = journaled_plan(journal_->records(), c.round, attempt, voted_to);
   GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
                     " (attempt ", attempt, ")");
-  auto read = round_deltas_->read(c.round);
-  if (!read.ok()) return read.status();
-  GEOLOCO_RETURN_IF(!*read, Err::mismatch, "the round log has no Δ of round ", c.round);
-  RoundDelta& entry = **read;
-  GEOLOCO_RETURN_IF(entry.attempt != attempt || entry.digest != c.anchor_digest, Err::mismatch,
-                    "the round log's Δ of round ", c.round, " is of attempt ", entry.attempt, " (anchor ", entry.digest,
-                    "); attempt ", attempt, " committed anchor ", c.anchor_digest);
-  auto stepped = step_round_delta(state_, entry, spec_.compression, spec_.outer.outer);
-  if (!stepped.ok() || *stepped != c.anchor_digest) {
-    if (!stepped.ok() && stepped.status().code() != Err::mismatch) return stepped.status();  // unchanged
+  const LoggedStep step =
+      step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt, spec_.compression, spec_.outer.outer);
+  if (step.lost) {
     // Stepped to no committed anchor: nothing of it is kept; a peer gives the state.
     state_lost = true;
     anchor_committed_ = false;
     state_ = outer::OuterState();
     feedback_.reset();
     checkpoint_.reset();
-    if (!stepped.ok()) return stepped.status();
-    return Status(Err::mismatch, cat("stepping round ", c.round, " from the round log gives anchor ", *stepped,
-                                     ", the committed one is ", c.anchor_digest));
   }
+  GEOLOCO_RETURN_IF(!step.stepped, Err::mismatch, step.why);
   anchor_committed_ = true;
   RoundRecord r;
   r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();

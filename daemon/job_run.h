@@ -218,6 +218,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// entry or plan; or the step gave another anchor, and then
   /// `state_lost`: the state is dropped), the entry's read and decode.
   Status apply_logged_round(const CommittedMessage& committed, std::uint64_t attempt, bool& state_lost);
+  /// What `record` says of round `round` of `plan` committed with anchor
+  /// `digest`: the round, its fragment, participants, loss and tokens.
+  void describe_round(RoundRecord& record, const PlanMessage& plan, std::uint64_t round,
+                      const std::string& digest) const;
   /// A committed round's record (its timings and bytes in `record`),
   /// history event and journal record, and its line in the log.
   void keep_committed_round(const CommittedMessage& committed, const PlanMessage& plan, const std::string& coordinator,

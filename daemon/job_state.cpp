@@ -369,7 +369,6 @@ void JobRun::show_round_log_bytes() {
     (void)env_.metrics->set("geoloco_round_log_bytes", {{"job", spec_.name}}, double(round_deltas_->bytes()));
 }
 
-
 // Rounds the replay rebuilt that this site never applied (killed after its
 // journal learned them): listed and recorded in the history now, as
 // applied, from the plan its journal kept with its vote. The first round
@@ -384,14 +383,7 @@ void JobRun::record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const J
     const auto plan = journaled_plan(journal_->records(), round, c.attempt, coordinator);
     if (!plan) break;
     RoundRecord r;
-    r.round = round;
-    r.fragment = diloco::fragment_of_round(round, spec_.fragments());
-    r.fragments = spec_.fragments();
-    r.participants = plan->participants;
-    r.late = plan->late;
-    r.loss = plan->loss;
-    r.tokens = plan->tokens;
-    r.digest = c.digest;
+    describe_round(r, *plan, round, c.digest);
     r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
     r.installed_from = "round log";
     records.push_back(std::move(r));

@@ -23,6 +23,43 @@ Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry
   return digest_hex(state.anchor_digest());
 }
 
+LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, std::uint64_t round,
+                             const std::string& digest, std::optional<std::uint64_t> attempt,
+                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer) {
+  LoggedStep out;
+  auto read = log.read(round);
+  if (!read.ok()) {
+    out.why = read.status().message();
+    return out;
+  }
+  if (!*read) {
+    out.why = cat("the round log has no Δ of round ", round, " (this site did not vote for it, or installed it from a peer)");
+    return out;
+  }
+  RoundDelta& entry = **read;
+  if (entry.digest != digest || (attempt && entry.attempt != *attempt)) {
+    out.why = cat("the round log's Δ of round ", round, " (attempt ", entry.attempt, ") gives anchor ", entry.digest,
+                  ", the committed one is ", digest, attempt ? cat(" (attempt ", *attempt, ")") : std::string());
+    return out;
+  }
+  auto stepped = step_round_delta(state, entry, pipeline, outer);
+  if (!stepped.ok()) {
+    out.lost = stepped.status().code() == Err::mismatch;  // else the entry did not fit or decode: unchanged
+    out.why = stepped.status().message();
+    return out;
+  }
+  if (*stepped != digest) {
+    out.lost = true;
+    out.why = cat("replaying round ", round, " from the round log gives anchor ", *stepped, ", the committed one is ",
+                  digest);
+    return out;
+  }
+  state.round = round;
+  out.stepped = true;
+  out.bytes = entry.delta.bytes();
+  return out;
+}
+
 Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas& log,
                                     const std::map<std::uint64_t, JournaledCommit>& commits, std::uint64_t target,
                                     const compression::PipelineSpec& pipeline,
@@ -37,35 +74,15 @@ Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas&
       out.stopped = cat("round ", round, " is not in the journal as committed");
       break;
     }
-    auto read = log.read(round);
-    if (!read.ok()) {
-      out.stopped = read.status().message();
+    const LoggedStep step = step_logged_round(state, log, round, commit->second.digest, std::nullopt, pipeline, outer);
+    GEOLOCO_RETURN_IF(step.lost, Err::mismatch, step.why);
+    if (!step.stepped) {
+      out.stopped = step.why;
       break;
     }
-    if (!*read) {
-      out.stopped = cat("the round log has no Δ of round ", round,
-                        " (this site did not vote for it, or installed it from a peer)");
-      break;
-    }
-    RoundDelta& entry = **read;
-    if (entry.digest != commit->second.digest) {
-      out.stopped = cat("the round log's Δ of round ", round, " (attempt ", entry.attempt, ") gives anchor ",
-                        entry.digest, ", the committed one is ", commit->second.digest);
-      break;
-    }
-    auto stepped = step_round_delta(state, entry, pipeline, outer);
-    if (!stepped.ok() && stepped.status().code() != Err::mismatch) {
-      out.stopped = stepped.status().message();
-      break;
-    }
-    if (!stepped.ok()) return stepped.status();
-    const std::string& digest = *stepped;
-    GEOLOCO_RETURN_IF(digest != commit->second.digest, Err::mismatch, "replaying round ", round,
-                      " from the round log gives anchor ", digest, ", the committed one is ", commit->second.digest);
-    state.round = round;
     out.to = round;
-    out.digest = digest;
-    out.bytes += entry.delta.bytes();
+    out.digest = commit->second.digest;
+    out.bytes += step.bytes;
   }
   return out;
 }

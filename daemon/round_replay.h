@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -43,6 +44,23 @@ struct ReplayOutcome {
 Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
                                      const compression::PipelineSpec& pipeline,
                                      const diloco::OuterOptimizerOptions& outer);
+
+/// How step_logged_round() ended.
+struct LoggedStep {
+  bool stepped = false;     ///< `state` holds the round now, with the committed anchor
+  bool lost = false;        ///< the step went wrong midway: `state` is no round's
+  std::string why;          ///< why the round was not stepped
+  std::uint64_t bytes = 0;  ///< the entry's encoded bytes
+};
+
+/// Steps `state` (of round `round` - 1) through the log's entry of `round`,
+/// committed with anchor `digest` (by `attempt`, when given): the entry is
+/// refused unless it is that outcome, and the stepped anchor must be
+/// `digest`. Sets the state's round once stepped; leaves `state` unchanged
+/// when the entry is missing, unreadable or another outcome's.
+LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, std::uint64_t round,
+                             const std::string& digest, std::optional<std::uint64_t> attempt,
+                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer);
 
 /// Steps `state` from its round through `target` with the log's entries of
 /// the rounds `commits` lists. Errors: mismatch (a stepped anchor is not the

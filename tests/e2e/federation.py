@@ -6,8 +6,10 @@ CLI (`geoloco submit/status`) to talk to them. Standard library only.
 Every wait is bounded; a test that runs out of time fails with the sites'
 last status and log tails, never hangs."""
 
+import fcntl
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -44,8 +46,6 @@ def free_ports(count):
     an exclusive lock on a file named after it, so two harnesses that run at
     once (ctest -j2) never pick the same one; a port is taken only if it binds
     now, with SO_REUSEADDR as the daemons bind."""
-    import fcntl
-    import random
     folder = os.path.join(tempfile.gettempdir(), "geoloco-test-ports")
     os.makedirs(folder, exist_ok=True)
     try:

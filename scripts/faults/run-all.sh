@@ -74,8 +74,8 @@ for entry in "${set[@]}"; do
   rc=$?
   line=$(grep '^VERDICT ' "$log" | tail -1)
   [ -n "$line" ] || line="VERDICT ${cmd[0]}: FAIL exit $rc without a verdict (log: $log)"
-  if [ $rc -ne 0 ]; then failed=$((failed + 1))
-  elif [[ "$line" == *": SKIP "* ]]; then skipped=$((skipped + 1))
+  if [ $rc -eq 77 ]; then skipped=$((skipped + 1))
+  elif [ $rc -ne 0 ]; then failed=$((failed + 1))
   else passed=$((passed + 1)); fi
   echo "$line ($((SECONDS - t0)) s)"
 done

@@ -5,7 +5,7 @@ one-line verdict each scenario ends with.
 
 A scenario prints `VERDICT <name>: PASS ...`, `FAIL ...` or (when it cannot
 run on this machine, e.g. without root) `SKIP ...` as its last line and
-exits 0 (PASS, SKIP) or 1 (FAIL); every wait is bounded."""
+exits 0 (PASS), 1 (FAIL) or 77 (SKIP); every wait is bounded."""
 
 import argparse
 import json
@@ -122,7 +122,9 @@ def verdict(name, passed, text):
     """passed: True, False, or None for a scenario that cannot run here (SKIP)."""
     word = "SKIP" if passed is None else "PASS" if passed else "FAIL"
     print(f"VERDICT {name}: {word} {text}", flush=True)
-    sys.exit(0 if passed is not False else 1)
+    # A skip says so with its exit code (77, as ctest's SKIP_RETURN_CODE and
+    # run-all.sh read it), so that no line of output can turn a failure into one.
+    sys.exit(77 if passed is None else 0 if passed else 1)
 
 
 def run(name, body):

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <spdlog/spdlog.h>
 
+#include "common/cpu_time.h"
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
@@ -99,6 +100,14 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
+  round_costs_ = RoundCosts();
+  round_costs_.encode = result->encode_cpu_seconds;
+  round_costs_.decode_average = result->reduce_cpu_seconds;
+  round_costs_.transfer = std::max(0.0, result->cpu_seconds - result->encode_cpu_seconds - result->reduce_cpu_seconds);
+  round_costs_.values = n;
+  round_costs_.averaged_values_decoded = result->gathered_values_decoded;
+  round_costs_.own_values = participant ? n : 0;
+  round_costs_.values_encoded = result->values_encoded;
   Result<std::string> digest = exchange_digest();
   // On disk before the vote: a round commits only with a majority holding
   // its outcome, so a committed round survives on every site that voted.
@@ -112,7 +121,10 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
 
 Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& digest) {
   if (!round_deltas_) return {};
+  const auto start = Clock::now();
+  ThreadCpuTimer timer(round_costs_.round_log);
   Status kept = round_deltas_->append(plan.round, plan.attempt, delta_offset_, digest, delta_);
+  round_costs_.round_log_seconds = seconds_between(start, Clock::now());
   show_round_log_bytes();
   if (kept.ok()) return kept;
   return Status(kept.code(), cat("round ", plan.round, "'s averaged Δ cannot be kept on disk, so this site does not "
@@ -120,9 +132,14 @@ Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& dige
 }
 
 Result<std::string> JobRun::exchange_digest() {
-  auto scale = clip_scale_of_delta();
+  Result<float> scale = 0.0f;
+  {
+    ThreadCpuTimer timer(round_costs_.clip);
+    scale = clip_scale_of_delta();
+  }
   if (!scale.ok()) return scale.status();
   delta_clip_scale_ = *scale;  // apply_round() steps with it: one pass over Δ fewer
+  ThreadCpuTimer timer(round_costs_.digest);
   return next_anchor_digest(*scale);
 }
 
@@ -165,14 +182,26 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   // The round is kept: this site's residual takes what its encodes dropped
   // (replayed from the base and replica, which the step has not moved yet).
   if (participant && feedback_) {
-    if (Status fb = transport::commit_feedback(*env_.mesh, request_); !fb.ok())
-      spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.message());
+    ThreadCpuTimer timer(round_costs_.feedback);
+    auto fb = transport::commit_feedback(*env_.mesh, request_);
+    if (fb.ok()) round_costs_.values_encoded += *fb;
+    else spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.status().message());
   }
-  Status stepped = scale.ok() ? diloco::step_chunks(state_.anchor, state_.momentum, delta_offset_, averaged_delta(),
-                                                     spec_.outer.outer, *scale)
-                              : scale.status();
-  const std::string digest = digest_hex(state_.anchor_digest());
+  Status stepped = scale.status();
+  std::string digest;
+  {
+    ThreadCpuTimer timer(round_costs_.outer_step);
+    if (scale.ok())
+      stepped = diloco::step_chunks(state_.anchor, state_.momentum, delta_offset_, averaged_delta(), spec_.outer.outer,
+                                    *scale);
+  }
+  {
+    ThreadCpuTimer timer(round_costs_.digest);  // the check of the step against the COMMITTED digest
+    digest = digest_hex(state_.anchor_digest());
+  }
   const std::uint64_t values = delta_.values;
+  // Every pass over the averaged Δ since the exchange: the clip's, the digest's, the step's.
+  round_costs_.averaged_values_decoded += delta_.values_decoded;
   forget_delta();
   // Stepped in place: after a failure the anchor is no committed state
   // until one is installed (the machine catches up).
@@ -195,7 +224,13 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     r.trainer_loop_seconds = phase_loop_seconds_;
   }
   r.contributed = participant;
-  keep_committed_round(c, plan_, coordinator(), std::move(r));
+  RoundCosts costs = round_costs_;
+  {
+    ThreadCpuTimer timer(costs.history);
+    keep_committed_round(c, plan_, coordinator(), std::move(r));
+  }
+  rounds_->set_costs(c.round, costs);
+  if (env_.metrics) show_round_costs(*env_.metrics, spec_.name, costs);
   return {};
 }
 

@@ -327,6 +327,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<float> delta_clip_scale_;
   std::uint64_t delta_offset_ = 0;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
+  RoundCosts round_costs_;  ///< the round in flight's, from its exchange to its record
 
   /// STATE_SYNC's offers and the transfer being received.
   std::optional<StateTransfers> transfers_;

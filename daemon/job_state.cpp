@@ -13,6 +13,8 @@
 #include "inner/protocol/eval_log.h"
 #include "daemon/round_replay.h"
 #include "daemon/site_checkpoint.h"
+#include "daemon/site_metrics.h"
+#include "common/cpu_time.h"
 
 namespace geoloco::daemon {
 
@@ -328,9 +330,30 @@ void JobRun::list_installed_rounds(std::uint64_t round, const std::string& diges
 
 Status JobRun::save_checkpoint() {
   if (state_.job.empty()) state_.job = spec_.name;
-  Status saved = save_site_checkpoint(fs::path(dir_) / "checkpoint.safetensors", state_, feedback_.get(), self(),
-                                      config_hash_);
+  const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_seconds();
+  Status saved = save_site_checkpoint(path, state_, feedback_.get(), self(), config_hash_);
   if (saved.ok() && !state_.anchor.empty()) {
+    // What it cost, shown with the round it holds (round_costs.h).
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::error_code ec;
+    const auto bytes = fs::file_size(path, ec);
+    const double cpu = thread_cpu_seconds() - cpu_start;
+    const auto& records = rounds_->records();
+    if (!records.empty() && records.back().round == state_.round && records.back().costs) {
+      RoundCosts costs = *records.back().costs;
+      costs.checkpoint = cpu;
+      costs.checkpoint_seconds = seconds;
+      costs.checkpoint_bytes = ec ? 0 : bytes;
+      rounds_->set_costs(state_.round, costs);
+    }
+    if (env_.metrics) {
+      const Labels stage{{"job", spec_.name}, {"stage", "checkpoint"}};
+      (void)env_.metrics->set("geoloco_round_cpu_seconds", stage, cpu);
+      (void)env_.metrics->add("geoloco_round_cpu_seconds_total", stage, cpu);
+      (void)env_.metrics->set("geoloco_checkpoint_seconds", {{"job", spec_.name}}, seconds);
+    }
     mapped_checkpoint_.reset();  // a new file: the next transfer maps it
     // Offers of the last interval stay answerable: a joining site may still
     // widen a holder's share of one (another holder stopped).

@@ -46,6 +46,7 @@ nlohmann::json record_json(const RoundRecord& r, const std::map<std::uint64_t, d
   // The eval loss of the anchor this round started from.
   if (auto it = eval.find(r.round); it != eval.end()) j["eval_loss"] = it->second;
   else j["eval_loss"] = nullptr;
+  if (r.costs) j["costs"] = costs_json(*r.costs);
   return j;
 }
 

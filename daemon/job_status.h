@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/round_costs.h"
 #include "inner/protocol/eval_log.h"
 
 namespace geoloco::daemon {
@@ -48,6 +49,9 @@ struct RoundRecord {
   /// Not applied here: the state this round gave came from this site (a
   /// state transfer), which listed the round so (no bytes or timings of this site).
   std::string installed_from;
+  /// What the round cost this process (round_costs.h): a round it applied
+  /// itself since it started; not kept on disk.
+  std::optional<RoundCosts> costs;
 };
 
 /// A round's record as status and watch show it, with the eval loss of the

@@ -140,4 +140,13 @@ Status RoundLog::append(std::span<const RoundRecord> records) {
   return status;
 }
 
+bool RoundLog::set_costs(std::uint64_t round, const RoundCosts& costs) {
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it)
+    if (it->round == round) {
+      it->costs = costs;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace geoloco::daemon

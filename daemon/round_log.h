@@ -60,6 +60,9 @@ class RoundLog {
   Status append(const RoundRecord& record);
   /// Adds records of consecutive rounds, in order, with one write.
   Status append(std::span<const RoundRecord> records);
+  /// Sets the listed record of `round`'s costs (what the file keeps is
+  /// unchanged: costs are not stored). False when no record of it is listed.
+  bool set_costs(std::uint64_t round, const RoundCosts& costs);
 
  private:
   RoundLog(LineLog log, std::string config) : log_(std::move(log)), config_(std::move(config)) {}

@@ -27,6 +27,12 @@ void declare_site_metrics(Metrics& metrics) {
       {"geoloco_tokens_total", T::counter, "Tokens of the committed rounds."},
       {"geoloco_dropped_tokens_total", T::counter, "Tokens of late work this site dropped (straggler policy)."},
       {"geoloco_checkpoint_round", T::gauge, "Round of the last checkpoint saved."},
+      {"geoloco_checkpoint_seconds", T::gauge, "Wall time of the last checkpoint saved."},
+      {"geoloco_round_cpu_seconds", T::gauge,
+       "This daemon's CPU seconds in the last round it applied, by stage (the round's record in status: costs)."},
+      {"geoloco_round_cpu_seconds_total", T::counter, "This daemon's CPU seconds in the rounds it applied, by stage."},
+      {"geoloco_round_decodes_per_chunk", T::gauge, "Passes over the averaged Δ that decoded it, last round."},
+      {"geoloco_round_encodes_per_chunk", T::gauge, "Passes over this site's contribution that encoded it, last round."},
       {"geoloco_round_log_bytes", T::gauge,
        "Bytes of the round log on disk: the averaged Δ of each round voted for since the checkpoint."},
       {"geoloco_round_log_replayed_rounds", T::gauge,
@@ -69,6 +75,18 @@ void show_committed_round(Metrics& m, const std::string& job_name, const RoundRe
     (void)m.add("geoloco_trainer_loop_seconds_total", job, *r.trainer_loop_seconds);
   }
   (void)m.add("geoloco_tokens_total", job, double(r.tokens));
+  if (r.costs) show_round_costs(m, job_name, *r.costs);
+}
+
+void show_round_costs(Metrics& m, const std::string& job_name, const RoundCosts& c) {
+  for (const auto& stage : kCostStages) {
+    const Labels labels{{"job", job_name}, {"stage", std::string(stage.name)}};
+    (void)m.set("geoloco_round_cpu_seconds", labels, c.*stage.seconds);
+    (void)m.add("geoloco_round_cpu_seconds_total", labels, c.*stage.seconds);
+  }
+  const Labels job{{"job", job_name}};
+  (void)m.set("geoloco_round_decodes_per_chunk", job, c.decodes_per_chunk());
+  (void)m.set("geoloco_round_encodes_per_chunk", job, c.encodes_per_chunk());
 }
 
 }  // namespace geoloco::daemon

@@ -18,5 +18,7 @@ void declare_site_metrics(Metrics& metrics);
 /// and stragglers summed, the round's gauges (participants, loss, compression
 /// ratio, compute, waiting and exchange seconds) set.
 void show_committed_round(Metrics& metrics, const std::string& job, const RoundRecord& record);
+/// A round's costs by stage (round_costs.h): the last round's gauges and the totals.
+void show_round_costs(Metrics& metrics, const std::string& job, const RoundCosts& costs);
 
 }  // namespace geoloco::daemon

@@ -8,6 +8,8 @@
 namespace geoloco::diloco {
 
 Result<float> chunked_clip_scale(const ChunkedDelta& delta, double clip_norm) {
+  // Without a clip the scale is 1 whatever the norm (clip_scale()): no pass over Δ.
+  if (clip_norm <= 0.0) return 1.0f;
   double squares = 0;
   GEOLOCO_TRY(delta([&](std::uint64_t, std::span<const float> values) {
     squares = add_squares(squares, values);

@@ -24,7 +24,8 @@ namespace geoloco::diloco {
 using ChunkFn = std::function<Status(std::uint64_t begin, std::span<const float> values)>;
 using ChunkedDelta = std::function<Status(const ChunkFn& fn)>;
 
-/// clip_scale() of the whole Δ. Errors: the chunks'.
+/// clip_scale() of the whole Δ; 1 without reading Δ when clip_norm <= 0
+/// (no clip). Errors: the chunks'.
 Result<float> chunked_clip_scale(const ChunkedDelta& delta, double clip_norm);
 
 /// xxh3 of `anchor` as step_chunks() would leave it, the range being the

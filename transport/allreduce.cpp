@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "common/cpu_time.h"
 #include "compression/pipeline.h"
 #include "transport/async_util.h"
 
@@ -110,6 +111,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
 
   asio::awaitable<Result<AllReduceStats>> run() {
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     auto self = shared_from_this();
     auto ex = mesh_.executor();
     mesh_.begin(r_.key, this);
@@ -139,6 +141,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     mesh_.end(r_.key);
     if (!status_.ok()) co_return status_;
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats_.cpu_seconds = process_cpu_seconds() - cpu_start;
     co_return stats_;
   }
 
@@ -199,6 +202,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   // Decodes an averaged chunk into the output, or (encoded output) into a
   // chunk of scratch, which checks it.
   Status decode_gathered(std::span<const std::byte> payload, Range c) {
+    ThreadCpuTimer timer(stats_.reduce_cpu_seconds);
+    stats_.gathered_values_decoded += c.size;
     if (r_.encoded_output == nullptr) return pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
     check_.resize(c.size);
     return pipeline_.decode(payload, check_);
@@ -211,7 +216,9 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   // Encodes chunk c of shard j of this site's input, through error feedback
   // (which commit_feedback() replays when it is deferred).
   Result<Buffer> encode_contribution(std::size_t j, std::uint64_t c) {
+    ThreadCpuTimer timer(stats_.encode_cpu_seconds);
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
+    stats_.values_encoded += range.size;
     Buffer out = mesh_.pool().acquire(pipeline_.max_encoded_size(range.size));
     const auto values = contribution(r_, range, difference_);
     const std::uint64_t s = seed(me_, j, c, 1);
@@ -322,6 +329,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   Status reduce_if_complete(std::uint64_t c) {
     auto& parts = contributions_[c];
     if (parts.size() < n_parts_ || finished_) return {};
+    const double cpu_start = thread_cpu_seconds();  // decode_gathered() below counts itself
     const Range range = chunk_range(shard_range(total_, n_parts_, me_), c);
     sum_.assign(range.size, 0.0f);
     decoded_.resize(range.size);
@@ -341,6 +349,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
                                              delete b;
                                            });
     auto size = pipeline_.encode(sum_, *payload, seed(me_, me_, c, 2));
+    stats_.reduce_cpu_seconds += thread_cpu_seconds() - cpu_start;
     if (!size.ok()) return size.status();
     payload->resize(*size);
     Status own = decode_gathered(*payload, range);
@@ -410,7 +419,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
 
 }  // namespace
 
-Status commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
+Result<std::uint64_t> commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
   GEOLOCO_RETURN_IF(!r.feedback || !r.defer_feedback, Err::invalid_argument,
                     "commit_feedback: the request has no deferred error feedback");
   const auto me = std::find(r.participants.begin(), r.participants.end(), mesh.site());
@@ -422,6 +431,7 @@ Status commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
   const std::uint64_t chunk = mesh.options().transport.chunk_elements;
   std::vector<float> scratch;
   Buffer out;
+  std::uint64_t encoded = 0;
   // Every chunk this site encoded, in any order: each touches its own range.
   for (std::size_t j = 0; j < parts; ++j) {
     const Range shard = shard_range(r.input.size(), parts, j);
@@ -431,9 +441,10 @@ Status commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
       auto size = r.feedback->encode(*pipeline, r.feedback_offset + range.begin, contribution(r, range, scratch), out,
                                      encode_seed(r, site, j, c, 1));
       if (!size.ok()) return size.status();
+      encoded += range.size;
     }
   }
-  return {};
+  return encoded;
 }
 
 std::uint64_t EncodedOutput::bytes() const {
@@ -452,12 +463,14 @@ Status EncodedOutput::for_each(const std::function<Status(std::uint64_t, std::sp
     values.resize(ranges[i].size);
     if (Status s = decoder->decode(chunks[i], values); !s.ok())
       return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i, ": ", s.message());
+    values_decoded += values.size();
     GEOLOCO_TRY(fn(ranges[i].begin, values));
   }
   return {};
 }
 
 void EncodedOutput::clear() {
+  values_decoded = 0;
   ranges = std::vector<Range>();
   chunks = std::vector<Buffer>();
 }

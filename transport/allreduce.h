@@ -49,6 +49,9 @@ struct EncodedOutput {
   compression::PipelineSpec pipeline;     ///< the chunks' codec chain (set by all_reduce)
   std::vector<Range> ranges;              ///< chunk i's values, in order, covering [0, values)
   std::vector<Buffer> chunks;             ///< chunk i's encoded bytes
+  /// Values for_each() has decoded since the last clear(): what the passes
+  /// over the averaged Δ cost (geolocod's decodes per chunk).
+  mutable std::uint64_t values_decoded = 0;
 
   /// Encoded bytes held.
   std::uint64_t bytes() const;
@@ -94,6 +97,15 @@ struct AllReduceStats {
   std::uint64_t bytes_sent = 0;      ///< frame bytes (headers and payloads) this site sent
   std::uint64_t bytes_received = 0;  ///< frame bytes this site received
   double seconds = 0;
+  /// Where this site's CPU went, thread CPU around each call on the mesh's
+  /// executor: its contributions made (Δ = base − input) and encoded
+  /// through the residual; as an owner, the contributions decoded, averaged
+  /// and the average encoded, and every gathered chunk decoded. `cpu_seconds`
+  /// is the process's CPU over the operation, every thread (the TLS and
+  /// socket work of the connections' threads included).
+  double encode_cpu_seconds = 0, reduce_cpu_seconds = 0, cpu_seconds = 0;
+  std::uint64_t values_encoded = 0;   ///< of this site's contributions
+  std::uint64_t gathered_values_decoded = 0;  ///< averaged chunks decoded on arrival (the output or its check)
 };
 
 /// Runs the all-reduce on the mesh's executor. Errors: invalid_argument
@@ -108,7 +120,7 @@ asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest 
 /// would have left there. Needs the same request (its input and input_base
 /// unchanged) on the same mesh; one chunk of memory. Errors:
 /// invalid_argument (no feedback, not deferred, not a participant), the
-/// codecs'.
-Status commit_feedback(const Mesh& mesh, const AllReduceRequest& request);
+/// codecs'. Returns the values it encoded (the contribution's length).
+Result<std::uint64_t> commit_feedback(const Mesh& mesh, const AllReduceRequest& request);
 
 }  // namespace geoloco::transport

@@ -263,3 +263,26 @@ TEST_CASE("a record whose write fails waits and is written, in order, before the
   CHECK(rounds_of(*reread) == std::vector<std::uint64_t>{1, 2, 3, 4});
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a round's costs are listed with its record and not kept on disk") {
+  const std::string path = temp_path("costs");
+  {
+    auto log = RoundLog::open(path, kConfig);
+    REQUIRE(log.ok());
+    REQUIRE(log->append(record_of(1)).ok());
+    REQUIRE(log->append(record_of(2)).ok());
+    RoundCosts c;
+    c.encode = 0.5;
+    c.values = 10;
+    CHECK(log->set_costs(1, c));
+    CHECK_FALSE(log->set_costs(3, c));  // no record of round 3
+    REQUIRE(log->records()[0].costs);
+    CHECK(log->records()[0].costs->encode == 0.5);
+    CHECK_FALSE(log->records()[1].costs);
+  }
+  auto reopened = RoundLog::open(path, kConfig);
+  REQUIRE(reopened.ok());
+  REQUIRE(reopened->records().size() == 2);
+  CHECK_FALSE(reopened->records()[0].costs);  // the process that ran the round measured them
+  std::filesystem::remove(path);
+}

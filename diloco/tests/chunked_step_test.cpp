@@ -66,3 +66,18 @@ TEST_CASE("stepping a range chunk by chunk: the bits of a whole step, the digest
   CHECK(step_chunks(c, mc, 990, chunks_of(delta, 64), o, *scale).code() == Err::invalid_argument);
   CHECK(c == anchor);
 }
+
+TEST_CASE("without a clip the scale is 1 and Δ is not read for it") {
+  int passes = 0;
+  ChunkedDelta counted = [&passes](const ChunkFn&) -> Status {
+    ++passes;
+    return GEOLOCO_ERROR(Err::malformed, "a chunk that does not decode");
+  };
+  auto scale = chunked_clip_scale(counted, 0.0);
+  REQUIRE(scale.ok());
+  CHECK(*scale == 1.0f);
+  CHECK(passes == 0);
+  // With a clip, Δ is read, and its error is the scale's.
+  CHECK(chunked_clip_scale(counted, 1.0).status().code() == Err::malformed);
+  CHECK(passes == 1);
+}

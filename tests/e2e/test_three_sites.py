@@ -45,12 +45,26 @@ with Federation() as fed:
         assert 0 < r["trainer_compute_seconds"] <= r["trainer_loop_seconds"], r
         assert r["compute_share"] == r["trainer_compute_seconds"] / r["trainer_loop_seconds"], r
     assert 0 < a["compute_share"] <= 1, a["compute_share"]
+
+    # What each round cost each site, as its daemon counted it (round_costs.h):
+    # the averaged Δ decoded three times (on arrival, for the digest, for the
+    # step: no clip, so no pass for the norm), this site's contribution
+    # encoded twice (the exchange, then the residual once the round is kept).
+    for name, st in statuses.items():
+        for r in st["rounds"]:
+            c = r["costs"]
+            assert c["decodes_per_chunk"] == 3.0 and c["encodes_per_chunk"] == 2.0, (name, r["round"], c)
+            assert c["values"] > 0 and c["cpu_seconds"]["total"] > 0, (name, c)
+            assert all(v >= 0 for v in c["cpu_seconds"].values()), (name, c)
+            assert c["cpu_seconds"]["encode"] > 0 and c["cpu_seconds"]["outer_step"] > 0, (name, c)
     print(f"site-a's trainer computed {100 * a['compute_share']:.1f}% of its loop")
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{fed['site-a'].metrics_port}/metrics", timeout=10).read().decode()
     assert f'geoloco_rounds_total{{job="e2e"}} {ROUNDS}' in metrics, metrics
     assert 'geoloco_peer_sent_bytes_total{peer="site-b"}' in metrics, metrics
     assert 'geoloco_compute_share{job="e2e"} ' in metrics, metrics
+    assert 'geoloco_round_cpu_seconds{job="e2e",stage="encode"} ' in metrics, metrics
+    assert 'geoloco_round_decodes_per_chunk{job="e2e"} 3\n' in metrics, metrics
 
     again = fed["site-a"].cli("submit", job, check=False)
     assert again.returncode == 1 and "already ran on site-a (finished)" in again.stderr, (again.returncode, again.stderr)

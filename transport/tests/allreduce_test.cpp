@@ -44,7 +44,7 @@ struct Outcome {
   std::vector<Result<AllReduceStats>> results;
   std::vector<std::vector<float>> outputs;
   std::vector<double> residual_before_commit;  // deferred feedback only
-  std::vector<Status> commits;
+  std::vector<Result<std::uint64_t>> commits;  // values each commit_feedback() encoded
   std::vector<EncodedOutput> encoded;  // encoded output only (also decoded into `outputs`)
 };
 
@@ -218,7 +218,14 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       REQUIRE(deferred.results[s].ok());
       CHECK(deferred.outputs[s] == plain.outputs[s]);
       CHECK(deferred.residual_before_commit[s] == 0.0);
-      CHECK(deferred.commits[s].ok());
+      // Each value of the contribution encoded once by the exchange and once
+      // more by the commit; each averaged value decoded once on arrival.
+      REQUIRE(deferred.commits[s].ok());
+      CHECK(*deferred.commits[s] == n);
+      CHECK(deferred.results[s]->values_encoded == n);
+      CHECK(deferred.results[s]->gathered_values_decoded == n);
+      CHECK(deferred.results[s]->encode_cpu_seconds > 0);
+      CHECK(deferred.results[s]->cpu_seconds >= deferred.results[s]->encode_cpu_seconds);
       const auto a = deferred_fb[s].residual(), b = plain_fb[s].residual();
       CHECK(std::equal(a.begin(), a.end(), b.begin()));
       CHECK(plain_fb[s].residual_norm() > 0);
@@ -242,6 +249,12 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       }
       CHECK(next == n);
       CHECK(e.bytes() < n * sizeof(float) / 3);
+      // run_all() decoded it once, after its check on arrival; clear() forgets the count.
+      CHECK(e.values_decoded == n);
+      CHECK(encoded12.results[s]->gathered_values_decoded == n);
+      auto copy = e;
+      copy.clear();
+      CHECK(copy.values_decoded == 0);
     }
 
     std::vector<compression::ErrorFeedback> narrow;

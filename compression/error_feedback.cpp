@@ -1,5 +1,6 @@
 #include "compression/error_feedback.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace geoloco::compression {
@@ -30,6 +31,12 @@ Result<std::size_t> ErrorFeedback::encode(Pipeline& pipeline, std::size_t offset
   GEOLOCO_TRY(pipeline.decode(out.first(*size), decoded_));
   for (std::size_t i = 0; i < n; ++i) e[i] = corrected_[i] - decoded_[i];
   return size;
+}
+
+void ErrorFeedback::clear_range(std::size_t offset, std::size_t length) {
+  if (offset >= residual_.size()) return;
+  const std::size_t n = std::min(length, residual_.size() - offset);
+  std::fill_n(residual_.begin() + static_cast<std::ptrdiff_t>(offset), n, 0.0f);
 }
 
 double ErrorFeedback::residual_norm() const {

@@ -48,6 +48,10 @@ class ErrorFeedback {
   void put_residual(std::vector<float> residual) { residual_ = std::move(residual); }
   /// ||e||_2, accumulated in double.
   double residual_norm() const;
+  /// Zeroes the residual of [offset, offset + length), clamped to the tensor:
+  /// what a caller does with the residual of a round whose encodes are not
+  /// kept (they changed it, and the round's Δ will be sent again).
+  void clear_range(std::size_t offset, std::size_t length);
 
  private:
   std::vector<float> residual_;

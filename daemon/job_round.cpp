@@ -45,6 +45,10 @@ using Clock = std::chrono::steady_clock;
 
 asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
+  {
+    ThreadCpuTimer timer(round_costs_.feedback);
+    drop_spent_residual();  // an earlier attempt's encodes that were not kept
+  }
   plan_ = plan;
   plan_at_ = Clock::now();
   exchange_running_ = true;
@@ -88,8 +92,11 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   request.encoded_output = &delta_;
   request.feedback = participant ? feedback_.get() : nullptr;
   request.feedback_offset = delta_offset_;
-  // The residual changes only when the round is kept (apply_round()): an ABORT has nothing to undo.
-  request.defer_feedback = true;
+  // Each chunk is encoded once, through the residual, which keeps what the
+  // encode dropped; if the round is not kept with this Δ in it, that range
+  // of the residual is zeroed before it is used again.
+  request.defer_feedback = false;
+  if (request.feedback) residual_spent_.emplace(delta_offset_, n);
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);
   auto result = co_await transport::all_reduce(*env_.mesh, request);
@@ -100,7 +107,9 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
+  const double dropped = round_costs_.feedback;
   round_costs_ = RoundCosts();
+  round_costs_.feedback = dropped;
   round_costs_.encode = result->encode_cpu_seconds;
   round_costs_.decode_average = result->reduce_cpu_seconds;
   round_costs_.transfer = std::max(0.0, result->cpu_seconds - result->encode_cpu_seconds - result->reduce_cpu_seconds);
@@ -143,6 +152,17 @@ Result<std::string> JobRun::exchange_digest() {
   return next_anchor_digest(*scale);
 }
 
+void JobRun::drop_spent_residual() {
+  if (!residual_spent_ || exchange_running_) return;
+  const auto [offset, length] = *residual_spent_;
+  residual_spent_.reset();
+  if (!feedback_) return;
+  feedback_->clear_range(offset, length);
+  spdlog::info("[{}] the residual of values [{}, {}) starts again from zero: the round it was encoded for was not "
+               "kept with this site's pseudo-gradient",
+               spec_.name, offset, offset + length);
+}
+
 void JobRun::forget_delta() {
   delta_.clear();
   delta_clip_scale_.reset();
@@ -181,12 +201,9 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   const Result<float> scale = delta_clip_scale_ ? Result<float>(*delta_clip_scale_) : clip_scale_of_delta();
   // The round is kept: this site's residual takes what its encodes dropped
   // (replayed from the base and replica, which the step has not moved yet).
-  if (participant && feedback_) {
-    ThreadCpuTimer timer(round_costs_.feedback);
-    auto fb = transport::commit_feedback(*env_.mesh, request_);
-    if (fb.ok()) round_costs_.values_encoded += *fb;
-    else spdlog::error("[{}] round {}: error feedback not stored: {}", spec_.name, c.round, fb.status().message());
-  }
+  // The round is kept with this site's Δ in it: the residual the exchange
+  // left is this round's.
+  if (participant) residual_spent_.reset();
   Status stepped = scale.status();
   std::string digest;
   {
@@ -296,6 +313,7 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   // the run that voted: its residual starts again from zero, as after a
   // replay at start. (A site whose work was not in the round keeps it.)
   if (feedback_ && r.contributed) feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
+  residual_spent_.reset();
   r.installed_from = "round log";
   // Recorded as committed by the office that sent COMMITTED, as apply_round() does.
   keep_committed_round(c, *plan, coordinator(), std::move(r));

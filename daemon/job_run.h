@@ -32,12 +32,13 @@
 // parameter) between rounds; during a round also the averaged Δ, held as the
 // all-gather's encoded chunks (at most about 1 B/param with q8, 4 raw;
 // streaming: of the round's fragment only) and decoded one chunk at a time
-// for its norm, the digest and the step. This site's own Δ = anchor −
-// replica is never whole: the all-reduce makes it one chunk at a time
-// (AllReduceRequest::input_base). The residual is not backed up for an
-// ABORT: the exchange encodes through it without changing it, and
-// apply_round() replays the encodes into it when the round is kept
-// (defer_feedback). A straggler also keeps the anchor its trainer started
+// for its norm (with a clip), the digest and the step. This site's own Δ =
+// anchor − replica is never whole: the all-reduce makes it one chunk at a
+// time (AllReduceRequest::input_base), and encodes it once, through the
+// residual, which it changes as it goes. The residual is not backed up: a
+// round that is not kept with this site's Δ in it zeroes the residual of
+// its range (drop_spent_residual()), as a crash would, instead of encoding
+// every chunk a second time once the round is kept. A straggler also keeps the anchor its trainer started
 // from, the base of its late Δ, until that work is in; the trainer host
 // keeps no copy of its own (it reads trainer_anchor()).
 #pragma once
@@ -206,6 +207,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   Result<std::string> exchange_digest();
   /// Frees the exchanged Δ (and its clip scale).
   void forget_delta();
+  /// Zeroes the residual's range an exchange encoded through when its round
+  /// was not kept with this site's contribution (an ABORT, a round
+  /// committed without it, a state installed instead): the encodes took
+  /// their rounding out of it, and the same Δ will be sent again.
+  void drop_spent_residual();
   /// The exchanged round's averaged Δ made durable in the round log before
   /// this site votes for it (round_deltas.h). Errors: io (no vote then).
   Status keep_round_delta(const PlanMessage& plan, const std::string& digest);
@@ -318,8 +324,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   // after this one ended).
   PlanMessage plan_;
   bool exchange_running_ = false;  ///< its all-reduce runs: it reads the replica and the anchor
-  /// apply_round() replays its encodes into the residual (transport::commit_feedback).
   transport::AllReduceRequest request_;
+  /// The residual's range an exchange encoded through (changing it) whose
+  /// round has not been kept with this site's contribution: cleared before
+  /// the residual is used again (drop_spent_residual()).
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> residual_spent_;
   /// The averaged Δ of plan_.round's values (delta_offset_ onwards), kept as
   /// the all-gather's encoded chunks and decoded again piece by piece.
   transport::EncodedOutput delta_;

@@ -197,6 +197,7 @@ void JobRun::install_state() {
     return;
   }
   forget_delta();
+  drop_spent_residual();
   anchor_committed_ = true;
   // The job's layout came with the state: a trainer of another model, or of
   // the same values in other shapes, is refused before it is welcomed.
@@ -333,6 +334,7 @@ Status JobRun::save_checkpoint() {
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_seconds();
+  drop_spent_residual();  // the checkpoint keeps no rounding of a round that was not kept
   Status saved = save_site_checkpoint(path, state_, feedback_.get(), self(), config_hash_);
   if (saved.ok() && !state_.anchor.empty()) {
     // What it cost, shown with the round it holds (round_costs.h).

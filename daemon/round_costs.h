@@ -25,7 +25,7 @@ struct RoundCosts {
   double clip = 0;            ///< the norm of the averaged Δ and its clip scale
   double digest = 0;          ///< the digest of the anchor the step will give (the COMMIT's)
   double round_log = 0;       ///< the averaged Δ appended to the round log, fsync'd before the vote
-  double feedback = 0;        ///< the error-feedback residual stored once the round is kept
+  double feedback = 0;        ///< the residual of an earlier attempt not kept, zeroed (0 when every round is kept)
   double outer_step = 0;      ///< the outer step of the anchor and momentum
   double history = 0;         ///< the round's record, history event and journal record
   double checkpoint = 0;      ///< the checkpoint saved after this round (0: none)

@@ -106,3 +106,23 @@ TEST_CASE("error feedback refuses a range outside its tensor and keeps its resid
   CHECK(*a == *b);
   CHECK(std::equal(out.begin(), out.begin() + static_cast<long>(*a), out2.begin()));
 }
+
+TEST_CASE("error feedback: a range cleared is zero, the rest kept, a range past the end clamped") {
+  auto p = test::make_pipeline({QuantizeSpec{4, 128}});
+  ErrorFeedback ef(100);
+  std::vector<float> delta(100);
+  for (std::size_t i = 0; i < delta.size(); ++i) delta[i] = 0.01f * static_cast<float>(i % 17) - 0.07f;
+  std::vector<std::byte> out(p.max_encoded_size(100));
+  REQUIRE(ef.encode(p, 0, delta, out, 0).ok());
+  const std::vector<float> before(ef.residual().begin(), ef.residual().end());
+  REQUIRE(std::count(before.begin(), before.end(), 0.0f) < 50);
+  ef.clear_range(20, 30);
+  const auto r = ef.residual();
+  CHECK(std::all_of(r.begin() + 20, r.begin() + 50, [](float v) { return v == 0.0f; }));
+  CHECK(std::equal(r.begin(), r.begin() + 20, before.begin()));
+  CHECK(std::equal(r.begin() + 50, r.end(), before.begin() + 50));
+  ef.clear_range(90, 1000);
+  CHECK(std::all_of(r.begin() + 90, r.end(), [](float v) { return v == 0.0f; }));
+  ef.clear_range(500, 10);  // outside: nothing
+  CHECK(ef.residual().size() == 100);
+}

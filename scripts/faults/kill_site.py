@@ -34,7 +34,8 @@ def body():
                 if peer.name != victim:
                     fed.proxy.set(link_name(victim, peer.name), both={"rate": "4M"})
         fed["site-a"].cli("submit", fed.write_job(
-            mlp_job(rounds=args.rounds, steps=20, width=64, deadline="2s", min_sites=2, every=1)))
+            mlp_job(rounds=args.rounds, steps=20, width=64, deadline="2s", min_sites=2, every=1,
+                    compression="[{quantize: {bits: 8}}, zstd]")))
         commits = Commits(fed, "e2e")
         commits.wait_round(2, 120, "round 2")
         for i in range(args.repeat):
@@ -74,7 +75,14 @@ def body():
         commits.finished(300)
         checked = fed.check_history("e2e")
         assert f"restarts: {restarts}," in checked, checked
-    return f"{len(kills)} kills ({', '.join(kills)}), {args.rounds} rounds, longest stall {commits.longest_stall:.1f} s"
+        # A survivor whose exchange a kill broke encoded through its residual
+        # (q8 with error feedback): that range starts again from zero.
+        logs = [open(s.log_path).read() for s in fed.sites]
+        dropped = sum(log.count("starts again from zero") for log in logs)
+        broken = sum(log.count("connections closed during the exchange") for log in logs)
+        assert not broken or dropped, f"{broken} exchange(s) broken by a kill, and no residual range dropped"
+    return (f"{len(kills)} kills ({', '.join(kills)}), {args.rounds} rounds, longest stall {commits.longest_stall:.1f} s, "
+            f"{dropped} residual range(s) dropped")
 
 
 run(NAME, body)

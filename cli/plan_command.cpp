@@ -171,6 +171,16 @@ void print_text(const PlanArgs& a, const planner::PlanInput& in, const planner::
             << "); data parallelism sends " << std::fixed << std::setprecision(0)
             << dp.bytes_per_site * in.h / in.fragments / d.bytes_per_site << "x the bytes for the same steps\n"
             << std::defaultfloat << std::setprecision(6);
+  const auto& r = p.site;
+  std::cout << "\n  geolocod at each site (its CPU from " << planner::kDaemonCostSource << "):\n"
+            << "    host RAM " << bytes(r.ram_bytes_between_rounds) << " between rounds, "
+            << bytes(r.ram_bytes_in_round) << " during a round\n"
+            << "    disk " << bytes(r.checkpoint_bytes) << " per checkpoint, " << bytes(r.round_log_bytes_per_round)
+            << " per round of the round log\n"
+            << "    CPU " << std::fixed << std::setprecision(1) << r.cpu_core_seconds_per_round
+            << " core-s per round: " << std::setprecision(r.cores_to_keep_up < 10 ? 2 : 0) << r.cores_to_keep_up
+            << " cores to keep up with " << p.bottleneck.link << "\n"
+            << std::defaultfloat << std::setprecision(6);
   if (p.warnings.empty()) {
     std::cout << "  every link keeps up: compute utilization at or above the target " << in.target * 100 << "%\n";
   } else {
@@ -232,6 +242,13 @@ void add_plan_command(CLI::App& app, Action& action) {
                           {"bottleneck", {{"link", p->bottleneck.link}, {"bandwidth", p->bottleneck.bandwidth},
                                           {"transfer_seconds", p->bottleneck.transfer_seconds}}},
                           {"rtt_ms", p->rtt_ms},
+                          {"site", {{"ram_bytes_between_rounds", p->site.ram_bytes_between_rounds},
+                                    {"ram_bytes_in_round", p->site.ram_bytes_in_round},
+                                    {"checkpoint_bytes", p->site.checkpoint_bytes},
+                                    {"round_log_bytes_per_round", p->site.round_log_bytes_per_round},
+                                    {"cpu_core_seconds_per_round", p->site.cpu_core_seconds_per_round},
+                                    {"cores_to_keep_up", p->site.cores_to_keep_up},
+                                    {"cpu_source", planner::kDaemonCostSource}}},
                           {"warnings", p->warnings}};
       std::cout << j.dump() << '\n';
       return 0;

@@ -137,6 +137,20 @@ Figures diloco_figures(const PlanInput& in) {
                  static_cast<double>(in.overlap));
 }
 
+SiteResources site_resources(const PlanInput& in, double transfer_seconds) {
+  const bool lossy = in.compression > 1;  // a codec that drops bits: with error feedback, a residual
+  const double synced = 4 * in.parameters / static_cast<double>(in.fragments);  // fp32 bytes a round syncs
+  SiteResources r;
+  r.ram_bytes_between_rounds = (lossy ? 12 : 8) * in.parameters;
+  r.round_log_bytes_per_round = synced / in.compression;
+  r.ram_bytes_in_round = r.ram_bytes_between_rounds + r.round_log_bytes_per_round;
+  r.checkpoint_bytes = r.ram_bytes_between_rounds;
+  r.cpu_core_seconds_per_round =
+      (lossy ? kDaemonCoreSecondsPerGbCompressed : kDaemonCoreSecondsPerGbRaw) * synced / 1e9;
+  r.cores_to_keep_up = transfer_seconds > 0 ? r.cpu_core_seconds_per_round / transfer_seconds : 0;
+  return r;
+}
+
 Result<Plan> make_plan(const PlanInput& in) {
   GEOLOCO_TRY(in.validate());
   Plan plan;
@@ -144,6 +158,7 @@ Result<Plan> make_plan(const PlanInput& in) {
   plan.data_parallel = data_parallel_figures(in);
   plan.rtt_ms = slowest_rtt_ms(in);
   plan.bottleneck = exchange(in, 4 * in.parameters / (in.fragments * in.compression), kRoundTrips).second;
+  plan.site = site_resources(in, plan.bottleneck.transfer_seconds);
   const Figures& d = plan.diloco;
   if (d.utilization >= in.target) return plan;
 

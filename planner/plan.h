@@ -82,8 +82,30 @@ struct Bottleneck {
   double transfer_seconds = 0;    ///< its bytes at that rate
 };
 
+/// The daemon's CPU per round per GB of the fp32 values a round syncs, as
+/// bench/scale.py measured it (bench/RESULTS.md, "A round at scale"): each
+/// site's geolocod, every stage (encode, transfer with TLS, decode and
+/// average, digest, round log, outer step), uncapped, 256 Mi parameters, 3
+/// sites sharing a 2-core machine. With a lossy codec (compression > 1) the
+/// q8 + zstd figure with error feedback; raw fp32 otherwise.
+inline constexpr double kDaemonCoreSecondsPerGbCompressed = 3.4;
+inline constexpr double kDaemonCoreSecondsPerGbRaw = 5.8;
+inline constexpr const char* kDaemonCostSource =
+    "bench/scale.py: 256 Mi parameters, 3 sites, uncapped, on 2 cores (bench/RESULTS.md)";
+
+/// What geolocod needs at each site for this model (docs/design.md §10).
+struct SiteResources {
+  double ram_bytes_between_rounds = 0;  ///< anchor, momentum and, with compression, the residual: 12 (8) B/param
+  double ram_bytes_in_round = 0;        ///< + the averaged Δ held as its wire bytes until it commits
+  double checkpoint_bytes = 0;          ///< a checkpoint: the state between rounds
+  double round_log_bytes_per_round = 0; ///< the averaged Δ each round appends to the round log
+  double cpu_core_seconds_per_round = 0;  ///< from the measured per-GB cost
+  double cores_to_keep_up = 0;          ///< that CPU over the exchange's transfer on its bottleneck link
+};
+
 struct Plan {
   Figures diloco;
+  SiteResources site;             ///< geolocod's host RAM, disk and CPU
   Figures data_parallel;
   Bottleneck bottleneck;          ///< of DiLoCo's exchange
   double rtt_ms = 0;              ///< the slowest pair's RTT

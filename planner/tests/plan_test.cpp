@@ -226,3 +226,29 @@ TEST_CASE("bad plans are refused with what to fix") {
   in.tokens_per_step = 0;
   refused(in, "a time to train needs the tokens a site trains on per step");
 }
+
+TEST_CASE("geolocod's host RAM, disk and CPU at a site follow the model and the measured per-GB cost") {
+  auto p = make_plan(four_sites());  // 1e9 parameters, 4x: a round syncs 4 GB of fp32, 1 GB on the wire
+  REQUIRE(p.ok());
+  const SiteResources& r = p->site;
+  CHECK(r.ram_bytes_between_rounds == Approx(12e9));  // anchor, momentum, residual
+  CHECK(r.ram_bytes_in_round == Approx(13e9));        // + the averaged Δ as its wire bytes
+  CHECK(r.checkpoint_bytes == Approx(12e9));
+  CHECK(r.round_log_bytes_per_round == Approx(1e9));
+  CHECK(r.cpu_core_seconds_per_round == Approx(4 * kDaemonCoreSecondsPerGbCompressed));
+  // A site sends 1.5 GB through its 1 Gbit/s link: 12 s of transfer.
+  CHECK(p->bottleneck.transfer_seconds == Approx(12.0));
+  CHECK(r.cores_to_keep_up == Approx(r.cpu_core_seconds_per_round / 12.0));
+  CHECK(kDaemonCoreSecondsPerGbCompressed > 0);
+
+  // Raw fp32: no residual; fragments sync a part of the model each round.
+  auto raw = four_sites();
+  raw.compression = 1;
+  raw.fragments = 4;
+  auto q = make_plan(raw);
+  REQUIRE(q.ok());
+  CHECK(q->site.ram_bytes_between_rounds == Approx(8e9));
+  CHECK(q->site.round_log_bytes_per_round == Approx(1e9));  // 4 GB / 4 fragments, uncompressed
+  CHECK(q->site.cpu_core_seconds_per_round == Approx(kDaemonCoreSecondsPerGbRaw));
+  CHECK(kDaemonCoreSecondsPerGbRaw > 0);
+}

@@ -29,14 +29,14 @@ Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::spa
   // piece by piece on copies.
   StreamingDigest digest;
   digest.update(all.first(at));
-  std::vector<float> a, m;
+  std::vector<float> a;
   GEOLOCO_TRY(delta([&](std::uint64_t begin, std::span<const float> d) -> Status {
     GEOLOCO_RETURN_IF(begin + d.size() > n, Err::invalid_argument, "a chunk of Δ ends at ", begin + d.size(),
                       ", past the round's ", n, " values");
-    const auto from = static_cast<std::ptrdiff_t>(at + begin), to = from + static_cast<std::ptrdiff_t>(d.size());
-    a.assign(all.begin() + from, all.begin() + to);
-    m.assign(momentum.begin() + from, momentum.begin() + to);
-    GEOLOCO_TRY(outer_step(a, m, d, options, scale));
+    const std::uint64_t from = at + begin;
+    a.resize(d.size());
+    GEOLOCO_TRY(outer_stepped_anchor(all.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale,
+                                     a));
     digest.update(std::span<const float>(a));
     return Status();
   }));

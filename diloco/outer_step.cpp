@@ -26,12 +26,14 @@ double add_squares(double sum, std::span<const float> values) {
   return sum;
 }
 
-Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<const float> delta,
+namespace {
+
+// outer_step()'s refusals, before anything is written.
+Status check_step(std::size_t anchor, std::size_t momentum, std::span<const float> delta,
                   const OuterOptimizerOptions& options, float scale) {
   GEOLOCO_TRY(options.validate());
-  GEOLOCO_RETURN_IF(anchor.size() != momentum.size() || anchor.size() != delta.size(), Err::invalid_argument,
-                    "outer step: anchor (", anchor.size(), "), momentum (", momentum.size(), ") and delta (",
-                    delta.size(), ") must have the same length");
+  GEOLOCO_RETURN_IF(anchor != momentum || anchor != delta.size(), Err::invalid_argument, "outer step: anchor (",
+                    anchor, "), momentum (", momentum, ") and delta (", delta.size(), ") must have the same length");
   GEOLOCO_RETURN_IF(!(scale > 0.0f && scale <= 1.0f), Err::invalid_argument,
                     "outer step: the clipping scale must be in (0, 1], got ", scale);
   // Check first so that a bad Δ changes nothing (all sites must stay equal).
@@ -39,6 +41,14 @@ Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<
     GEOLOCO_RETURN_IF(!std::isfinite(delta[i]), Err::non_finite, "outer step: pseudo-gradient value ", i, " is ",
                       delta[i]);
   }
+  return {};
+}
+
+}  // namespace
+
+Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<const float> delta,
+                  const OuterOptimizerOptions& options, float scale) {
+  GEOLOCO_TRY(check_step(anchor.size(), momentum.size(), delta, options, scale));
   const float eta = static_cast<float>(options.learning_rate);
   const float mu = static_cast<float>(options.momentum);
   const bool nesterov = options.algorithm == OuterAlgorithm::nesterov;
@@ -49,6 +59,25 @@ Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<
     momentum[i] = m;
     const float update = nesterov ? d + mu * m : m;
     anchor[i] = anchor[i] - eta * update;
+  }
+  return {};
+}
+
+Status outer_stepped_anchor(std::span<const float> anchor, std::span<const float> momentum,
+                            std::span<const float> delta, const OuterOptimizerOptions& options, float scale,
+                            std::span<float> out) {
+  GEOLOCO_TRY(check_step(anchor.size(), momentum.size(), delta, options, scale));
+  GEOLOCO_RETURN_IF(out.size() != anchor.size(), Err::invalid_argument, "outer step: the output has ", out.size(),
+                    " values for ", anchor.size());
+  const float eta = static_cast<float>(options.learning_rate);
+  const float mu = static_cast<float>(options.momentum);
+  const bool nesterov = options.algorithm == OuterAlgorithm::nesterov;
+  for (std::size_t i = 0; i < anchor.size(); ++i) {
+    // outer_step()'s operations in its order, the momentum kept in a register.
+    const float d = delta[i] * scale;
+    const float m = mu * momentum[i] + d;
+    const float update = nesterov ? d + mu * m : m;
+    out[i] = anchor[i] - eta * update;
   }
   return {};
 }

@@ -55,4 +55,13 @@ double add_squares(double sum, std::span<const float> values);
 Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<const float> delta,
                   const OuterOptimizerOptions& options, float scale = 1.0f);
 
+/// The anchor outer_step() would leave, written to `out` (as long as the
+/// anchor), with anchor and momentum unchanged: the same operations in the
+/// same order, bit for bit; the digest a site commits to before it applies
+/// a round is computed from it. Errors: outer_step()'s, invalid_argument
+/// (out's length).
+Status outer_stepped_anchor(std::span<const float> anchor, std::span<const float> momentum,
+                            std::span<const float> delta, const OuterOptimizerOptions& options, float scale,
+                            std::span<float> out);
+
 }  // namespace geoloco::diloco

@@ -97,3 +97,30 @@ TEST_CASE("outer optimizer: bad options and bad input are refused and change not
   CHECK(outer_step(theta, m, short_delta, OuterOptimizerOptions{}).code() == Err::invalid_argument);
 }
 
+
+TEST_CASE("outer optimizer: the stepped anchor computed aside is outer_step's, bit for bit, and changes nothing") {
+  for (const auto algorithm : {OuterAlgorithm::nesterov, OuterAlgorithm::sgd}) {
+    OuterOptimizerOptions o;
+    o.algorithm = algorithm;
+    o.learning_rate = 0.7;
+    o.momentum = 0.9;
+    const std::size_t n = 1001;
+    std::vector<float> anchor(n), momentum(n), delta(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      anchor[i] = std::sin(0.37f * static_cast<float>(i));
+      momentum[i] = 0.01f * std::cos(0.11f * static_cast<float>(i));
+      delta[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 29) - 14) / 3.0f;
+    }
+    for (const float scale : {1.0f, 0.3f}) {
+      std::vector<float> a = anchor, m = momentum, aside(n);
+      REQUIRE(outer_step(a, m, delta, o, scale).ok());
+      REQUIRE(outer_stepped_anchor(anchor, momentum, delta, o, scale, aside).ok());
+      CHECK(aside == a);
+      CHECK(aside != anchor);
+    }
+    std::vector<float> aside(n), short_out(n - 1);
+    CHECK(outer_stepped_anchor(anchor, momentum, delta, o, 1.0f, short_out).code() == Err::invalid_argument);
+    delta[5] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(outer_stepped_anchor(anchor, momentum, delta, o, 1.0f, aside).code() == Err::non_finite);
+  }
+}

@@ -307,8 +307,10 @@ def run(args, name, P, layout):
                  "encodes_per_chunk": max(c["encodes_per_chunk"] for c in costs),
                  "bytes_sent_max": max(r["bytes_sent"] for r in recs),
                  "peak_rss_bytes_per_param": peak,
+                 "peak_rss_bytes_per_param_by_site": {n: (row["peak"][n] - base[n]) / P for n in sites},
                  "between_rounds_rss_bytes_per_param": max(lows) / P if lows else None,
                  "round_log_s": max(c["round_log_seconds"] for c in costs),
+                 "checkpoint_wait_s": max(c.get("checkpoint_wait_seconds", 0.0) for c in costs),
                  "checkpoint_s": max(c["checkpoint_seconds"] for c in checkpoint) if checkpoint else None,
                  "checkpoint_bytes": max(c["checkpoint_bytes"] for c in checkpoint) if checkpoint else None,
                  "disk_bytes_per_s": disk}
@@ -346,15 +348,19 @@ def print_run(name, rows, extra, P):
              else ", uncapped"))
     print(f"{'round':>5} {'wall s':>7} {'link bound':>10} {'cpu bound':>9} {'ratio':>6} {'core-s/GB':>9} "
           f"{'dec/chunk':>9} {'enc/chunk':>9} {'peak B/p':>8} {'low B/p':>7} {'log s':>6} {'ckpt s':>7} {'ckpt MB/s':>9} "
-          f"{'disk MB/s':>9}")
+          f"{'disk MB/s':>9} {'waited s':>8}")
     for o in rows:
         ck = o["checkpoint_bytes"] / o["checkpoint_s"] / 1e6 if o["checkpoint_s"] else None
         print(f"{o['round']:>5} {o['wall_s']:7.2f} {o['link_bound_s']:10.2f} {o['cpu_bound_s']:9.2f} "
               f"{fmt(o['ratio_to_bound']):>6} {o['core_s_per_gb']:9.2f} {o['decodes_per_chunk']:9.2f} "
               f"{o['encodes_per_chunk']:9.2f} {o['peak_rss_bytes_per_param']:8.2f} "
               f"{fmt(o['between_rounds_rss_bytes_per_param']):>7} {o['round_log_s']:6.2f} {fmt(o['checkpoint_s']):>7} "
-              f"{fmt(ck, '.0f'):>9} {o['disk_bytes_per_s'] / 1e6:9.0f}")
+              f"{fmt(ck, '.0f'):>9} {o['disk_bytes_per_s'] / 1e6:9.0f} {o['checkpoint_wait_s']:8.2f}")
+    print("(ratio: wall over the larger bound; waited: the round's exchange waited for the last checkpoint)")
     if rows:
+        print("peak B/p by site: " + "; ".join(
+            f"round {o['round']}: " + ", ".join(f"{n} {v:.2f}" for n, v in o["peak_rss_bytes_per_param_by_site"].items())
+            for o in rows))
         print("CPU seconds by stage, summed over the sites (each round):")
         for o in rows:
             print(f"  round {o['round']}: " + ", ".join(f"{k} {v:.2f}" for k, v in o["cpu_s_by_stage"].items()))

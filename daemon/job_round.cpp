@@ -45,6 +45,8 @@ using Clock = std::chrono::steady_clock;
 
 asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
+  // The residual a checkpoint being written reads is encoded through below.
+  checkpoint_waited_ = co_await checkpoint_written();
   {
     ThreadCpuTimer timer(round_costs_.feedback);
     drop_spent_residual();  // an earlier attempt's encodes that were not kept
@@ -110,6 +112,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   const double dropped = round_costs_.feedback;
   round_costs_ = RoundCosts();
   round_costs_.feedback = dropped;
+  round_costs_.checkpoint_wait_seconds = checkpoint_waited_;
   round_costs_.encode = result->encode_cpu_seconds;
   round_costs_.decode_average = result->reduce_cpu_seconds;
   round_costs_.transfer = std::max(0.0, result->cpu_seconds - result->encode_cpu_seconds - result->reduce_cpu_seconds);
@@ -196,6 +199,7 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
 }
 
 Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
+  finish_checkpoint();  // (the exchange waited for it already)
   // The scale the COMMIT's digest was computed with (the same function of
   // the same Δ, so the same bits); computed again only if it is not at hand.
   const Result<float> scale = delta_clip_scale_ ? Result<float>(*delta_clip_scale_) : clip_scale_of_delta();
@@ -290,6 +294,7 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
 
 Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attempt, bool& state_lost) {
   state_lost = false;
+  finish_checkpoint();
   GEOLOCO_RETURN_IF(!round_deltas_ || !journal_, Err::internal, "no round log is open");
   std::string voted_to;  // unused: the round is recorded as committed by the sender of COMMITTED
   const auto plan = journaled_plan(journal_->records(), c.round, attempt, voted_to);

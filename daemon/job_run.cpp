@@ -125,6 +125,9 @@ std::int64_t wall_ms() {
 }  // namespace
 
 JobRun::~JobRun() {
+  // A checkpoint still being written reads this job's state: it ends first
+  // (what it did is not recorded: the job is going away).
+  if (checkpoint_write_ && checkpoint_write_->thread.joinable()) checkpoint_write_->thread.join();
   // A last try for records that waited for disk space; what still cannot be
   // written is said, not lost silently.
   if (buffered_history_ && buffered_history_->blocked()) {
@@ -404,6 +407,7 @@ void JobRun::execute(ParticipantAction& action) {
               spdlog::error("[{}] internal: the trainer's older anchor is kept already", spec_.name);
               return;
             }
+            finish_checkpoint();  // the anchor a checkpoint reads stays where it is until it is written
             // Installing a new state replaces the anchor: move it. Stepping it in place: copy.
             if (k.replaced) late_anchor_ = std::move(state_.anchor);
             else late_anchor_ = state_.anchor;
@@ -435,7 +439,7 @@ void JobRun::execute(ParticipantAction& action) {
           [&](ReleaseDonor& r) { release_donor(r.peer, r.hand_out); },
           [&](OfferState& o) { offer_state(o.peer, o.reason, o.asker, o.listed_round); },
           [&](SaveCheckpoint&) {
-            if (Status s = save_checkpoint(); !s.ok()) spdlog::error("[{}] checkpoint: {}", spec_.name, s.message());
+            start_checkpoint();  // on its own thread: no round waits for the disk
           },
           [&](EndJob& e) { asio::co_spawn(env_.executor, end_job(e), asio::detached); },
       },
@@ -505,6 +509,7 @@ asio::awaitable<void> JobRun::run() {
       drive();
       co_return;
     }
+    finish_checkpoint();
     state_ = std::move(*created);
     // The job's first anchor on disk: what the round log's rounds step from.
     if (Status s = save_checkpoint(); !s.ok())

@@ -9,9 +9,10 @@
 // also runs the coordinator role (coordinator_role.h); every PLAN, COMMITTED
 // and ABORT is admitted by its epoch first. One
 // JobRun per running job; everything runs on the daemon's single-threaded
-// executor. The files: job_run.cpp the lifecycle, messages and the machine's
-// actions; job_round.cpp one round's exchange and step; job_state.cpp
-// STATE_SYNC (state_transfers.h wired), checkpoints and status.
+// executor but the writing of a periodic checkpoint. The files: job_run.cpp the lifecycle, messages and the machine's
+// actions; job_round.cpp one round's exchange and step; job_checkpoint.cpp
+// checkpoints (the periodic ones on a thread of their own, the only thread
+// a job starts); job_state.cpp STATE_SYNC (state_transfers.h wired) and status.
 //
 // A round as this site lives it: the trainer trains from the anchor θ_r; its
 // SYNC makes READY; PLAN(r) starts the all-reduce of Δ = θ_r − θ_s
@@ -51,6 +52,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -250,7 +252,24 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   void release_donor(const std::string& peer, bool hand_out);
   void send_accepts(const std::vector<AcceptTo>& accepts);
   void install_state();
+  // Checkpoints (job_checkpoint.cpp).
+  /// Writes a checkpoint of the state held now and waits for it (after
+  /// waiting for one being written). Errors: outer::save_checkpoint's.
   Status save_checkpoint();
+  /// Starts a checkpoint of the state held now on its own thread, from
+  /// views of the anchor, momentum and residual, which nothing changes until
+  /// it is done: an exchange waits for it before it encodes
+  /// (checkpoint_written()), anything else that changes them calls
+  /// finish_checkpoint() first. One at a time: while one is being written,
+  /// the next is skipped (said once), the round log covering the rounds.
+  void start_checkpoint();
+  /// Waits for the checkpoint being written, if any, and keeps what it did.
+  void finish_checkpoint();
+  /// Resumes once no checkpoint is being written; the seconds it waited.
+  asio::awaitable<double> checkpoint_written();
+  /// What a saved checkpoint changes: the file offered, the costs of its
+  /// round, the metrics, the round log cut.
+  void after_checkpoint(const Status& saved, std::uint64_t round, double seconds, double cpu_seconds);
   /// Errors: invalid_argument (a checkpoint of another configuration).
   Status load_checkpoint();
   /// The checkpoint's state stepped through the round log up to the
@@ -281,6 +300,16 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   JobState job_state_ = JobState::starting;
   std::string message_;
   transport::Signal changed_;
+  /// The checkpoint being written on its own thread (start_checkpoint()).
+  struct CheckpointWrite {
+    std::thread thread;
+    std::uint64_t round = 0;
+    Status status;             ///< set by the thread before it ends
+    double seconds = 0, cpu_seconds = 0;
+  };
+  std::unique_ptr<CheckpointWrite> checkpoint_write_;
+  std::uint64_t checkpoints_skipped_ = 0;
+  double checkpoint_waited_ = 0;  ///< seconds the exchange in flight waited for a checkpoint
 
   /// The site's journal of the job (journal.h): the coordinator role's
   /// decisions, and what any site needs to take the office.

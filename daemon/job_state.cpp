@@ -14,7 +14,6 @@
 #include "daemon/round_replay.h"
 #include "daemon/site_checkpoint.h"
 #include "daemon/site_metrics.h"
-#include "common/cpu_time.h"
 
 namespace geoloco::daemon {
 
@@ -191,6 +190,7 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
 }
 
 void JobRun::install_state() {
+  finish_checkpoint();  // the state a checkpoint reads is replaced below
   auto installed = transfers_->install(state_, host_->snapshot().layout, Clock::now());
   if (!installed.ok()) {
     spdlog::error("[{}] {}", spec_.name, installed.status().message());
@@ -329,52 +329,6 @@ void JobRun::list_installed_rounds(std::uint64_t round, const std::string& diges
 
 // ------------------------------------------------------------- checkpoints
 
-Status JobRun::save_checkpoint() {
-  if (state_.job.empty()) state_.job = spec_.name;
-  const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
-  const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = thread_cpu_seconds();
-  drop_spent_residual();  // the checkpoint keeps no rounding of a round that was not kept
-  Status saved = save_site_checkpoint(path, state_, feedback_.get(), self(), config_hash_);
-  if (saved.ok() && !state_.anchor.empty()) {
-    // What it cost, shown with the round it holds (round_costs.h).
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::error_code ec;
-    const auto bytes = fs::file_size(path, ec);
-    const double cpu = thread_cpu_seconds() - cpu_start;
-    const auto& records = rounds_->records();
-    if (!records.empty() && records.back().round == state_.round && records.back().costs) {
-      RoundCosts costs = *records.back().costs;
-      costs.checkpoint = cpu;
-      costs.checkpoint_seconds = seconds;
-      costs.checkpoint_bytes = ec ? 0 : bytes;
-      rounds_->set_costs(state_.round, costs);
-    }
-    if (env_.metrics) {
-      const Labels stage{{"job", spec_.name}, {"stage", "checkpoint"}};
-      (void)env_.metrics->set("geoloco_round_cpu_seconds", stage, cpu);
-      (void)env_.metrics->add("geoloco_round_cpu_seconds_total", stage, cpu);
-      (void)env_.metrics->set("geoloco_checkpoint_seconds", {{"job", spec_.name}}, seconds);
-    }
-    mapped_checkpoint_.reset();  // a new file: the next transfer maps it
-    // Offers of the last interval stay answerable: a joining site may still
-    // widen a holder's share of one (another holder stopped).
-    const std::uint64_t interval = spec_.checkpoint_every();
-    if (transfers_ && state_.round > interval) transfers_->forget_offers_before(state_.round - interval);
-    note(cat("checkpoint of round ", state_.round, " saved"));
-    if (env_.metrics) (void)env_.metrics->set("geoloco_checkpoint_round", {{"job", spec_.name}}, double(state_.round));
-    // The checkpoint holds these rounds now: the log only has to reach past
-    // it to rebuild this site, but keeps one more checkpoint interval for
-    // peers that fell behind by less than that (state_source.h).
-    const std::uint64_t keep = spec_.checkpoint_every();
-    if (round_deltas_ && state_.round > keep)
-      if (Status cut = round_deltas_->cut_through(state_.round - keep); !cut.ok())
-        spdlog::warn("[{}] the round log keeps rounds the checkpoint holds: {}", spec_.name, cut.message());
-    show_round_log_bytes();
-  }
-  return saved;
-}
-
 Status JobRun::load_checkpoint() {
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
   auto loaded = load_site_checkpoint(path, self(), config_hash_, spec_.name);
@@ -478,7 +432,15 @@ nlohmann::json JobRun::status() const {
   v.records = &rounds_->records();
   v.eval = inner::read_eval_log((fs::path(dir_) / "eval.jsonl").string());
   if (const fs::path c = fs::path(dir_) / "checkpoint.safetensors"; fs::exists(c)) v.checkpoint = c.string();
-  if (!state_.anchor.empty()) v.anchor_digest = digest_hex(state_.anchor_digest());
+  if (!state_.anchor.empty()) {
+    // The committed state's digest as the machine holds it; hashed again
+    // only when it is not at hand (a pass over the whole anchor: seconds at
+    // tens of billions of parameters, on the daemon's thread).
+    const auto& held = machine_ ? machine_->held() : std::optional<HeldState>();
+    v.anchor_digest = anchor_committed_ && held && held->round == state_.round && !held->digest.empty()
+                          ? held->digest
+                          : digest_hex(state_.anchor_digest());
+  }
   if (role_) v.liveness.emplace(role_->live_sites(), role_->lagging());
   v.job_dir = dir_;
   v.where = machine_ ? std::string(ParticipantMachine::where_name(machine_->where())) : std::string("starting");

@@ -6,21 +6,18 @@ namespace geoloco::daemon {
 
 namespace fs = std::filesystem;
 
-Status save_site_checkpoint(const fs::path& path, outer::OuterState& state, compression::ErrorFeedback* feedback,
-                            const std::string& site, const std::string& config_hash) {
+outer::CheckpointSource site_checkpoint_source(const outer::OuterState& state,
+                                               const compression::ErrorFeedback* feedback, const std::string& site) {
+  outer::CheckpointSource source{state.job, state.round, state.layout, state.anchor, state.momentum, {}};
+  if (feedback) source.residuals.emplace_back(site, feedback->residual());
+  return source;
+}
+
+Status save_site_checkpoint(const fs::path& path, const outer::OuterState& state,
+                            const compression::ErrorFeedback* feedback, const std::string& site,
+                            const std::string& config_hash) {
   if (state.anchor.empty()) return {};
-  outer::OuterState copy;
-  copy.job = state.job;
-  copy.round = state.round;
-  copy.layout = state.layout;
-  copy.anchor = std::move(state.anchor);
-  copy.momentum = std::move(state.momentum);
-  if (feedback) copy.residuals.push_back({site, feedback->take_residual()});
-  Status saved = outer::save_checkpoint(path, copy, config_hash);
-  state.anchor = std::move(copy.anchor);
-  state.momentum = std::move(copy.momentum);
-  if (feedback) feedback->put_residual(std::move(copy.residuals.back().values));
-  return saved;
+  return outer::save_checkpoint(path, site_checkpoint_source(state, feedback, site), config_hash);
 }
 
 Result<SiteCheckpointLoad> load_site_checkpoint(const fs::path& path, const std::string& site,

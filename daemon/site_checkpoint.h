@@ -19,15 +19,22 @@
 
 #include "common/status.h"
 #include "compression/error_feedback.h"
+#include "outer/checkpoint.h"
 #include "outer/outer_state.h"
 
 namespace geoloco::daemon {
 
+/// What a site's checkpoint saves, viewed where it lies: the state's
+/// anchor and momentum, and `site`'s residual from `feedback` when there is
+/// one. Valid while neither changes (the state's vectors, the residual).
+outer::CheckpointSource site_checkpoint_source(const outer::OuterState& state,
+                                               const compression::ErrorFeedback* feedback, const std::string& site);
+
 /// Saves `state` (nothing when it has no anchor yet) with `site`'s residual
-/// taken from `feedback` when there is one; both are intact on return.
+/// from `feedback` when there is one, without copying either.
 /// Errors: those of outer::save_checkpoint.
-Status save_site_checkpoint(const std::filesystem::path& path, outer::OuterState& state,
-                            compression::ErrorFeedback* feedback, const std::string& site,
+Status save_site_checkpoint(const std::filesystem::path& path, const outer::OuterState& state,
+                            const compression::ErrorFeedback* feedback, const std::string& site,
                             const std::string& config_hash);
 
 struct LoadedSiteCheckpoint {

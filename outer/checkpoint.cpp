@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "common/digest.h"
@@ -307,13 +308,35 @@ Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const Check
 
 Status save_checkpoint(const std::filesystem::path& path, const OuterState& state, std::string_view config_hash) {
   GEOLOCO_TRY(state.validate());
+  CheckpointSource source{state.job, state.round, state.layout, state.anchor, state.momentum, {}};
+  for (const auto& r : state.residuals) source.residuals.emplace_back(r.site, r.values);
+  return save_checkpoint(path, source, config_hash);
+}
+
+Status save_checkpoint(const std::filesystem::path& path, const CheckpointSource& state, std::string_view config_hash) {
+  // OuterState::validate()'s rules, on the views.
+  GEOLOCO_RETURN_IF(state.job.empty(), Err::invalid_argument, "outer state: the job name is empty");
+  GEOLOCO_TRY(check_layout(state.layout));
+  const std::uint64_t n = layout_values(state.layout);
+  GEOLOCO_RETURN_IF(state.anchor.size() != n, Err::invalid_argument, "outer state: anchor has ", state.anchor.size(),
+                    " values but the layout has ", n);
+  GEOLOCO_RETURN_IF(state.momentum.size() != n, Err::invalid_argument, "outer state: momentum has ",
+                    state.momentum.size(), " values but the layout has ", n);
+  std::set<std::string> sites;
+  for (const auto& [site, values] : state.residuals) {
+    GEOLOCO_RETURN_IF(site.empty(), Err::invalid_argument, "outer state: a residual has an empty site name");
+    GEOLOCO_RETURN_IF(!sites.insert(site).second, Err::invalid_argument, "outer state: site '", site,
+                      "' has two residuals");
+    GEOLOCO_RETURN_IF(values.size() != n, Err::invalid_argument, "outer state: residual of site '", site, "' has ",
+                      values.size(), " values but the layout has ", n);
+  }
   json layout = json::array();
   for (const auto& t : state.layout) layout.push_back({{"name", t.name}, {"shape", t.shape}});
 
   // Residuals in site order, so the same state always gives the same bytes.
-  std::vector<const SiteResidual*> residuals;
+  std::vector<const std::pair<std::string, std::span<const float>>*> residuals;
   for (const auto& r : state.residuals) residuals.push_back(&r);
-  std::sort(residuals.begin(), residuals.end(), [](auto* a, auto* b) { return a->site < b->site; });
+  std::sort(residuals.begin(), residuals.end(), [](auto* a, auto* b) { return a->first < b->first; });
 
   json header;
   json meta;
@@ -329,9 +352,9 @@ Status save_checkpoint(const std::filesystem::path& path, const OuterState& stat
   header["momentum"] = tensor_entry(state.momentum.size(), offset);
   meta["digest.momentum"] = digest_hex(digest_f32(state.momentum));
   for (const auto* r : residuals) {
-    const std::string name = cat(kResidualPrefix, r->site);
-    header[name] = tensor_entry(r->values.size(), offset);
-    meta[cat("digest.", name)] = digest_hex(digest_f32(r->values));
+    const std::string name = cat(kResidualPrefix, r->first);
+    header[name] = tensor_entry(r->second.size(), offset);
+    meta[cat("digest.", name)] = digest_hex(digest_f32(r->second));
   }
   header["__metadata__"] = meta;
   std::string text = header.dump();
@@ -344,9 +367,9 @@ Status save_checkpoint(const std::filesystem::path& path, const OuterState& stat
   return write_file_durably(path, [&](const FileSink& put) -> Status {
     GEOLOCO_TRY(put(std::as_bytes(std::span(&header_len, 1))));
     GEOLOCO_TRY(put(std::as_bytes(std::span(text))));
-    GEOLOCO_TRY(put(std::as_bytes(std::span(state.anchor))));
-    GEOLOCO_TRY(put(std::as_bytes(std::span(state.momentum))));
-    for (const auto* r : residuals) GEOLOCO_TRY(put(std::as_bytes(std::span(r->values))));
+    GEOLOCO_TRY(put(std::as_bytes(state.anchor)));
+    GEOLOCO_TRY(put(std::as_bytes(state.momentum)));
+    for (const auto* r : residuals) GEOLOCO_TRY(put(std::as_bytes(r->second)));
     return {};
   });
 }

@@ -24,6 +24,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "outer/outer_state.h"
@@ -47,6 +49,20 @@ struct LoadedCheckpoint {
 /// configuration (a resumed job compares it). Errors: invalid_argument
 /// (state.validate()'s rules), io (naming the call and errno text).
 Status save_checkpoint(const std::filesystem::path& path, const OuterState& state, std::string_view config_hash);
+
+/// The state a checkpoint saves, viewed where it lies: geolocod writes the
+/// state it keeps in memory from another thread, without a copy, and
+/// changes none of it until the save has returned.
+struct CheckpointSource {
+  std::string job;
+  std::uint64_t round = 0;
+  Layout layout;
+  std::span<const float> anchor, momentum;
+  std::vector<std::pair<std::string, std::span<const float>>> residuals;  ///< (site, values)
+};
+/// The same file as save_checkpoint() of the OuterState it views, bit for
+/// bit. Errors: as save_checkpoint() (OuterState::validate()'s rules).
+Status save_checkpoint(const std::filesystem::path& path, const CheckpointSource& state, std::string_view config_hash);
 
 /// Loads and checks a checkpoint. Errors: io (cannot open or read),
 /// truncated (shorter than its header says), malformed (bad JSON, bad

@@ -47,7 +47,7 @@ TEST_CASE("a site's checkpoint saves the held state and its residual, and loads 
   for (int i = 0; i < 16; ++i) residual[i] = 0.125f * i;
   compression::ErrorFeedback feedback(residual);
   REQUIRE(save_site_checkpoint(path, state, &feedback, "a", "cfg1").ok());
-  CHECK(state.anchor == held.anchor);  // moved into the writer and back
+  CHECK(state.anchor == held.anchor);  // read where they lie, unchanged
   CHECK(state.momentum == held.momentum);
   CHECK(feedback.take_residual() == residual);
 

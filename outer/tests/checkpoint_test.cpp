@@ -117,6 +117,22 @@ TEST_CASE("checkpoint: save and load round-trip the whole outer state") {
   // Saving the same state twice gives the same bytes.
   REQUIRE(save_checkpoint(path, s, "cfg-1234").ok());
   CHECK(read_file(path) == bytes);
+
+  // Saved from views of the same values (geolocod's writer thread), residuals
+  // given in another order: the same bytes.
+  CheckpointSource view{s.job, s.round, s.layout, s.anchor, s.momentum, {}};
+  for (auto it = s.residuals.rbegin(); it != s.residuals.rend(); ++it) view.residuals.emplace_back(it->site, it->values);
+  REQUIRE(save_checkpoint(path, view, "cfg-1234").ok());
+  CHECK(read_file(path) == bytes);
+  // Its rules are OuterState::validate()'s.
+  CheckpointSource short_momentum = view;
+  short_momentum.momentum = short_momentum.momentum.first(10);
+  CHECK_THAT(save_checkpoint(path, short_momentum, "cfg-1234").message(),
+             Catch::Contains("momentum has 10 values but the layout has 2001"));
+  CheckpointSource twice = view;
+  twice.residuals.push_back(twice.residuals.front());
+  CHECK_THAT(save_checkpoint(path, twice, "cfg-1234").message(), Catch::Contains("has two residuals"));
+  CHECK(read_file(path) == bytes);  // a refused save leaves the file as it was
 }
 
 TEST_CASE("checkpoint: every truncation is refused with a clear message") {

@@ -19,8 +19,20 @@ with Federation() as fed:
     job = fed.write_job(mlp_job(rounds=ROUNDS, steps=60, width=64, deadline="1s"))
     fed["site-a"].cli("submit", job)
     a, c = fed["site-a"], fed["site-c"]
-    fed.wait_for(lambda: (a.status("e2e") or {}).get("round", 0) >= 2, 120, "round 2")
-    killed_at = a.status("e2e")["round"]
+    # Killed once its checkpoint of its last round is on disk (checkpoints are
+    # written in the background, every 2 rounds): the round log then has no
+    # round to rebuild at its restart, and the record removed below must
+    # come from its donors.
+    found = []
+
+    def checkpointed_round():
+        r = (c.status("e2e") or {}).get("round", 0)
+        if r >= 2 and f"checkpoint of round {r} saved" in open(c.log_path).read():
+            found.append(r)
+        return found
+
+    fed.wait_for(checkpointed_round, 120, "site-c's checkpoint of its last round, round 2 or later")
+    killed_at = found[-1]
     c.kill()  # mid-phase: the next round's inner phase started right after the commit
     print(f"killed site-c after round {killed_at}")
     # As if the kill had come after its journal learned its last round and
@@ -30,6 +42,8 @@ with Federation() as fed:
     with open(round_log) as f:
         lines = f.readlines()
     unlisted = json.loads(lines[-1].split(" ", 1)[1])["round"]
+    assert unlisted == killed_at, f"site-c committed round {unlisted} between its checkpoint of {killed_at} and the kill"
+
     with open(round_log, "w") as f:
         f.writelines(lines[:-1])
     print(f"site-c's record of round {unlisted} removed from its round log")

@@ -13,7 +13,9 @@ the daemon is measured. Runs, each a fresh federation:
   raw-link  raw fp32 (no compression, no residual), through the proxy
   raw       raw fp32, uncapped
 
-Per round it prints:
+Each trainer's inner phase lasts --phase-seconds (8 by default: the walk,
+then idle, standing for a GPU's steps), so a checkpoint written in the
+background after a round has the phase to finish in. Per round it prints:
   - the round's wall time (the slowest site's PLAN to its step applied: the
     record's exchange_seconds) next to its bounds: the link bound (the
     busiest link's bytes at --rate, measured from the bytes each site sent,
@@ -38,7 +40,7 @@ start-up time of a site's daemon from its checkpoint (SIGTERM after the job,
 started again, until its status shows the anchor).
 
     /usr/bin/python3 bench/scale.py [--params N] [--sites N] [--rounds R] [--runs q8-link,q8,raw-link,raw]
-                                    [--rate 1G] [--rtt 100] [--build DIR] [--json]
+                                    [--rate 1G] [--rtt 100] [--phase-seconds 8] [--build DIR] [--json]
 
 --json prints one object per round (and one per run for the state sync
 and the start-up), with at least params, sites, wall_s, link_bound_s,
@@ -84,7 +86,7 @@ def walk(params, seed, site, round_):
         part += step
 
 
-def trainer(sock, layout, seed, site, errors, stop, restarts, hold):
+def trainer(sock, layout, seed, site, errors, stop, restarts, hold, phase_seconds):
     """One site's synthetic trainer; it connects again after its daemon restarts (restarts: an Event set
     meanwhile). It syncs round hold[0] only once the Event hold[1] is set."""
     while not stop.is_set():
@@ -98,7 +100,10 @@ def trainer(sock, layout, seed, site, errors, stop, restarts, hold):
                 c.send_initial(timeout=1800)
             while not c.stopped and not stop.is_set():
                 r = c.next_round(0)
+                started = time.monotonic()
                 walk(c.params, seed, site, r)
+                # The rest of an inner phase (a GPU's steps), idle here.
+                time.sleep(max(0.0, phase_seconds - (time.monotonic() - started)))
                 if r == hold[0]:
                     hold[1].wait()
                 c.sync(r, 0, 1000, 1.0)
@@ -217,7 +222,8 @@ def run(args, name, P, layout):
         fed[sites[0]].cli("submit", fed.write_job(job_text(sites, args.rounds, raw, args.checkpoint_every)))
         for i, s in enumerate(fed.sites):
             sock = os.path.join(s.dir, "data", "jobs", JOB, "sync.sock")
-            t = threading.Thread(target=trainer, args=(sock, layout, args.seed, i, errors, stop, restarts, hold),
+            t = threading.Thread(target=trainer, args=(sock, layout, args.seed, i, errors, stop, restarts, hold,
+                                                      args.phase_seconds),
                                  daemon=True)
             t.start()
             threads.append(t)
@@ -383,6 +389,8 @@ def main():
     ap.add_argument("--sites", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--checkpoint-every", type=int, default=2)
+    ap.add_argument("--phase-seconds", type=float, default=8.0,
+                    help="each trainer's inner phase: its walk, then idle (the checkpoint is written meanwhile)")
     ap.add_argument("--runs", default="q8-link,q8,raw-link,raw")
     ap.add_argument("--rate", type=rate_mbit, default=1000.0, metavar="R", help="each link's rate (bit/s; 1G)")
     ap.add_argument("--rtt", type=float, default=100.0, help="each link's round trip in ms")

@@ -32,20 +32,7 @@ class ErrorFeedback {
   Result<std::size_t> encode(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
                              std::span<std::byte> out, std::uint64_t seed);
 
-  /// The same payload as encode(), bit for bit, but the residual is left as
-  /// it is: a caller that may have to undo the round (geolocod before
-  /// COMMITTED) encodes with this, and replays encode() with the same
-  /// arguments once the round is kept. Errors: as encode().
-  Result<std::size_t> encode_keeping_residual(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
-                                              std::span<std::byte> out, std::uint64_t seed);
-
   std::span<const float> residual() const { return residual_; }
-  /// Moves the residual out, leaving an empty one (every encode is refused
-  /// as out of range until put_residual()): a checkpoint writes it without
-  /// a copy of the tensor.
-  std::vector<float> take_residual() { return std::exchange(residual_, {}); }
-  /// Puts the taken residual back.
-  void put_residual(std::vector<float> residual) { residual_ = std::move(residual); }
   /// ||e||_2, accumulated in double.
   double residual_norm() const;
   /// Zeroes the residual of [offset, offset + length), clamped to the tensor:
@@ -54,6 +41,9 @@ class ErrorFeedback {
   void clear_range(std::size_t offset, std::size_t length);
 
  private:
+  // encode()'s payload of delta + residual, the residual left as it is.
+  Result<std::size_t> encode_keeping_residual(Pipeline& pipeline, std::size_t offset, std::span<const float> delta,
+                                              std::span<std::byte> out, std::uint64_t seed);
   std::vector<float> residual_;
   std::vector<float> corrected_;  // g for the current chunk
   std::vector<float> decoded_;    // D(c) for the current chunk

@@ -97,7 +97,6 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   // Each chunk is encoded once, through the residual, which keeps what the
   // encode dropped; if the round is not kept with this Δ in it, that range
   // of the residual is zeroed before it is used again.
-  request.defer_feedback = false;
   if (request.feedback) residual_spent_.emplace(delta_offset_, n);
   request.seed = spec_.seed;
   request.timeout = std::chrono::milliseconds(4 * env_.site.heartbeat_timeout_ms);

@@ -65,7 +65,7 @@ Status validate(const Mesh& mesh, const AllReduceRequest& r) {
 using diloco::chunk_range;
 using diloco::chunks_in;
 
-// The seed of one encode: the same for a chunk on every attempt to replay it.
+// The seed of one encode (diloco/exchange.h: the simulator seeds its encodes so too).
 std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c,
                           int phase) {
   return diloco::encode_seed(r.seed, r.key.round, r.key.fragment, site, shard, c, phase);
@@ -214,7 +214,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   }
 
   // Encodes chunk c of shard j of this site's input, through error feedback
-  // (which commit_feedback() replays when it is deferred).
+  // (which keeps what the encode dropped; geolocod zeroes the round's range
+  // of it when the round is not kept).
   Result<Buffer> encode_contribution(std::size_t j, std::uint64_t c) {
     ThreadCpuTimer timer(stats_.encode_cpu_seconds);
     const Range range = chunk_range(shard_range(r_.input.size(), n_parts_, j), c);
@@ -223,9 +224,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const auto values = contribution(r_, range, difference_);
     const std::uint64_t s = seed(me_, j, c, 1);
     const std::size_t at = r_.feedback_offset + range.begin;
-    auto size = !r_.feedback        ? pipeline_.encode(values, out, s)
-                : r_.defer_feedback ? r_.feedback->encode_keeping_residual(pipeline_, at, values, out, s)
-                                    : r_.feedback->encode(pipeline_, at, values, out, s);
+    auto size = !r_.feedback ? pipeline_.encode(values, out, s) : r_.feedback->encode(pipeline_, at, values, out, s);
     if (!size.ok()) {
       mesh_.pool().release(std::move(out));
       return size.status();
@@ -418,34 +417,6 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
 };
 
 }  // namespace
-
-Result<std::uint64_t> commit_feedback(const Mesh& mesh, const AllReduceRequest& r) {
-  GEOLOCO_RETURN_IF(!r.feedback || !r.defer_feedback, Err::invalid_argument,
-                    "commit_feedback: the request has no deferred error feedback");
-  const auto me = std::find(r.participants.begin(), r.participants.end(), mesh.site());
-  GEOLOCO_RETURN_IF(me == r.participants.end(), Err::invalid_argument, "commit_feedback: ", mesh.site(),
-                    " is not a participant of round ", r.key.round);
-  auto pipeline = compression::Pipeline::create(r.pipeline);
-  if (!pipeline.ok()) return pipeline.status();
-  const std::size_t parts = r.participants.size(), site = static_cast<std::size_t>(me - r.participants.begin());
-  const std::uint64_t chunk = mesh.options().transport.chunk_elements;
-  std::vector<float> scratch;
-  Buffer out;
-  std::uint64_t encoded = 0;
-  // Every chunk this site encoded, in any order: each touches its own range.
-  for (std::size_t j = 0; j < parts; ++j) {
-    const Range shard = shard_range(r.input.size(), parts, j);
-    for (std::uint64_t c = 0; c < chunks_in(shard, chunk); ++c) {
-      const Range range = chunk_range(shard, c, chunk);
-      out.resize(pipeline->max_encoded_size(range.size));
-      auto size = r.feedback->encode(*pipeline, r.feedback_offset + range.begin, contribution(r, range, scratch), out,
-                                     encode_seed(r, site, j, c, 1));
-      if (!size.ok()) return size.status();
-      encoded += range.size;
-    }
-  }
-  return encoded;
-}
 
 std::uint64_t EncodedOutput::bytes() const {
   std::uint64_t total = 0;

@@ -85,10 +85,6 @@ struct AllReduceRequest {
   /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo
   /// fragment of the model); the residual covers at least offset + input.size().
   std::uint64_t feedback_offset = 0;
-  /// Encode through the residual without changing it; commit_feedback()
-  /// stores the new residual once the round is kept. An aborted round then
-  /// leaves the residual as it was, with no backup of it (geolocod).
-  bool defer_feedback = false;
   std::uint64_t seed = 0;                 ///< job seed, for stochastic rounding
   std::chrono::milliseconds timeout{0};   ///< whole-operation limit; 0: only the connections' timeouts
 };
@@ -114,13 +110,5 @@ struct AllReduceStats {
 /// error `output` holds no meaningful values and is no longer touched.
 asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request);
 
-/// After an all_reduce() with defer_feedback that the caller keeps: replays
-/// this site's encodes (the same chunks, seeds and bytes) through
-/// request.feedback, which then holds exactly what a plain all_reduce()
-/// would have left there. Needs the same request (its input and input_base
-/// unchanged) on the same mesh; one chunk of memory. Errors:
-/// invalid_argument (no feedback, not deferred, not a participant), the
-/// codecs'. Returns the values it encoded (the contribution's length).
-Result<std::uint64_t> commit_feedback(const Mesh& mesh, const AllReduceRequest& request);
 
 }  // namespace geoloco::transport

@@ -43,15 +43,12 @@ float input_value(std::size_t s, std::size_t i) { return 0.25f * static_cast<flo
 struct Outcome {
   std::vector<Result<AllReduceStats>> results;
   std::vector<std::vector<float>> outputs;
-  std::vector<double> residual_before_commit;  // deferred feedback only
-  std::vector<Result<std::uint64_t>> commits;  // values each commit_feedback() encoded
   std::vector<EncodedOutput> encoded;  // encoded output only (also decoded into `outputs`)
 };
 
 Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64_t round, std::size_t n,
                 const compression::PipelineSpec& pipeline, std::vector<compression::ErrorFeedback>* feedback = nullptr,
-                std::uint64_t feedback_offset = 0, bool as_difference = false, bool defer_feedback = false,
-                bool encoded = false) {
+                std::uint64_t feedback_offset = 0, bool as_difference = false, bool encoded = false) {
   const std::size_t parts = sites.size();
   std::vector<std::string> names;
   std::vector<double> weights;
@@ -87,7 +84,6 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
     }
     r.feedback = feedback ? &(*feedback)[s] : nullptr;
     r.feedback_offset = feedback_offset;
-    r.defer_feedback = defer_feedback;
     r.seed = 99;
     r.timeout = 60s;
     Mesh& mesh = sites[s]->mesh();
@@ -101,13 +97,6 @@ Outcome run_all(std::vector<std::unique_ptr<loopback::Site>>& sites, std::uint64
       return Status();
     });
     if (!decoded.ok()) out.results[s] = decoded;
-  }
-  if (defer_feedback) {
-    // The round is kept: store the residuals (the requests as they ran).
-    for (std::size_t s = 0; s < parts; ++s) {
-      out.residual_before_commit.push_back((*feedback)[s].residual_norm());
-      out.commits.push_back(commit_feedback(sites[s]->mesh(), requests[s]));
-    }
   }
   return out;
 }
@@ -202,31 +191,27 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       CHECK(std::count(r.begin() + 1000, r.end() - 500, 0.0f) < static_cast<long>(n / 2));
     }
     for (std::size_t i = 0; i < n; ++i) REQUIRE(std::fabs(at_offset.outputs[0][i] - ref[i]) <= 2 * step * 1.001f);
-    // Deferred error feedback (geolocod, until COMMITTED): the same bytes and
-    // result as a plain run of the same round (on a second federation), the
-    // residual untouched until commit_feedback(), then bit for bit the same.
+    // Error feedback as geolocod runs it: the same round on a second
+    // federation gives the same bytes, result and residual, bit for bit; each
+    // value of a contribution is encoded once, each averaged value decoded
+    // once on arrival.
     auto other = federate(names, loopback::test_options());
-    std::vector<compression::ErrorFeedback> plain_fb, deferred_fb;
+    std::vector<compression::ErrorFeedback> plain_fb, again_fb;
     for (int s = 0; s < n_sites; ++s) {
       plain_fb.emplace_back(n);
-      deferred_fb.emplace_back(n);
+      again_fb.emplace_back(n);
     }
     auto plain = run_all(other.sites, 11, n, q8, &plain_fb);
-    auto deferred = run_all(sites, 11, n, q8, &deferred_fb, 0, false, /*defer_feedback=*/true);
+    auto again = run_all(sites, 11, n, q8, &again_fb);
     for (std::size_t s = 0; s < sites.size(); ++s) {
       REQUIRE(plain.results[s].ok());
-      REQUIRE(deferred.results[s].ok());
-      CHECK(deferred.outputs[s] == plain.outputs[s]);
-      CHECK(deferred.residual_before_commit[s] == 0.0);
-      // Each value of the contribution encoded once by the exchange and once
-      // more by the commit; each averaged value decoded once on arrival.
-      REQUIRE(deferred.commits[s].ok());
-      CHECK(*deferred.commits[s] == n);
-      CHECK(deferred.results[s]->values_encoded == n);
-      CHECK(deferred.results[s]->gathered_values_decoded == n);
-      CHECK(deferred.results[s]->encode_cpu_seconds > 0);
-      CHECK(deferred.results[s]->cpu_seconds >= deferred.results[s]->encode_cpu_seconds);
-      const auto a = deferred_fb[s].residual(), b = plain_fb[s].residual();
+      REQUIRE(again.results[s].ok());
+      CHECK(again.outputs[s] == plain.outputs[s]);
+      CHECK(again.results[s]->values_encoded == n);
+      CHECK(again.results[s]->gathered_values_decoded == n);
+      CHECK(again.results[s]->encode_cpu_seconds > 0);
+      CHECK(again.results[s]->cpu_seconds >= again.results[s]->encode_cpu_seconds);
+      const auto a = again_fb[s].residual(), b = plain_fb[s].residual();
       CHECK(std::equal(a.begin(), a.end(), b.begin()));
       CHECK(plain_fb[s].residual_norm() > 0);
     }
@@ -235,7 +220,7 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
     // the tensor in order, take about a quarter of the values' bytes with q8,
     // and decode to exactly a plain run's output of the same round.
     auto plain12 = run_all(other.sites, 12, n, q8);
-    auto encoded12 = run_all(sites, 12, n, q8, nullptr, 0, false, false, /*encoded=*/true);
+    auto encoded12 = run_all(sites, 12, n, q8, nullptr, 0, false, /*encoded=*/true);
     for (std::size_t s = 0; s < sites.size(); ++s) {
       REQUIRE(plain12.results[s].ok());
       REQUIRE(encoded12.results[s].ok());

@@ -32,16 +32,25 @@
 #          from an existing main build (build/, or GEOLOCO_GPU_BUILD_DIR), with
 #          small sizes and without the all-reduce; ctest runs it, so a broken
 #          step shows in CI before a GPU is lent. Its figures mean nothing.)
+#        scripts/gpu-check.sh --round-bench (a second command, for a session
+#          with device time left: bench/scale.py at 1 Gi parameters, 2 sites,
+#          q8 and raw, uncapped, on the host's cores; about 6 to 8 minutes,
+#          up to about 55 GB of the host's disk (each site's checkpoint of 12 GB
+#          and the one being written) and 50 GB of memory;
+#          GEOLOCO_ROUND_BENCH_PARAMS=N for another size)
 #   GEOLOCO_TF32_PEAK_TFLOPS=...  the datasheet TF32 peak for the TF32 MFU
 #                                 line (default: 494.7 on an H100/H200, dense)
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 emulator=0
+round_bench=0
 case "${1:-}" in
   "") ;;
   --emulator) emulator=1 ;;
-  *) echo "gpu-check.sh: unknown argument '$1' (usage: scripts/gpu-check.sh [--emulator])" >&2; exit 2 ;;
+  --round-bench) round_bench=1 ;;
+  *) echo "gpu-check.sh: unknown argument '$1' (usage: scripts/gpu-check.sh [--emulator | --round-bench])" >&2
+     exit 2 ;;
 esac
 if [ "${emulator}" -eq 1 ]; then
   build=${GEOLOCO_GPU_BUILD_DIR:-build}
@@ -89,6 +98,20 @@ finish() {
   echo "=== gpu-check: total $(( $(date +%s) - start ))s, $([ "${failed}" -eq 0 ] && echo PASSED || echo FAILED)"
   exit "${failed}"
 }
+
+if [ "${round_bench}" -eq 1 ]; then
+  # The daemon's round at 1 Gi parameters on this many-core host (bench/scale.py:
+  # 2 sites, q8 + zstd with error feedback and raw fp32, uncapped): the CPU per GB
+  # by stage, memory, checkpoints and the state sync where users run. No GPU used.
+  budget=540
+  params=${GEOLOCO_ROUND_BENCH_PARAMS:-1073741824}
+  step configure 60 cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release || { failed=1; finish; }
+  step "build geolocod, geoloco, geoloco-train" 240 cmake --build "${build}" -j"${jobs}" \
+    --target geolocod geoloco geoloco-train || { failed=1; finish; }
+  step "round bench, ${params} parameters, 2 sites, uncapped" 420 /usr/bin/python3 bench/scale.py \
+    --params "${params}" --sites 2 --runs q8,raw --rounds 3 --build "${build}" || failed=1
+  finish
+fi
 
 if [ "${emulator}" -eq 1 ]; then
   echo "=== gpu-check: on the CUDA emulator (no GPU): checks the steps, not the GPU; the figures mean nothing"

@@ -44,21 +44,38 @@ Status check_step(std::size_t anchor, std::size_t momentum, std::span<const floa
   return {};
 }
 
+// One value's step, the same operations in the same order wherever it is
+// applied (outer_step() in place, outer_stepped_anchor() aside).
+class ElementStep {
+ public:
+  ElementStep(const OuterOptimizerOptions& options, float scale)
+      : eta_(static_cast<float>(options.learning_rate)),
+        mu_(static_cast<float>(options.momentum)),
+        nesterov_(options.algorithm == OuterAlgorithm::nesterov),
+        scale_(scale) {}
+  // scale == 1 multiplies exactly, so unclipped steps see Δ unchanged.
+  float momentum(float m, float delta) const { return mu_ * m + delta * scale_; }
+  float anchor(float a, float delta, float m) const {
+    const float update = nesterov_ ? delta * scale_ + mu_ * m : m;
+    return a - eta_ * update;
+  }
+
+ private:
+  float eta_, mu_;
+  bool nesterov_;
+  float scale_;
+};
+
 }  // namespace
 
 Status outer_step(std::span<float> anchor, std::span<float> momentum, std::span<const float> delta,
                   const OuterOptimizerOptions& options, float scale) {
   GEOLOCO_TRY(check_step(anchor.size(), momentum.size(), delta, options, scale));
-  const float eta = static_cast<float>(options.learning_rate);
-  const float mu = static_cast<float>(options.momentum);
-  const bool nesterov = options.algorithm == OuterAlgorithm::nesterov;
+  const ElementStep step(options, scale);
   for (std::size_t i = 0; i < anchor.size(); ++i) {
-    // scale == 1 multiplies exactly, so unclipped steps see Δ unchanged.
-    const float d = delta[i] * scale;
-    const float m = mu * momentum[i] + d;
+    const float m = step.momentum(momentum[i], delta[i]);
     momentum[i] = m;
-    const float update = nesterov ? d + mu * m : m;
-    anchor[i] = anchor[i] - eta * update;
+    anchor[i] = step.anchor(anchor[i], delta[i], m);
   }
   return {};
 }
@@ -69,16 +86,9 @@ Status outer_stepped_anchor(std::span<const float> anchor, std::span<const float
   GEOLOCO_TRY(check_step(anchor.size(), momentum.size(), delta, options, scale));
   GEOLOCO_RETURN_IF(out.size() != anchor.size(), Err::invalid_argument, "outer step: the output has ", out.size(),
                     " values for ", anchor.size());
-  const float eta = static_cast<float>(options.learning_rate);
-  const float mu = static_cast<float>(options.momentum);
-  const bool nesterov = options.algorithm == OuterAlgorithm::nesterov;
-  for (std::size_t i = 0; i < anchor.size(); ++i) {
-    // outer_step()'s operations in its order, the momentum kept in a register.
-    const float d = delta[i] * scale;
-    const float m = mu * momentum[i] + d;
-    const float update = nesterov ? d + mu * m : m;
-    out[i] = anchor[i] - eta * update;
-  }
+  const ElementStep step(options, scale);
+  for (std::size_t i = 0; i < anchor.size(); ++i)
+    out[i] = step.anchor(anchor[i], delta[i], step.momentum(momentum[i], delta[i]));  // the momentum in a register
   return {};
 }
 

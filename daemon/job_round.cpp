@@ -45,8 +45,9 @@ using Clock = std::chrono::steady_clock;
 
 asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
+  round_costs_ = RoundCosts();
   // The residual a checkpoint being written reads is encoded through below.
-  checkpoint_waited_ = co_await checkpoint_written();
+  round_costs_.checkpoint_wait_seconds = co_await checkpoint_written();
   {
     ThreadCpuTimer timer(round_costs_.feedback);
     drop_spent_residual();  // an earlier attempt's encodes that were not kept
@@ -108,10 +109,6 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   }
   round_bytes_sent_ = result->bytes_sent;
   round_bytes_received_ = result->bytes_received;
-  const double dropped = round_costs_.feedback;
-  round_costs_ = RoundCosts();
-  round_costs_.feedback = dropped;
-  round_costs_.checkpoint_wait_seconds = checkpoint_waited_;
   round_costs_.encode = result->encode_cpu_seconds;
   round_costs_.decode_average = result->reduce_cpu_seconds;
   round_costs_.transfer = std::max(0.0, result->cpu_seconds - result->encode_cpu_seconds - result->reduce_cpu_seconds);

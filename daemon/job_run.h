@@ -309,7 +309,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   };
   std::unique_ptr<CheckpointWrite> checkpoint_write_;
   std::uint64_t checkpoints_skipped_ = 0;
-  double checkpoint_waited_ = 0;  ///< seconds the exchange in flight waited for a checkpoint
 
   /// The site's journal of the job (journal.h): the coordinator role's
   /// decisions, and what any site needs to take the office.

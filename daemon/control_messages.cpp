@@ -495,9 +495,11 @@ Result<ControlMessage> decode_control(std::string_view text) {
       for (std::size_t i = 0; in_order && i < m.deltas.size(); ++i) in_order = m.deltas[i].round == base + 1 + i;
       f.check(in_order, "deltas must be the rounds base_round + 1 .. round, in order");
       f.check(m.base_round.has_value(), "an offer with deltas names its base_round");
-      f.check(!m.from_held || !m.deltas.empty(), "from_held needs deltas");
       f.check(m.deltas.empty() || m.deltas.back().digest == m.anchor_digest,
               "the last delta's digest must be anchor_digest");
+      // None: the asker holds the offered round itself.
+      f.check(!m.from_held || !m.deltas.empty() || m.base_digest == m.anchor_digest,
+              "from_held without deltas must name the anchor_digest as its base_digest");
     }
     if (m.reason.empty()) {
       f.check(is_digest(m.anchor_digest), "anchor_digest must be 16 hex digits");

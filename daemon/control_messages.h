@@ -187,7 +187,8 @@ struct StateOfferMessage {
   std::optional<std::uint64_t> base_round = std::nullopt;
   std::string base_digest = {};
   /// No state frames: the asker's own state of `base_round` is the base (it
-  /// said it holds it), and only the entries follow.
+  /// said it holds it), and only the entries follow. No entries
+  /// (`base_round` == `round`): the asker holds the offered state already.
   bool from_held = false;
   std::vector<StateDeltaOffer> deltas = {};
   /// The offering site's records of the rounds after the asker's, through

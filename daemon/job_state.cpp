@@ -106,7 +106,9 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason, con
         offer.rounds.push_back(OfferedRound{r.round, r.fragment, r.participants, r.late, r.loss, r.tokens, r.digest});
   if (offer.rounds.size() > kMaxOfferedRounds)
     offer.rounds.erase(offer.rounds.begin(), offer.rounds.end() - static_cast<std::ptrdiff_t>(kMaxOfferedRounds));
-  if (!offer.deltas.empty())
+  if (offer.from_held && offer.deltas.empty())
+    spdlog::info("[{}] {} holds the state of round {} already: nothing to send", spec_.name, peer, offer.round);
+  else if (!offer.deltas.empty())
     spdlog::info("[{}] {} is offered the state of round {}{}: {} bytes", spec_.name, peer, offer.round,
                  offer_route(offer), source ? source->bytes() : 0);
   send_now(peer, offer);

@@ -395,6 +395,9 @@ class ParticipantMachine {
   /// attempt when named, its digest).
   bool commits_restored_vote(const CommittedMessage& committed) const;
   void apply_logged(const CommittedMessage& committed);
+  /// A holder offered the state held here (no entries): catching up ends
+  /// with no transfer.
+  void resume_held(const std::string& from);
   void become_idle();
   void welcome_trainer();
   void release_trainer(bool stop);

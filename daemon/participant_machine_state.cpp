@@ -80,6 +80,12 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
              held_ ? held_->round : 0, " now; asking again"));
     return;
   }
+  // No entries on this site's own state: the state held here is the one
+  // offered (a site restarted on its checkpoint of the committed round).
+  if (offer.from_held && offer.deltas.empty() && offer.round == held_->round) {
+    resume_held(from);
+    return;
+  }
   const bool arriving = transferring_ && !donors_.empty() && now - progress_at_ < quiet_allowance();
   if (arriving && transfer_round_ == offer.round) {
     if (donors_.count(from)) return;  // the same state again
@@ -176,6 +182,23 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   else if (trainer_round_ < state.round + 1 && !phase_) act(MoveTrainer{state.round + 1});
   offer_to_waiting();
   if (final_round_ && state.round >= *final_round_) finish();
+}
+
+void ParticipantMachine::resume_held(const std::string& from) {
+  if (transferring_) {  // a transfer begun meanwhile (of a newer round): what is held is committed now
+    act(DropTransfer{});
+    transferring_ = false;
+    donors_.clear();
+    helpers_asked_ = false;
+  }
+  note(cat(from, " holds round ", held_->round, " with the same anchor, ", held_->digest,
+           ": this site's state is the committed one, and nothing is transferred"));
+  known_committed_ = std::max(known_committed_, held_->round);
+  become_idle();
+  if (trainer_round_ == 0) welcome_trainer();
+  else if (trainer_round_ < held_->round + 1 && !phase_) act(MoveTrainer{held_->round + 1});
+  offer_to_waiting();
+  if (final_round_ && held_->round >= *final_round_) finish();
 }
 
 void ParticipantMachine::on_trainer_moved(std::uint64_t round) {

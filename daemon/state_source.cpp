@@ -217,7 +217,9 @@ SourcePlan plan_state_source(const RoundAt& held, const std::optional<RoundAt>& 
   if (checkpoint && checkpoint->round <= held.round && committed(*checkpoint))
     if (auto c = chain(checkpoint->round); c && c->second <= state_bytes / 4)
       best = {SourcePlan::checkpoint_and_deltas, checkpoint->round, std::move(c->first), state_bytes + c->second};
-  if (asker && asker->round < held.round && asker->round != 0 && committed(*asker))
+  // An asker that holds the held round itself (a site restarted on its
+  // checkpoint of the committed round) is sent nothing: zero entries.
+  if (asker && asker->round <= held.round && asker->round != 0 && committed(*asker))
     if (auto c = chain(asker->round); c && c->second < best.bytes)
       best = {SourcePlan::deltas_from_held, asker->round, std::move(c->first), c->second};
   return best;

@@ -112,7 +112,7 @@ class StateSource {
 /// What a holder of round `held` sends an asker (a pure decision).
 struct SourcePlan {
   enum Kind {
-    deltas_from_held,       ///< the asker's round, then `rounds` from the log
+    deltas_from_held,       ///< the asker's round, then `rounds` from the log (none: it holds `held`)
     checkpoint_and_deltas,  ///< the checkpoint's round `base`, then `rounds`
     checkpoint_now,         ///< a checkpoint of `held` is written first and sent alone
   };
@@ -129,7 +129,8 @@ struct RoundAt {
 };
 
 /// The cheapest in bytes of: the entries from the asker's round (when it
-/// holds a committed one the log reaches from), and the state of `held`
+/// holds a committed one the log reaches from; none when it holds `held`
+/// itself), and the state of `held`
 /// (8 B per parameter): from the checkpoint on disk with the entries since
 /// it when they add at most a quarter to the state, else from a checkpoint
 /// written now. At most kMaxOfferedDeltas entries.

@@ -91,6 +91,14 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   REQUIRE(rounds.deltas.size() == 2);
   CHECK(rounds.deltas[1] == StateDeltaOffer{7, 4100, "3333333333333333", "0123456789abcdef"});
   CHECK_FALSE(std::get<StateOfferMessage>(*decode_control(encode_control(messages[11]))).base_round);
+  // "You hold it": from the asker's own state, with no entries.
+  StateOfferMessage held{"demo", 7, "0123456789abcdef", 101770, 4096, "", {}};
+  held.base_round = 7;
+  held.base_digest = "0123456789abcdef";
+  held.from_held = true;
+  auto current = std::get<StateOfferMessage>(*decode_control(encode_control(held)));
+  CHECK((current.from_held && current.base_round == std::optional<std::uint64_t>(7) && current.deltas.empty() &&
+         current.base_digest == "0123456789abcdef"));
   auto listed = std::get<StateOfferMessage>(*decode_control(encode_control(messages[26]))).rounds;
   REQUIRE(listed.size() == 2);
   CHECK(listed[0] == OfferedRound{6, 0, {"a", "b"}, {"c"}, 2.5, 12800, "2222222222222222"});
@@ -224,6 +232,10 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(listing + "[3]}") == "state_offer message: each of rounds must be an object");
   CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true})") ==
         "state_offer message: an offer with deltas names its base_round");
+  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":3,"base_digest":"00000000deadbeef"})") ==
+        "state_offer message: from_held without deltas must name the anchor_digest as its base_digest");
+  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":2,"base_digest":"00000000deadbeef"})") ==
+        "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
   CHECK(msg(R"({"type":"state_request","job":"x","held_round":4,"held_digest":"nope"})") ==
         "state_request message: held_digest must be 16 hex digits");
   CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");

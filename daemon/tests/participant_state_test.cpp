@@ -226,6 +226,45 @@ TEST_CASE("STATE_SYNC: another holder of the arriving state helps; a stalled or 
   CHECK(kinds(m.step(t0 + 7100ms)) == std::vector<std::string>{"send state_request to b"});  // the next site in turn
 }
 
+TEST_CASE("STATE_SYNC: a site restarted on its checkpoint of the committed round takes no state, and trains on") {
+  ParticipantMachine m(options(), HeldState{5, kDigest1}, std::nullopt, 0, t0);
+  const auto asked = m.step(t0);
+  CHECK(m.where() == Where::catching_up);
+  CHECK(sent<StateRequestMessage>(asked).held_round == std::optional<std::uint64_t>(5));
+  // The coordinator holds round 5 with the same anchor: an offer of no entries on this site's own state.
+  StateOfferMessage held = offer(5, kDigest1);
+  held.base_round = 5;
+  held.base_digest = kDigest1;
+  held.from_held = true;
+  SECTION("the same anchor: idle at once, the trainer welcomed with it, nothing received or installed") {
+    m.on_state_offer("a", held, t0 + 100ms);
+    const auto resumed = m.step(t0 + 100ms);
+    CHECK(kinds(resumed) == std::vector<std::string>{"welcome 6"});
+    CHECK(noted(resumed, "a holds round 5 with the same anchor"));
+    CHECK(m.where() == Where::idle);
+    CHECK(m.known_committed() == 5);
+    CHECK(m.held()->digest == kDigest1);
+    // The next round goes on as for any current site.
+    m.on_phase({6, 0, 10, 1.0});
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"send ready to a"});
+    REQUIRE(m.on_plan("a", counting(plan(6, {"a", "b"}), "b", 10, 6)).ok());
+    CHECK(kinds(m.step(t0 + 300ms)) == std::vector<std::string>{"exchange"});
+  }
+  SECTION("an offer of round 5 on another anchor, or one older than what is committed, is not taken") {
+    held.base_digest = kDigest2;
+    held.anchor_digest = kDigest2;
+    m.on_state_offer("a", held, t0 + 100ms);
+    CHECK(kinds(m.step(t0 + 100ms)).empty());
+    CHECK(m.where() == Where::catching_up);
+    CHECK(m.on_committed("a", {6, kDigest3, false}).ok());
+    held.base_digest = kDigest1;
+    held.anchor_digest = kDigest1;
+    m.on_state_offer("a", held, t0 + 200ms);
+    CHECK(kinds(m.step(t0 + 200ms)).empty());
+    CHECK(m.where() == Where::catching_up);
+  }
+}
+
 TEST_CASE("STATE_SYNC: rounds offered on a state this site no longer holds are not taken") {
   ParticipantMachine m(options("a"), HeldState{4, kDigest1}, HeldState{6, kDigest2}, 0, t0);
   const auto asked = m.step(t0);

@@ -40,6 +40,15 @@ TEST_CASE("a holder sends the cheapest of the asker's missing rounds, its checkp
     CHECK(p.rounds == std::vector<std::uint64_t>{5, 6});
     CHECK(p.bytes == 2000);
   }
+  SECTION("an asker that holds the held round itself gets no entries at all; one with another anchor, the state") {
+    const SourcePlan p = plan_state_source(held, RoundAt{6, "d6"}, checkpoint, commits, log, values);
+    CHECK(p.kind == K::deltas_from_held);
+    CHECK(p.base == 6);
+    CHECK(p.rounds.empty());
+    CHECK(p.bytes == 0);
+    CHECK(plan_state_source(held, RoundAt{6, "other"}, checkpoint, commits, log, values).kind == K::checkpoint_now);
+    CHECK(plan_state_source(held, RoundAt{7, "d7"}, checkpoint, commits, log, values).kind == K::checkpoint_now);
+  }
   SECTION("an asker with nothing, or with a state that is no committed round, gets the checkpoint and the rounds since") {
     for (auto& [r, h] : log) h.bytes = 500;  // 2000 in all: a quarter of the state
     for (const auto& asker : {std::optional<RoundAt>(), std::optional<RoundAt>(RoundAt{4, "not-d4"})}) {

@@ -1,10 +1,14 @@
 """SIGTERM stops a site cleanly mid-job: exit code 0, its trainer is
 stopped, its state is checkpointed and its job marked stopped; started
 again, it resumes the job and ends with the same anchor as the others.
-SIGINT does the same (checked on the coordinator at the end)."""
+Every round needs all three sites (min_sites 3), so nothing commits while
+it is down: back, it holds the committed state, and the coordinator sends
+it nothing (no state, no round-log entry). SIGINT does the same (checked
+on the coordinator at the end)."""
 
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -35,7 +39,8 @@ with Federation() as fed:
     listener.start()
     fed["site-c"].env.update({"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "400000"})
     fed.start()
-    job = fed.write_job(mlp_job(rounds=ROUNDS, steps=40, every=100))  # only the stop itself checkpoints
+    # Only the stop itself checkpoints.
+    job = fed.write_job(mlp_job(rounds=ROUNDS, steps=40, every=100, min_sites=3))
     a, b = fed["site-a"], fed["site-b"]
     a.cli("submit", job)
     fed.wait_for(lambda: (b.status("e2e") or {}).get("round", 0) >= 2, 120, "round 2 on site-b")
@@ -52,10 +57,32 @@ with Federation() as fed:
     assert status["state"] == "stopped", status
     assert os.path.exists(os.path.join(job_dir, "checkpoint.safetensors"))
     print(f"site-b stopped by SIGTERM: exit 0, trainer stopped, {status}")
+    saved = [int(r) for r in re.findall(r"checkpoint of round (\d+) saved", open(b.log_path).read())]
+    assert saved, "site-b logged no checkpoint at its stop"
+    a_log_from, b_log_from = os.path.getsize(a.log_path), os.path.getsize(b.log_path)
+    committed = a.status("e2e")["round"]
     b.start()
     fed.wait_for(lambda: all((s.status("e2e") or {}).get("state") == "finished" for s in fed.sites), 240,
                  "the job to finish")
     assert len({s.status("e2e")["anchor_digest"] for s in fed.sites}) == 1
+    with open(a.log_path) as f:
+        f.seek(a_log_from)
+        a_said = f.read()
+    with open(b.log_path) as f:
+        f.seek(b_log_from)
+        b_said = f.read()
+    if committed == saved[-1]:
+        assert f"site-b holds the state of round {committed} already: nothing to send" in a_said, a_said[-3000:]
+        assert f"a holds round {committed} with the same anchor" in b_said, b_said[-3000:]
+        assert "state of round" not in b_said.replace("site-b holds the state of round", ""), b_said[-3000:]
+        assert "sending the state of round" not in a_said, a_said[-3000:]
+        print(f"site-b restarted on its checkpoint of round {committed}, the committed one: nothing was sent to it")
+    else:
+        # Its vote for the next round was in before the stop, and the round
+        # committed with it: the round log's entry, never the whole state.
+        offered = re.findall(r"site-b is offered the state of round .*", a_said)
+        assert all("of the round log, on round" in o for o in offered), offered
+        print(f"round {committed} committed with site-b's vote after its checkpoint of round {saved[-1]}: {offered}")
     stop_listening.set()
     listener.join()
     assert any("READY=1" in m for m in said), said

@@ -105,7 +105,9 @@ void JobRun::after_checkpoint(const Status& saved, std::uint64_t round, double s
   // widen a holder's share of one (another holder stopped).
   const std::uint64_t interval = spec_.checkpoint_every();
   if (transfers_ && round > interval) transfers_->forget_offers_before(round - interval);
-  note(cat("checkpoint of round ", round, " saved"));
+  note(ec || seconds <= 0 ? cat("checkpoint of round ", round, " saved")
+                          : fmt::format("checkpoint of round {} saved: {:.1f} MB in {:.2f} s, {:.0f} MB/s", round,
+                                        double(bytes) / 1e6, seconds, double(bytes) / seconds / 1e6));
   // The checkpoint holds these rounds now: the log only has to reach past
   // it to rebuild this site, but keeps one more checkpoint interval for
   // peers that fell behind by less than that (state_source.h).

@@ -233,7 +233,7 @@ Result<std::size_t> Pipeline::encode(std::span<const float> in, std::span<std::b
   return header_size + body_size;
 }
 
-Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out) {
+Result<PayloadHeader> Pipeline::own_header(std::span<const std::byte> payload) const {
   auto h = parse_payload_header(payload);
   if (!h.ok()) return h.status();
   const bool same_chain = h->stage_count == stages_.count() && h->descriptor.size() == descriptor_.size() &&
@@ -243,7 +243,21 @@ Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out
     return GEOLOCO_ERROR(Err::mismatch, "payload: encoded with ", info.ok() ? info->chain : "an unreadable chain",
                          ", this pipeline is ", describe());
   }
+  return h;
+}
+
+Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out) {
+  auto h = own_header(payload);
+  if (!h.ok()) return h.status();
   return decode_body(stages_, *h, out, values_scratch_, raw_scratch_);
+}
+
+Status Pipeline::check_header(std::span<const std::byte> payload, std::size_t values) const {
+  auto h = own_header(payload);
+  if (!h.ok()) return h.status();
+  GEOLOCO_RETURN_IF(h->element_count != values, Err::mismatch, "payload: holds ", h->element_count,
+                    " values, the receiver expects ", values);
+  return {};
 }
 
 Status decode_payload(std::span<const std::byte> payload, std::span<float> out, Simd simd) {

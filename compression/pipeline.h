@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "compression/codec.h"
+#include "compression/payload.h"
 #include "compression/pipeline_spec.h"
 #include "compression/simd.h"
 
@@ -55,12 +56,19 @@ class Pipeline {
   /// (another chain, or another element count). On error `out` holds no
   /// meaningful values, and nothing is read or written out of bounds.
   Status decode(std::span<const std::byte> payload, std::span<float> out);
+  /// Checks a payload's header without decoding its body: this pipeline's
+  /// chain, `values` elements, and a body as long as the header says. A body
+  /// that does not decode passes; decode() refuses it. Errors: as decode()'s
+  /// for the header, mismatch for another element count.
+  Status check_header(std::span<const std::byte> payload, std::size_t values) const;
 
   /// The stage descriptors this pipeline writes into every header.
   std::span<const std::byte> descriptor() const { return descriptor_; }
 
  private:
   Pipeline(PipelineSpec spec, Stages stages, std::vector<std::byte> descriptor);
+  /// The payload's header, when it is of this pipeline's chain.
+  Result<PayloadHeader> own_header(std::span<const std::byte> payload) const;
 
   PipelineSpec spec_;
   Stages stages_;

@@ -104,7 +104,10 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       e->pipeline = r_.pipeline;
       e->chunks.resize(gathers_expected_);
       for (std::size_t j = 0; j < n_parts_; ++j)
-        for (std::uint64_t c = 0; c < chunks_of(j); ++c) e->ranges.push_back(chunk_range(shard_range(total_, n_parts_, j), c));
+        for (std::uint64_t c = 0; c < chunks_of(j); ++c) {
+          e->ranges.push_back(chunk_range(shard_range(total_, n_parts_, j), c));
+          e->sources.push_back(r_.participants[j]);
+        }
     }
     if (!observer_) contributions_.resize(chunks_of(me_));
   }
@@ -177,7 +180,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
       return reduce_if_complete(h.chunk);
     }
     // Gather: the owner's averaged chunk; decode straight into the output,
-    // or check it and keep its bytes.
+    // or check its header and keep its bytes.
     const Range c = chunk_range(shard_range(total_, n_parts_, from), h.chunk);
     Status s = decode_gathered(payload, c);
     if (s.ok() && r_.encoded_output != nullptr) r_.encoded_output->chunks[first_chunk_[from] + h.chunk] = std::move(payload);
@@ -199,14 +202,14 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
  private:
   std::uint64_t chunks_of(std::size_t j) const { return chunks_in(shard_range(total_, n_parts_, j), chunk_); }
 
-  // Decodes an averaged chunk into the output, or (encoded output) into a
-  // chunk of scratch, which checks it.
+  // Decodes an averaged chunk into the output, or (encoded output) checks
+  // its header only: the caller's passes over the chunks decode it, and
+  // a decode here would be one more pass over the model.
   Status decode_gathered(std::span<const std::byte> payload, Range c) {
     ThreadCpuTimer timer(stats_.reduce_cpu_seconds);
+    if (r_.encoded_output != nullptr) return pipeline_.check_header(payload, c.size);
     stats_.gathered_values_decoded += c.size;
-    if (r_.encoded_output == nullptr) return pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
-    check_.resize(c.size);
-    return pipeline_.decode(payload, check_);
+    return pipeline_.decode(payload, r_.output.subspan(c.begin, c.size));
   }
   Range chunk_range(Range shard, std::uint64_t c) const { return diloco::chunk_range(shard, c, chunk_); }
   std::uint64_t seed(std::size_t site, std::size_t shard, std::uint64_t c, int phase) const {
@@ -398,7 +401,6 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::uint64_t chunk_ = 0;
   std::uint64_t total_ = 0;              // the tensor's length
   std::vector<std::uint64_t> first_chunk_;  // per shard: the index of its first chunk among all
-  std::vector<float> check_;             // one chunk: an encoded output's chunk, decoded to check it
   std::vector<float> difference_;  // one chunk of input_base − input
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
@@ -433,7 +435,9 @@ Status EncodedOutput::for_each(const std::function<Status(std::uint64_t, std::sp
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     values.resize(ranges[i].size);
     if (Status s = decoder->decode(chunks[i], values); !s.ok())
-      return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i, ": ", s.message());
+      return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i,
+                           i < sources.size() ? cat(" (averaged by ", sources[i], ")") : std::string(), ": ",
+                           s.message());
     values_decoded += values.size();
     GEOLOCO_TRY(fn(ranges[i].begin, values));
   }
@@ -444,6 +448,7 @@ void EncodedOutput::clear() {
   values_decoded = 0;
   ranges = std::vector<Range>();
   chunks = std::vector<Buffer>();
+  sources = std::vector<std::string>();
 }
 
 asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request) {

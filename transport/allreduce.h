@@ -49,6 +49,7 @@ struct EncodedOutput {
   compression::PipelineSpec pipeline;     ///< the chunks' codec chain (set by all_reduce)
   std::vector<Range> ranges;              ///< chunk i's values, in order, covering [0, values)
   std::vector<Buffer> chunks;             ///< chunk i's encoded bytes
+  std::vector<std::string> sources;       ///< the site that averaged chunk i (its shard's owner)
   /// Values for_each() has decoded since the last clear(): what the passes
   /// over the averaged Δ cost (geolocod's decodes per chunk).
   mutable std::uint64_t values_decoded = 0;
@@ -57,7 +58,8 @@ struct EncodedOutput {
   std::uint64_t bytes() const;
   /// Decodes chunk after chunk, in order, into one chunk of scratch and calls
   /// fn(offset of the chunk's first value, its values). Stops at the first
-  /// error. Errors: fn's, the codec's (a chunk that does not decode).
+  /// error. Errors: fn's, the codec's (a chunk that does not decode, named
+  /// with the site that averaged it).
   Status for_each(const std::function<Status(std::uint64_t, std::span<const float>)>& fn) const;
   void clear();
 };
@@ -79,7 +81,9 @@ struct AllReduceRequest {
   std::span<const float> input_base;
   std::span<float> output;                ///< receives the weighted average
   /// Instead of `output` (which must then be empty): keep the average as
-  /// its encoded chunks, each checked by decoding it once on arrival.
+  /// its encoded chunks. Only each chunk's header is checked on arrival
+  /// (its chain and length): the caller's first pass over the chunks decodes
+  /// them, and refuses one whose body does not decode.
   EncodedOutput* encoded_output = nullptr;
   compression::ErrorFeedback* feedback = nullptr;  ///< this site's residual for `input`'s tensor, or none
   /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo
@@ -101,7 +105,7 @@ struct AllReduceStats {
   /// socket work of the connections' threads included).
   double encode_cpu_seconds = 0, reduce_cpu_seconds = 0, cpu_seconds = 0;
   std::uint64_t values_encoded = 0;   ///< of this site's contributions
-  std::uint64_t gathered_values_decoded = 0;  ///< averaged chunks decoded on arrival (the output or its check)
+  std::uint64_t gathered_values_decoded = 0;  ///< averaged values decoded on arrival (into the output; none for encoded output)
 };
 
 /// Runs the all-reduce on the mesh's executor. Errors: invalid_argument

@@ -70,6 +70,26 @@ TEST_CASE("a payload names its chain and is refused by a pipeline with another c
   CHECK(info->chain == "quantize(bits=4, block=128, rounding=nearest)");
 }
 
+TEST_CASE("a header check refuses another chain, another length and a cut payload, and leaves the body to decode") {
+  auto p = test::make_pipeline({QuantizeSpec{8, 128, Rounding::nearest}, ZstdSpec{3}});
+  auto other = test::make_pipeline({QuantizeSpec{4, 128, Rounding::nearest}, ZstdSpec{3}});
+  auto payload = test::encode(p, test::gradient(5000));
+  CHECK(p.check_header(payload, 5000).ok());
+  CHECK(other.check_header(payload, 5000).code() == Err::mismatch);
+  const Status length = p.check_header(payload, 4999);
+  CHECK(length.code() == Err::mismatch);
+  CHECK(length.message() == "payload: holds 5000 values, the receiver expects 4999");
+  auto cut = payload;
+  cut.pop_back();
+  CHECK_FALSE(p.check_header(cut, 5000).ok());
+  // A damaged body passes the header check; the decode refuses it.
+  auto damaged = payload;
+  for (std::size_t i = damaged.size() - 40; i < damaged.size(); ++i) damaged[i] = std::byte{0xff};
+  CHECK(p.check_header(damaged, 5000).ok());
+  std::vector<float> out(5000);
+  CHECK_FALSE(p.decode(damaged, out).ok());
+}
+
 TEST_CASE("decoding into a buffer of another size is a mismatch, not a misread") {
   auto p = test::make_pipeline({Fp16Spec{}, ZstdSpec{}});
   auto payload = test::encode(p, test::gradient(500));

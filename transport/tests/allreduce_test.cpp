@@ -234,12 +234,23 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       }
       CHECK(next == n);
       CHECK(e.bytes() < n * sizeof(float) / 3);
-      // run_all() decoded it once, after its check on arrival; clear() forgets the count.
+      // run_all() decoded it once; on arrival only the headers were checked.
+      // clear() forgets the count.
       CHECK(e.values_decoded == n);
-      CHECK(encoded12.results[s]->gathered_values_decoded == n);
+      CHECK(encoded12.results[s]->gathered_values_decoded == 0);
+      REQUIRE(e.sources.size() == e.chunks.size());
+      CHECK(e.sources.front() == names.front());
+      CHECK(e.sources.back() == names.back());
       auto copy = e;
       copy.clear();
       CHECK(copy.values_decoded == 0);
+      // A chunk that does not decode (cut short): the first pass over the
+      // chunks refuses it, naming the site that averaged it.
+      auto damaged = e;
+      damaged.chunks.back().pop_back();
+      const Status refused = damaged.for_each([](std::uint64_t, std::span<const float>) { return Status(); });
+      CHECK_FALSE(refused.ok());
+      CHECK_THAT(refused.message(), Catch::Contains(cat("chunk ", e.chunks.size() - 1, " (averaged by " , names.back(), ")")));
     }
 
     std::vector<compression::ErrorFeedback> narrow;

@@ -207,14 +207,14 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   Status stepped = scale.status();
   std::string digest;
   {
+    // The step, and in the same pass the digest it is checked against the COMMITTED one with.
     ThreadCpuTimer timer(round_costs_.outer_step);
-    if (scale.ok())
-      stepped = diloco::step_chunks(state_.anchor, state_.momentum, delta_offset_, averaged_delta(), spec_.outer.outer,
-                                    *scale);
-  }
-  {
-    ThreadCpuTimer timer(round_costs_.digest);  // the check of the step against the COMMITTED digest
-    digest = digest_hex(state_.anchor_digest());
+    if (scale.ok()) {
+      auto d = diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values,
+                                          averaged_delta(), spec_.outer.outer, *scale);
+      stepped = d.status();
+      if (d.ok()) digest = digest_hex(*d);
+    }
   }
   const std::uint64_t values = delta_.values;
   // Every pass over the averaged Δ since the exchange: the clip's, the digest's, the step's.

@@ -56,4 +56,29 @@ Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint
   });
 }
 
+Result<std::uint64_t> step_chunks_digest(std::span<float> anchor, std::span<float> momentum, std::uint64_t offset,
+                                         std::uint64_t length, const ChunkedDelta& delta,
+                                         const OuterOptimizerOptions& options, float scale) {
+  GEOLOCO_RETURN_IF(momentum.size() != anchor.size(), Err::invalid_argument, "the momentum has ", momentum.size(),
+                    " values, the anchor ", anchor.size());
+  GEOLOCO_RETURN_IF(offset > anchor.size() || length > anchor.size() - offset, Err::invalid_argument,
+                    "the round's values [", offset, ", ", offset + length, ") lie outside the anchor's ", anchor.size());
+  StreamingDigest digest;
+  digest.update(std::span<const float>(anchor.first(offset)));
+  std::uint64_t next = 0;
+  GEOLOCO_TRY(delta([&](std::uint64_t begin, std::span<const float> d) -> Status {
+    GEOLOCO_RETURN_IF(begin != next || d.size() > length - begin, Err::invalid_argument, "a chunk of Δ at ", begin,
+                      " of ", d.size(), " values, where the step expects the values from ", next, " of ", length);
+    const auto a = anchor.subspan(offset + begin, d.size());
+    GEOLOCO_TRY(outer_step(a, momentum.subspan(offset + begin, d.size()), d, options, scale));
+    digest.update(std::span<const float>(a));
+    next = begin + d.size();
+    return Status();
+  }));
+  GEOLOCO_RETURN_IF(next != length, Err::invalid_argument, "the chunks of Δ end at ", next, " of the round's ", length,
+                    " values");
+  digest.update(std::span<const float>(anchor.subspan(offset + length)));
+  return digest.value();
+}
+
 }  // namespace geoloco::diloco

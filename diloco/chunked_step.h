@@ -4,7 +4,8 @@
 // the clip scale (the squares summed in chunk order, exchange.h's order),
 // the digest the anchor will have after the step (computed on copies of each
 // chunk, so a site can COMMIT its digest before it applies anything), and the
-// step itself once the round is committed. Every chunk is stepped with
+// step itself once the round is committed (with the digest after it, in the
+// same pass: step_chunks_digest()). Every chunk is stepped with
 // outer_step(), elementwise, so the result is bit for bit that of stepping Δ
 // whole.
 #pragma once
@@ -40,5 +41,14 @@ Result<std::uint64_t> stepped_anchor_digest(std::span<const float> anchor, std::
 /// chunks' (the chunks before the failing one are stepped).
 Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint64_t offset, const ChunkedDelta& delta,
                    const OuterOptimizerOptions& options, float scale);
+/// step_chunks() of the `length` values at `offset`, and in the same pass
+/// the xxh3 of the whole anchor after it (each chunk hashed while it is in
+/// cache): what stepped_anchor_digest() said it would be. The chunks must
+/// come in order and cover the range. Errors: as step_chunks(), and
+/// invalid_argument for a chunk out of order or a range not covered (the
+/// chunks before are stepped).
+Result<std::uint64_t> step_chunks_digest(std::span<float> anchor, std::span<float> momentum, std::uint64_t offset,
+                                         std::uint64_t length, const ChunkedDelta& delta,
+                                         const OuterOptimizerOptions& options, float scale);
 
 }  // namespace geoloco::diloco

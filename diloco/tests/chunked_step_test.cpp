@@ -65,6 +65,33 @@ TEST_CASE("stepping a range chunk by chunk: the bits of a whole step, the digest
   std::vector<float> c = anchor, mc = momentum;
   CHECK(step_chunks(c, mc, 990, chunks_of(delta, 64), o, *scale).code() == Err::invalid_argument);
   CHECK(c == anchor);
+
+  // The step with its digest in one pass: the same bits, and the digest foretold.
+  std::vector<float> d = anchor, md = momentum;
+  auto stepped = step_chunks_digest(d, md, at, length, chunks_of(delta, 64), o, *scale);
+  REQUIRE(stepped.ok());
+  CHECK(d == whole_a);
+  CHECK(md == whole_m);
+  CHECK(*stepped == *foretold);
+  // The whole anchor as the range (no values before or after it).
+  std::vector<float> full_delta(n, 0.001f), e = anchor, me = momentum, f = anchor, mf = momentum;
+  auto full = step_chunks_digest(e, me, 0, n, chunks_of(full_delta, 100), o, *scale);
+  REQUIRE(full.ok());
+  REQUIRE(step_chunks(f, mf, 0, chunks_of(full_delta, 100), o, *scale).ok());
+  CHECK(*full == digest_f32(f));
+  // Chunks that skip values, or do not reach the range's end, are refused.
+  ChunkedDelta skipping = [&delta](const ChunkFn& fn) -> Status {
+    GEOLOCO_TRY(fn(0, std::span<const float>(delta).first(100)));
+    return fn(200, std::span<const float>(delta).subspan(200, 100));
+  };
+  std::vector<float> g = anchor, mg = momentum;
+  const auto skipped = step_chunks_digest(g, mg, at, length, skipping, o, *scale);
+  CHECK(skipped.status().code() == Err::invalid_argument);
+  CHECK(skipped.status().message() == "a chunk of Δ at 200 of 100 values, where the step expects the values from 100 of 450");
+  const auto short_of = step_chunks_digest(g, mg, at, length + 1, chunks_of(delta, 64), o, *scale);
+  CHECK(short_of.status().message() == "the chunks of Δ end at 450 of the round's 451 values");
+  CHECK(step_chunks_digest(g, mg, 990, length, chunks_of(delta, 64), o, *scale).status().code() ==
+        Err::invalid_argument);
 }
 
 TEST_CASE("without a clip the scale is 1 and Δ is not read for it") {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/finite.h"
+
 namespace geoloco::diloco {
 
 Status OuterOptimizerOptions::validate() const {
@@ -37,10 +39,8 @@ Status check_step(std::size_t anchor, std::size_t momentum, std::span<const floa
   GEOLOCO_RETURN_IF(!(scale > 0.0f && scale <= 1.0f), Err::invalid_argument,
                     "outer step: the clipping scale must be in (0, 1], got ", scale);
   // Check first so that a bad Δ changes nothing (all sites must stay equal).
-  for (std::size_t i = 0; i < delta.size(); ++i) {
-    GEOLOCO_RETURN_IF(!std::isfinite(delta[i]), Err::non_finite, "outer step: pseudo-gradient value ", i, " is ",
-                      delta[i]);
-  }
+  if (const auto i = first_non_finite(delta))
+    return GEOLOCO_ERROR(Err::non_finite, "outer step: pseudo-gradient value ", *i, " is ", delta[*i]);
   return {};
 }
 

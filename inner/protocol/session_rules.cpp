@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/finite.h"
+
 namespace geoloco::inner::protocol {
 
 Status check_sync(const SyncMsg& sync, std::span<const FragmentState> fragments) {
@@ -19,9 +21,10 @@ Status check_sync(const SyncMsg& sync, std::span<const FragmentState> fragments)
 }
 
 Status check_finite(std::span<const float> values, std::uint64_t offset, const Layout& layout) {
-  auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
-  if (bad == values.end()) return {};
-  std::uint64_t at = offset + static_cast<std::uint64_t>(bad - values.begin());
+  const auto first = first_non_finite(values);
+  if (!first) return {};
+  const auto bad = values.begin() + static_cast<std::ptrdiff_t>(*first);
+  std::uint64_t at = offset + *first;
   // Name the tensor: the user debugs a model, not a flat buffer.
   auto t = std::upper_bound(layout.begin(), layout.end(), at,
                             [](std::uint64_t v, const TensorDesc& d) { return v < d.offset; });

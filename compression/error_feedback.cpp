@@ -27,8 +27,9 @@ Result<std::size_t> ErrorFeedback::encode(Pipeline& pipeline, std::size_t offset
   const std::size_t n = delta.size();
   decoded_.resize(n);
   float* e = residual_.data() + offset;
-  // Decode the very bytes that leave this site, so the residual is exact.
-  GEOLOCO_TRY(pipeline.decode(out.first(*size), decoded_));
+  // Decode the very bytes that leave this site, so the residual is exact
+  // (from before the lossless byte codec: the same values, no decompression).
+  GEOLOCO_TRY(pipeline.decode_last_encoded(out.first(*size), decoded_));
   for (std::size_t i = 0; i < n; ++i) e[i] = corrected_[i] - decoded_[i];
   return size;
 }

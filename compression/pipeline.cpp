@@ -127,6 +127,8 @@ Status decode_values(const Stages& s, std::span<const std::byte> in, std::span<f
 // The body decoder shared by Pipeline::decode and decode_payload. Every size
 // is checked against what `stages` and out.size() allow before it is used,
 // so scratch buffers never exceed the worst case of out.size() values.
+Status decode_raw(const Stages& s, std::span<const std::byte> raw, std::span<float> out,
+                  std::vector<float>& values_scratch);
 Status decode_body(const Stages& s, const PayloadHeader& h, std::span<float> out, std::vector<float>& values_scratch,
                    std::vector<std::byte>& raw_scratch) {
   const std::size_t n = out.size();
@@ -148,8 +150,16 @@ Status decode_body(const Stages& s, const PayloadHeader& h, std::span<float> out
     GEOLOCO_RETURN_IF(h.body_size != h.raw_body_size, Err::malformed, "payload: body of ", h.body_size,
                       " bytes but raw body of ", h.raw_body_size, " without a byte codec");
   }
+  return decode_raw(s, raw, out, values_scratch);
+}
 
+// The values of a raw body (what the byte codec gives back, or the body
+// without one), of a size decode_body() checked.
+Status decode_raw(const Stages& s, std::span<const std::byte> raw, std::span<float> out,
+                  std::vector<float>& values_scratch) {
   if (!s.sparsifier) return decode_values(s, raw, out);
+  const std::size_t m = s.sparsifier->kept_count(out.size());
+  const std::size_t value_bytes = value_section_size(s, m);
 
   ByteReader in(raw);
   const auto index_bytes = in.get<std::uint32_t>();
@@ -190,6 +200,7 @@ Result<std::size_t> Pipeline::encode(std::span<const float> in, std::span<std::b
                     out.size(), " bytes, max_encoded_size(", n, ") is ", max_encoded_size(n));
   const std::size_t header_size = kPayloadFixedHeaderSize + descriptor_.size();
   const std::size_t max_raw = max_raw_body_size(stages_, n);
+  last_raw_.reset();
 
   // Without a byte codec the raw body is written in place after the header.
   std::span<std::byte> raw_out = out.subspan(header_size);
@@ -230,6 +241,7 @@ Result<std::size_t> Pipeline::encode(std::span<const float> in, std::span<std::b
   h.body_size = body_size;
   h.descriptor = descriptor_;
   write_payload_header(h, out);
+  if (stages_.bytes) last_raw_ = LastRaw{n, raw_size, out.data(), header_size + body_size};
   return header_size + body_size;
 }
 
@@ -247,9 +259,19 @@ Result<PayloadHeader> Pipeline::own_header(std::span<const std::byte> payload) c
 }
 
 Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out) {
+  last_raw_.reset();  // raw_scratch_ is overwritten
   auto h = own_header(payload);
   if (!h.ok()) return h.status();
   return decode_body(stages_, *h, out, values_scratch_, raw_scratch_);
+}
+
+Status Pipeline::decode_last_encoded(std::span<const std::byte> payload, std::span<float> out) {
+  if (!last_raw_ || last_raw_->values != out.size() || payload.data() != last_raw_->payload ||
+      payload.size() != last_raw_->payload_size)
+    return decode(payload, out);
+  // The byte codec is lossless: its input, kept from the encode, decodes to
+  // the same values as its output would.
+  return decode_raw(stages_, std::span<const std::byte>(raw_scratch_).first(last_raw_->bytes), out, values_scratch_);
 }
 
 Status Pipeline::check_header(std::span<const std::byte> payload, std::size_t values) const {

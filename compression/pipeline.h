@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +62,13 @@ class Pipeline {
   /// that does not decode passes; decode() refuses it. Errors: as decode()'s
   /// for the header, mismatch for another element count.
   Status check_header(std::span<const std::byte> payload, std::size_t values) const;
+  /// decode() of the payload the last encode() wrote, without undoing its
+  /// byte codec (zstd), which is lossless: from the raw body the encode kept
+  /// (error feedback's decode of what leaves the site). `payload` must be the
+  /// bytes that encode wrote, where it wrote them, unchanged; the same values
+  /// as decode(). Any other payload (another place or length, or after
+  /// another encode or decode) is decoded by decode(). Errors: as decode().
+  Status decode_last_encoded(std::span<const std::byte> payload, std::span<float> out);
 
   /// The stage descriptors this pipeline writes into every header.
   std::span<const std::byte> descriptor() const { return descriptor_; }
@@ -76,6 +84,13 @@ class Pipeline {
   std::vector<float> values_scratch_;
   std::vector<std::byte> index_scratch_;
   std::vector<std::byte> raw_scratch_;
+  /// The last encode()'s raw body, kept in raw_scratch_ (with a byte codec only).
+  struct LastRaw {
+    std::size_t values = 0, bytes = 0;
+    const std::byte* payload = nullptr;  ///< where the encode wrote its payload
+    std::size_t payload_size = 0;
+  };
+  std::optional<LastRaw> last_raw_;
 };
 
 /// Decodes a payload of any chain this build knows, rebuilding the codecs

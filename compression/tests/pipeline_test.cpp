@@ -70,6 +70,47 @@ TEST_CASE("a payload names its chain and is refused by a pipeline with another c
   CHECK(info->chain == "quantize(bits=4, block=128, rounding=nearest)");
 }
 
+TEST_CASE("the last encoded payload decodes from its raw body to the same bits as decode(); any other payload falls back") {
+  for (const auto& chain : test::all_chains()) {
+    auto p = test::make_pipeline(chain);
+    INFO(p.describe());
+    auto first = test::encode(p, test::gradient(3000, 1));
+    auto in = test::gradient(3000, 2);
+    auto last = test::encode(p, in, 9);
+    std::vector<float> fast(3000), plain(3000);
+    REQUIRE(p.decode_last_encoded(last, fast).ok());
+    auto q = test::make_pipeline(chain);
+    REQUIRE(q.decode(last, plain).ok());
+    CHECK(std::memcmp(fast.data(), plain.data(), fast.size() * sizeof(float)) == 0);
+    // With a byte codec the body is not read at all: the raw body kept from
+    // the encode is (a body damaged after the encode still gives the values).
+    const bool bytes_stage = p.describe().find("zstd") != std::string::npos;
+    auto header = parse_payload_header(last);
+    REQUIRE(header.ok());
+    const std::size_t body_at = static_cast<std::size_t>(header->body.data() - last.data());
+    if (bytes_stage) {
+      std::vector<std::byte> copy = last;
+      for (std::size_t i = body_at; i < last.size(); ++i) last[i] = std::byte{0xff};  // no zstd frame any more
+      std::vector<float> again(3000);
+      REQUIRE(p.decode_last_encoded(last, again).ok());
+      CHECK(std::memcmp(again.data(), plain.data(), again.size() * sizeof(float)) == 0);
+      last = copy;
+    }
+    // An earlier payload is decoded whole; so is the last one after a decode().
+    REQUIRE(p.decode_last_encoded(first, fast).ok());
+    std::vector<float> first_plain(3000);
+    REQUIRE(q.decode(first, first_plain).ok());
+    CHECK(fast == first_plain);
+    if (bytes_stage) {
+      for (std::size_t i = body_at; i < last.size(); ++i) last[i] = std::byte{0xff};
+      std::vector<float> again(3000);
+      CHECK_FALSE(p.decode_last_encoded(last, again).ok());  // decoded whole now: the damage shows
+    }
+    std::vector<float> other(2999);
+    CHECK(p.decode_last_encoded(last, other).code() == Err::mismatch);
+  }
+}
+
 TEST_CASE("a header check refuses another chain, another length and a cut payload, and leaves the body to decode") {
   auto p = test::make_pipeline({QuantizeSpec{8, 128, Rounding::nearest}, ZstdSpec{3}});
   auto other = test::make_pipeline({QuantizeSpec{4, 128, Rounding::nearest}, ZstdSpec{3}});

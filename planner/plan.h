@@ -86,12 +86,13 @@ struct Bottleneck {
 /// bench/scale.py measured it (bench/RESULTS.md, "A round at scale"): each
 /// site's geolocod, every stage (encode, transfer with TLS, decode and
 /// average, digest, round log, outer step), uncapped, 256 Mi parameters, 3
-/// sites sharing a 2-core machine. With a lossy codec (compression > 1) the
-/// q8 + zstd figure with error feedback; raw fp32 otherwise.
-inline constexpr double kDaemonCoreSecondsPerGbCompressed = 3.4;
-inline constexpr double kDaemonCoreSecondsPerGbRaw = 5.8;
+/// sites sharing a 2-core machine: the median of rounds 2-4 of its linked
+/// and uncapped runs. With a lossy codec (compression > 1) the q8 + zstd
+/// figure with error feedback; raw fp32 otherwise.
+inline constexpr double kDaemonCoreSecondsPerGbCompressed = 2.7;
+inline constexpr double kDaemonCoreSecondsPerGbRaw = 4.6;
 inline constexpr const char* kDaemonCostSource =
-    "bench/scale.py: 256 Mi parameters, 3 sites, uncapped, on 2 cores (bench/RESULTS.md)";
+    "bench/scale.py: 256 Mi parameters, 3 sites on 2 cores, linked and uncapped (bench/RESULTS.md)";
 
 /// What geolocod needs at each site for this model (docs/design.md §10).
 struct SiteResources {

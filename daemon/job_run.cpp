@@ -473,6 +473,8 @@ Status JobRun::start() {
   if (is_coordinator()) {
     GEOLOCO_TRY(start_role(std::nullopt, false));
     journal = HeldState{role_->committed_round(), role_->committed_digest()};
+  } else if (const JournalSummary s = summarize_journal(journal_->records()); s.round > 0) {
+    journal = HeldState{s.round, s.digest};  // it resumes on its own state only at that round or later
   }
   ParticipantOptions po = participant_options(spec_, self(), Millis(env_.site.heartbeat_interval_ms));
   po.coordinator = coordinator();

@@ -47,6 +47,7 @@ ParticipantMachine::ParticipantMachine(ParticipantOptions options, std::optional
     : options_(std::move(options)), checkpoint_every_(checkpoint_every), where_(Where::awaiting_initial),
       held_(std::move(checkpoint)) {
   send_coordinator(JoinMessage{options_.job, held_ ? held_->round : 0, held_ ? held_->digest : std::string()});
+  if (journal) journal_round_ = journal->round;
   if (!is_coordinator()) {
     // Every other site takes the committed state from the coordinator: its
     // own checkpoint may be any number of rounds old.

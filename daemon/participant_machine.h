@@ -260,8 +260,10 @@ class ParticipantMachine {
   enum class Where { awaiting_initial, catching_up, idle, exchanging, unwinding, committing, applying, finished, ended };
 
   /// `checkpoint`: the committed state loaded from this site's checkpoint,
-  /// if it is usable. `journal`: the coordinator's journal's last committed
-  /// round (coordinator only; round 0 when nothing was committed). A
+  /// if it is usable. `journal`: this site's journal's last committed round
+  /// (round 0 or none when nothing was committed; a site other than the
+  /// coordinator resumes on its own state only from an offer of that round
+  /// or later). A
   /// coordinator starts from its checkpoint when it matches the journal
   /// (round and digest), from its trainer's initialization when nothing was
   /// ever committed, and catches up otherwise; every other site catches up.
@@ -414,6 +416,7 @@ class ParticipantMachine {
   Where where_;
   std::optional<HeldState> held_;
   std::uint64_t known_committed_ = 0;
+  std::uint64_t journal_round_ = 0;  ///< this site's journal's last committed round at start
   std::optional<std::uint64_t> final_round_;  ///< the job's last round, once a final COMMITTED named it
   std::uint64_t trainer_round_ = 0;
   std::optional<PhaseReport> phase_;

@@ -82,7 +82,19 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
   }
   // No entries on this site's own state: the state held here is the one
   // offered (a site restarted on its checkpoint of the committed round).
+  // Not while a newer state is coming: that round is committed, so this
+  // one is old (a holder a round behind answered too).
   if (offer.from_held && offer.deltas.empty() && offer.round == held_->round) {
+    if (transferring_ && transfer_round_ > offer.round) {
+      note(cat(from, " says this site's round ", offer.round, " is the one it holds; the state of round ",
+               transfer_round_, " is coming"));
+      return;
+    }
+    if (offer.round < journal_round_) {
+      note(cat(from, " says this site's round ", offer.round, " is the one it holds, but this site's journal has "
+               "round ", journal_round_, " committed; asking again"));
+      return;
+    }
     resume_held(from);
     return;
   }
@@ -185,7 +197,7 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
 }
 
 void ParticipantMachine::resume_held(const std::string& from) {
-  if (transferring_) {  // a transfer begun meanwhile (of a newer round): what is held is committed now
+  if (transferring_) {  // a transfer of the same round: this site holds it already
     act(DropTransfer{});
     transferring_ = false;
     donors_.clear();

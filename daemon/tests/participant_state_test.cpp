@@ -263,6 +263,32 @@ TEST_CASE("STATE_SYNC: a site restarted on its checkpoint of the committed round
     CHECK(kinds(m.step(t0 + 200ms)).empty());
     CHECK(m.where() == Where::catching_up);
   }
+  SECTION("while the state of a newer round arrives, a holder a round behind saying so changes nothing") {
+    m.on_state_offer("a", offer(6, kDigest2), t0 + 100ms);
+    CHECK(kinds(m.step(t0 + 100ms)) == std::vector<std::string>{"receive from a"});
+    m.on_state_offer("c", held, t0 + 150ms);
+    const auto behind = m.step(t0 + 150ms);
+    CHECK(kinds(behind).empty());
+    CHECK(noted(behind, "c says this site's round 5 is the one it holds; the state of round 6 is coming"));
+    CHECK(m.where() == Where::catching_up);
+    m.on_state_arrived({6, kDigest2});
+    CHECK(kinds(m.step(t0 + 200ms)) == std::vector<std::string>{"install", "welcome 7"});
+  }
+}
+
+TEST_CASE("STATE_SYNC: a site whose journal knows a later round committed does not resume on an older state it holds") {
+  // Its checkpoint holds round 5; its journal heard round 7 committed.
+  ParticipantMachine m(options(), HeldState{5, kDigest1}, HeldState{7, kDigest3}, 0, t0);
+  (void)m.step(t0);
+  StateOfferMessage held = offer(5, kDigest1);
+  held.base_round = 5;
+  held.base_digest = kDigest1;
+  held.from_held = true;
+  m.on_state_offer("b", held, t0 + 100ms);
+  const auto refused = m.step(t0 + 100ms);
+  CHECK(kinds(refused).empty());
+  CHECK(noted(refused, "but this site's journal has round 7 committed; asking again"));
+  CHECK(m.where() == Where::catching_up);
 }
 
 TEST_CASE("STATE_SYNC: rounds offered on a state this site no longer holds are not taken") {

@@ -82,6 +82,7 @@ asio::awaitable<double> JobRun::checkpoint_written() {
 void JobRun::after_checkpoint(const Status& saved, std::uint64_t round, double seconds, double cpu) {
   if (!saved.ok() || state_.anchor.empty()) return;
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
+  checkpoint_checked_ = FileIdentity::of(path);  // written here from the digests of the state in memory
   // What it cost, shown with the round it holds (round_costs.h).
   std::error_code ec;
   const auto bytes = fs::file_size(path, ec);

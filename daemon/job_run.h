@@ -371,6 +371,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// The checkpoint file mapped for the transfers that send it (state_source.h);
   /// a new checkpoint drops it here, the sends that use it keep it.
   std::shared_ptr<const MappedCheckpoint> mapped_checkpoint_;
+  /// The checkpoint file this site wrote or loaded and checked (MappedCheckpoint::open skips its anchor pass).
+  std::optional<FileIdentity> checkpoint_checked_;
   /// What to send `asker` (which holds `held` when it says so): the
   /// cheapest source of the committed state this site holds. Errors: why
   /// there is none.

@@ -32,7 +32,7 @@ Result<std::shared_ptr<const StateSource>> JobRun::state_source(const std::optio
   else held.digest = digest_hex(state_.anchor_digest());
   const fs::path checkpoint_path = fs::path(dir_) / "checkpoint.safetensors";
   if (!mapped_checkpoint_ && fs::exists(checkpoint_path)) {
-    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_);
+    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_, checkpoint_checked_);
     if (mapped.ok()) mapped_checkpoint_ = std::move(*mapped);
     else spdlog::warn("[{}] the checkpoint cannot be sent: {}", spec_.name, mapped.status().message());
   }
@@ -68,7 +68,7 @@ Result<std::shared_ptr<const StateSource>> JobRun::state_source(const std::optio
   // A checkpoint of the state held now: sent from the file, which nothing
   // writes into; when it cannot be written, from a copy of the state.
   if (Status saved = save_checkpoint(); saved.ok()) {
-    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_);
+    auto mapped = MappedCheckpoint::open(checkpoint_path, config_hash_, checkpoint_checked_);
     if (mapped.ok() && (*mapped)->view().round == state_.round) {
       mapped_checkpoint_ = *mapped;
       return StateSource::of(std::move(*mapped), {});
@@ -248,7 +248,7 @@ void JobRun::install_state() {
 bool JobRun::rebuilds_from_disk(std::uint64_t round) {
   const fs::path path = fs::path(dir_) / "checkpoint.safetensors";
   if (!fs::exists(path)) return false;
-  auto mapped = MappedCheckpoint::open(path, config_hash_);
+  auto mapped = MappedCheckpoint::open(path, config_hash_, checkpoint_checked_);
   if (!mapped.ok()) return false;
   const std::uint64_t from = (*mapped)->view().round;
   if (from > round) return false;
@@ -341,6 +341,7 @@ Status JobRun::load_checkpoint() {
   state_ = std::move(loaded->loaded->state);
   if (loaded->loaded->residual) feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(*loaded->loaded->residual));
   checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
+  checkpoint_checked_ = FileIdentity::of(path);  // every tensor checked against its digest as it was read
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
   return {};
 }

@@ -22,8 +22,23 @@ Status errno_error(std::string_view what, const std::filesystem::path& path) {
 
 // ------------------------------------------------------------ the checkpoint
 
+namespace {
+FileIdentity identity_of(const struct stat& st) {
+  return FileIdentity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                      static_cast<std::uint64_t>(st.st_size),
+                      std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+}
+}  // namespace
+
+std::optional<FileIdentity> FileIdentity::of(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return identity_of(st);
+}
+
 Result<std::shared_ptr<const MappedCheckpoint>> MappedCheckpoint::open(const std::filesystem::path& path,
-                                                                       const std::string& config_hash) {
+                                                                       const std::string& config_hash,
+                                                                       const std::optional<FileIdentity>& checked) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno_error("cannot open", path);
   struct stat st {};
@@ -31,6 +46,7 @@ Result<std::shared_ptr<const MappedCheckpoint>> MappedCheckpoint::open(const std
     ::close(fd);
     return GEOLOCO_ERROR(Err::io, "cannot map ", path.string(), ": not a non-empty regular file");
   }
+  const bool known = checked && *checked == identity_of(st);
   void* base = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
   const int mapped_errno = errno;
   ::close(fd);  // the mapping keeps the file
@@ -45,9 +61,11 @@ Result<std::shared_ptr<const MappedCheckpoint>> MappedCheckpoint::open(const std
   if (!view.ok()) return view.status();
   GEOLOCO_RETURN_IF(view->config_hash != config_hash, Err::mismatch, path.string(),
                     " is a checkpoint of another configuration of the job");
-  const std::string digest = digest_hex(digest_f32(view->anchor));
-  GEOLOCO_RETURN_IF(digest != view->anchor_digest, Err::mismatch, path.string(), ": the anchor has digest ", digest,
-                    ", the file says ", view->anchor_digest, " (the file is corrupted)");
+  if (!known) {
+    const std::string digest = digest_hex(digest_f32(view->anchor));
+    GEOLOCO_RETURN_IF(digest != view->anchor_digest, Err::mismatch, path.string(), ": the anchor has digest ", digest,
+                      ", the file says ", view->anchor_digest, " (the file is corrupted)");
+  }
   m->view_ = std::move(*view);
   return std::shared_ptr<const MappedCheckpoint>(std::move(m));
 }

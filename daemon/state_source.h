@@ -32,13 +32,27 @@
 namespace geoloco::daemon {
 
 /// A checkpoint file mapped read-only, its anchor digest checked once.
+/// A file as fstat(2) sees it. A new checkpoint is a new file renamed over
+/// the path, so the same identity means the same bytes.
+struct FileIdentity {
+  std::uint64_t device = 0, inode = 0, size = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+  /// None when the file cannot be stat'ed.
+  static std::optional<FileIdentity> of(const std::filesystem::path& path);
+};
+
 class MappedCheckpoint {
  public:
   /// Maps `path` and checks it is a checkpoint of `config_hash` whose anchor
-  /// matches its digest (one pass over the anchor). Errors: io, and the
+  /// matches its digest: one pass over the anchor, skipped when the file is
+  /// `checked` (this site wrote it, or loaded and checked it, and it was not
+  /// replaced since). A checkpoint written past the page cache is read from
+  /// the disk for that pass, 4 bytes a parameter. Errors: io, and the
   /// checkpoint's own (malformed, mismatch...).
   static Result<std::shared_ptr<const MappedCheckpoint>> open(const std::filesystem::path& path,
-                                                               const std::string& config_hash);
+                                                               const std::string& config_hash,
+                                                               const std::optional<FileIdentity>& checked = {});
   ~MappedCheckpoint();
   MappedCheckpoint(const MappedCheckpoint&) = delete;
   MappedCheckpoint& operator=(const MappedCheckpoint&) = delete;

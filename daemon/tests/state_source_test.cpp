@@ -10,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "common/digest.h"
 #include "daemon/round_deltas.h"
@@ -299,4 +302,40 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     CHECK_THAT(refused.status().message(), Catch::Contains("which this site cannot step"));
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint this site wrote or checked is mapped without a pass over its anchor; any other file is checked") {
+  const fs::path dir = fresh_dir("mapped-checkpoint");
+  fs::create_directories(dir);
+  const fs::path path = dir / "checkpoint.safetensors";
+  const outer::OuterState state = initial_state(5000);
+  REQUIRE(outer::save_checkpoint(path, state, "cfg").ok());
+  const auto written = FileIdentity::of(path);
+  REQUIRE(written);
+  CHECK(MappedCheckpoint::open(path, "cfg", written).ok());
+  CHECK(MappedCheckpoint::open(path, "cfg").ok());
+  // A value of the anchor (the first tensor after the header) damaged on
+  // the disk, the file's times put back.
+  struct stat before {};
+  REQUIRE(::stat(path.c_str(), &before) == 0);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t header_len = 0;
+    f.read(reinterpret_cast<char*>(&header_len), sizeof header_len);
+    f.seekp(static_cast<std::streamoff>(sizeof header_len + header_len + 400));
+    const char bad[4] = {0x7f, 0x7f, 0x7f, 0x7f};
+    f.write(bad, 4);
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  REQUIRE(FileIdentity::of(path) == written);
+  // Trusted as written: the damage is not seen here (the receiver's digest check sees it).
+  CHECK(MappedCheckpoint::open(path, "cfg", written).ok());
+  // Not known: checked, and refused.
+  const auto unknown = MappedCheckpoint::open(path, "cfg");
+  CHECK(unknown.status().code() == Err::mismatch);
+  CHECK_THAT(unknown.status().message(), Catch::Contains("the file is corrupted"));
+  // Another file at the path (a new checkpoint renamed over it) is not the one checked.
+  REQUIRE(outer::save_checkpoint(path, state, "cfg").ok());
+  CHECK_FALSE(FileIdentity::of(path) == written);
 }

@@ -400,6 +400,9 @@ class ParticipantMachine {
   /// A holder offered the state held here (no entries): catching up ends
   /// with no transfer.
   void resume_held(const std::string& from);
+  /// Idle on the state of `round` just held: the trainer welcomed or moved
+  /// to it, waiting askers offered it; true when that ends the job.
+  bool current_at(std::uint64_t round);
   void become_idle();
   void welcome_trainer();
   void release_trainer(bool stop);

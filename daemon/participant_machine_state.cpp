@@ -186,14 +186,20 @@ void ParticipantMachine::on_state_arrived(const HeldState& state) {
   act(InstallState{});
   held_ = state;
   known_committed_ = std::max(known_committed_, state.round);
+  current_at(state.round);
+}
+
+bool ParticipantMachine::current_at(std::uint64_t round) {
   become_idle();
   if (trainer_round_ == 0) welcome_trainer();
   // A trainer given an older anchor that has not begun training yet (none
   // attached, or one waiting for its WELCOME) may start from this one
   // instead: the wiring says whether it could (on_trainer_moved()).
-  else if (trainer_round_ < state.round + 1 && !phase_) act(MoveTrainer{state.round + 1});
+  else if (trainer_round_ < round + 1 && !phase_) act(MoveTrainer{round + 1});
   offer_to_waiting();
-  if (final_round_ && state.round >= *final_round_) finish();
+  if (!final_round_ || round < *final_round_) return false;
+  finish();
+  return true;
 }
 
 void ParticipantMachine::resume_held(const std::string& from) {
@@ -206,11 +212,7 @@ void ParticipantMachine::resume_held(const std::string& from) {
   note(cat(from, " holds round ", held_->round, " with the same anchor, ", held_->digest,
            ": this site's state is the committed one, and nothing is transferred"));
   known_committed_ = std::max(known_committed_, held_->round);
-  become_idle();
-  if (trainer_round_ == 0) welcome_trainer();
-  else if (trainer_round_ < held_->round + 1 && !phase_) act(MoveTrainer{held_->round + 1});
-  offer_to_waiting();
-  if (final_round_ && held_->round >= *final_round_) finish();
+  current_at(held_->round);
 }
 
 void ParticipantMachine::on_trainer_moved(std::uint64_t round) {
@@ -272,14 +274,7 @@ void ParticipantMachine::on_logged_applied(const Status& applied, bool state_los
     return;
   }
   held_ = HeldState{c.round, c.anchor_digest};
-  become_idle();
-  if (trainer_round_ == 0) welcome_trainer();
-  else if (trainer_round_ < c.round + 1 && !phase_) act(MoveTrainer{c.round + 1});
-  offer_to_waiting();
-  if (final_round_ && c.round >= *final_round_) {
-    finish();
-    return;
-  }
+  if (current_at(c.round)) return;
   if (checkpoint_every_ > 0 && c.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
 }
 

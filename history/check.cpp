@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "common/overload.h"
@@ -110,8 +111,10 @@ class Checker {
                 if (unverified) {
                   ++s_.checkpoints_ahead;
                 } else {
-                  for (const auto& r : e.rebuilt)
+                  for (const auto& r : e.rebuilt) {
                     if (!claim(r.round, r.digest, cat(who, " rebuilt from its round log"))) return;
+                    held_without_commit_.insert(r.round);
+                  }
                   highest = std::max(highest, e.round);
                 }
                 lives.emplace_back();
@@ -153,6 +156,7 @@ class Checker {
               [&](const StateSyncApplied& e) {
                 ++s_.state_syncs;
                 if (!claim(e.round, e.digest, cat(who, " from ", e.from))) return;
+                held_without_commit_.insert(e.round);
                 held = e.round;
                 unverified.reset();
                 highest = std::max(highest, e.round);
@@ -214,10 +218,22 @@ class Checker {
 
   // Rule 4: every reported phase counted once, or lost with a site's memory.
   void check_ledger() {
-    for (const auto& j : in_.journal)
-      if (!rounds_.count(j.round))
-        return fail(cat("round ", j.round, " is committed in the coordinator's journal, but no site given applied it: "
-                        "the work it counted cannot be checked (is a site's history missing?)"));
+    for (const auto& j : in_.journal) {
+      if (rounds_.count(j.round)) continue;
+      // A coordinator that journaled the round and went down before any
+      // site recorded it as applied: the sites took it from their round log
+      // or from a peer, and no history names whose work it counted (those
+      // phases stay with the killed runs' memory). Held, its digest checked.
+      if (held_without_commit_.count(j.round)) {
+        if (unrecorded_.insert(j.round).second) {
+          ++s_.rounds_unrecorded;
+          s_.tokens_unrecorded += j.tokens;
+        }
+        continue;
+      }
+      return fail(cat("round ", j.round, " is committed in the coordinator's journal, but no site given holds it: ",
+                      "the work it counted cannot be checked (is a site's history missing?)"));
+    }
     for (const auto& [round, seen] : rounds_)
       for (const auto& c : seen.committed.contributions) {
         if (!incarnations_.count(c.site))
@@ -280,6 +296,8 @@ class Checker {
   CheckSummary s_;
   std::map<std::uint64_t, Claim> digests_;
   std::map<std::uint64_t, RoundSeen> rounds_;
+  std::set<std::uint64_t> held_without_commit_;  ///< rounds a site rebuilt from its round log or took from a peer
+  std::set<std::uint64_t> unrecorded_;           ///< journal rounds no site's history records as applied
   std::map<std::string, std::vector<Incarnation>> incarnations_;
   std::vector<Phase> phases_;
   std::vector<DropSeen> drops_;
@@ -301,7 +319,11 @@ std::string summary_text(const CheckSummary& s) {
     << ", histories cut by a kill: " << s.torn_tails << ", checkpoints ahead of the history: " << s.checkpoints_ahead
     << "\n"
     << "tokens: " << s.tokens_reported << " reported, " << s.tokens_committed << " committed, " << s.tokens_dropped
-    << " dropped (" << s.drops << " drops), " << s.tokens_in_memory << " lost with a killed or stopped site's memory\n"
+    << " dropped (" << s.drops << " drops), " << s.tokens_in_memory << " lost with a killed or stopped site's memory\n";
+  if (s.rounds_unrecorded > 0)
+    o << "rounds committed with no site's record of their work: " << s.rounds_unrecorded << " (" << s.tokens_unrecorded
+      << " tokens, by the journal; every site took them from its round log or a peer)\n";
+  o
     << "longest without a commit: " << s.longest_without_commit_ms / 1000.0 << " s\n";
   return o.str();
 }

@@ -5,8 +5,10 @@
 //   1. one digest per round: every site that committed a round, took it by
 //      STATE_SYNC or ended on it, and the journal, name the same anchor
 //      digest, every site committed the same attempt, participants and
-//      contributions, and every round the journal committed was applied by
-//      some site (else the work it counted could not be checked);
+//      contributions, and every round the journal committed is held by
+//      some site: applied, or (when its coordinator went down between
+//      journaling it and any site recording it) rebuilt from a round log or
+//      taken from a peer, its work then counted by no history;
 //   2. each site's rounds are contiguous: a committed round follows the one
 //      the site held, none is applied twice, a gap is covered by a state
 //      taken from a peer (whose digest rule 1 checks), and a restart never
@@ -39,6 +41,7 @@ struct JournalCommit {
   std::uint64_t round = 0;
   std::string digest;
   bool final = false;
+  std::uint64_t tokens = 0;  ///< the round's tokens, as the coordinator counted them
 };
 
 struct CheckInput {
@@ -64,6 +67,10 @@ struct CheckSummary {
   std::uint64_t tokens_dropped = 0;
   std::uint64_t tokens_in_memory = 0;   ///< reported, then lost with a killed or stopped site's memory
   std::uint64_t drops = 0;
+  /// Journal rounds that every site took from its round log or a peer, none
+  /// recording them as applied: their work is not checked (see rule 1).
+  std::uint64_t rounds_unrecorded = 0;
+  std::uint64_t tokens_unrecorded = 0;
   std::int64_t longest_without_commit_ms = 0;  ///< from the first record to the last commit
 };
 

@@ -75,8 +75,10 @@ Result<std::vector<JournalCommit>> read_journal_commits(const std::string& path)
     const auto digest = j.find("anchor_digest");
     const auto final = j.find("final");
     if (round == j.end() || !round->is_number_unsigned() || digest == j.end() || !digest->is_string()) break;
+    const auto tokens = j.find("tokens");
     out.push_back({round->get<std::uint64_t>(), digest->get<std::string>(),
-                   final != j.end() && final->is_boolean() && final->get<bool>()});
+                   final != j.end() && final->is_boolean() && final->get<bool>(),
+                   tokens != j.end() && tokens->is_number_unsigned() ? tokens->get<std::uint64_t>() : 0});
   }
   return out;
 }

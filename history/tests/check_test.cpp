@@ -107,8 +107,43 @@ TEST_CASE("two digests for one round are a divergence, named with both sides") {
   CHECK(check_history(in).ok());
   in.journal.push_back({4, "d4", false});
   CHECK(check_history(in).violation ==
-        "round 4 is committed in the coordinator's journal, but no site given applied it: the work it counted cannot "
+        "round 4 is committed in the coordinator's journal, but no site given holds it: the work it counted cannot "
         "be checked (is a site's history missing?)");
+}
+
+TEST_CASE("a round journaled by a coordinator killed before any site recorded it is held, its work unchecked") {
+  // Every site reported its phase of round 2 and was killed; the coordinator
+  // had journaled round 2. On restart a rebuilds it from its round log, b and
+  // c take it from a: no history records round 2 as applied.
+  Federation f;
+  for (const auto& n : f.names) {
+    const auto at = f.find(n, "committed", 2);
+    f.h[n].erase(f.h[n].begin() + static_cast<std::ptrdiff_t>(at), f.h[n].end());
+  }
+  f.t += 1000;
+  f.add("a", Started{"a", 2, digest_of(2), "checkpoint", {{2, digest_of(2)}}});
+  for (const auto& n : {"b", "c"}) {
+    f.add(n, Started{n, 1, digest_of(1), "checkpoint"});
+    f.add(n, StateSyncApplied{2, digest_of(2), "a"});
+  }
+  for (const auto& n : f.names) f.add(n, TrainerTokens{3, 0, 100});
+  for (const auto& n : f.names) f.add(n, f.round(3, true));
+  for (const auto& n : f.names) f.add(n, Ended{"finished", 3, digest_of(3), ""});
+  auto in = f.input();
+  in.journal = {{1, "d1", false, 300}, {2, "d2", false, 300}, {3, "d3", true, 300}};
+  auto r = check_history(in);
+  INFO(r.violation);
+  REQUIRE(r.ok());
+  CHECK(r.summary.rounds_unrecorded == 1);
+  CHECK(r.summary.tokens_unrecorded == 300);
+  CHECK(r.summary.tokens_committed == 600);
+  CHECK(r.summary.tokens_in_memory == 300);  // round 2's phases, in the killed runs
+  CHECK(summary_text(r.summary).find("rounds committed with no site's record of their work: 1 (300 tokens") !=
+        std::string::npos);
+  // A journal round that the sites skipped is still no round held.
+  in.journal.push_back({4, "d4", false, 300});
+  CHECK(check_history(in).violation.find("round 4 is committed in the coordinator's journal, but no site given holds "
+                                         "it") == 0);
 }
 
 TEST_CASE("a round applied twice, or skipped without a state from a peer, is named") {

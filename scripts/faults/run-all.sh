@@ -24,43 +24,10 @@ if [ ! -x "$GEOLOCO_BUILD/bin/geolocod" ] || [ ! -x "$GEOLOCO_BUILD/bin/geoloco-
   exit 2
 fi
 
-# Each line: a scenario and its arguments. The quick set is what ctest runs.
-quick=(
-  "partition_heal.py"
-  "partition_minority.py"
-  "slow_link.py"
-  "flapping_link.py"
-  "blackhole_link.py"
-  "kill_site.py"
-  "kill_coordinator.py"
-  "coordinator_failover.py"
-  "sigstop_site.py"
-  "trainer_faults.py"
-  "disk_faults.py"
-  "full_disk.py"
-  "hostile_peers.py"
-  "cert_rotation.py"
-  "donor_death.py"
-  "federation_crash.py"
-  "slow_rejoin.py"
-  "durable_order.py"
-)
-full=(
-  "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60"
-  "partition_heal.py --repeat 3 --partition-seconds 21 --resume-bound 60 --width 256"
-  "partition_heal.py --repeat 5 --partition-seconds 21 --resume-bound 60 --reset-mid 1"
-  "partition_minority.py --repeat 3 --rounds 70"
-  "flapping_link.py --rounds 30 --period 2s --down 500ms"
-  "blackhole_link.py --blackhole-seconds 20 --rounds 40"
-  "kill_site.py --repeat 4 --rounds 100 --seed 2"
-  "kill_coordinator.py --repeat 3 --rounds 80 --seed 2"
-  "coordinator_failover.py --rounds 60 --partition-seconds 20"
-  "federation_crash.py --rounds 90 --phases inner,allreduce,commit,commit-elect,commit-lost-entry,after-commit,inner,allreduce,commit,commit-elect,commit-lost-entry,after-commit,sigterm --seed 2"
-  "sigstop_site.py --repeat 5 --rounds 160 --stop-seconds 12"
-  "churn_soak.py --duration 600 --seed 3"
-  "slow_rejoin.py --width 4096 --steps 40 --rounds 30"
-  "slow_rejoin.py --width 81920 --steps 2 --rounds 48 --rate 400M --bound-factor 0"
-)
+# The scenarios and their arguments, one per line: the same lists ctest reads.
+read_list() { grep -v -e '^#' -e '^[[:space:]]*$' "$1"; }
+mapfile -t quick < <(read_list quick.list)
+mapfile -t full < <(read_list long.list)
 set=("${quick[@]}")
 [ "$long" = 1 ] && set+=("${full[@]}")
 

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libasio-dev libssl-dev openssl libzstd-dev libyaml-cpp-dev catch2 libxxhash-dev
   libcli11-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsystemd-dev
-  libbenchmark-dev libgloo-dev prometheus-cpp-dev zlib1g-dev python3 python3-numpy python3-torch python3-pip python3-setuptools
+  libgloo-dev prometheus-cpp-dev zlib1g-dev python3 python3-numpy python3-torch python3-pip python3-setuptools
   python3-matplotlib dataset-fashion-mnist bible-kjv
   clang libclang-rt-14-dev strace
 )

@@ -1,6 +1,7 @@
 // What a job tells its site's trainer: the phase plan its WELCOME carries
 // (geoloco.torch takes the job's phases from there), as a pure function of
-// the job file. JobRun's trainer wiring (job_trainer.cpp) uses it.
+// the job file. JobRun's trainer wiring (job_trainer.cpp) uses it; the
+// built-in trainer's process arguments are job/job_trainer.h's.
 #pragma once
 
 #include "inner/protocol/message.h"

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/job_trainer.h"
+#include "daemon/phase_plan.h"
 #include "job/job_spec.h"
 
 using namespace geoloco;

@@ -377,9 +377,17 @@ asio::awaitable<void> FaultProxy::write_side(std::shared_ptr<Conn> conn, bool up
 
 nlohmann::json FaultProxy::link_stats(const Link& link) const {
   auto direction = [&](const DirectionStats& d, bool up) {
-    std::uint64_t held = 0;
-    for (const auto& conn : link.conns) held += conn->pump(up).held();
-    return nlohmann::json{{"read", d.read}, {"written", d.written}, {"dropped", d.dropped}, {"held", held}};
+    std::uint64_t held = 0, closes_held = 0;
+    for (const auto& conn : link.conns) {
+      held += conn->pump(up).held();
+      // A close (or reset) read from the sender and not yet passed on.
+      if (conn->pump(up).eof && !conn->pump(up).done) ++closes_held;
+    }
+    return nlohmann::json{{"read", d.read},
+                          {"written", d.written},
+                          {"dropped", d.dropped},
+                          {"held", held},
+                          {"closes_held", closes_held}};
   };
   const auto& s = link.stats;
   return {{"accepted", s.accepted},

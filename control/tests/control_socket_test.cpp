@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/backoff.h"
 #include "control/control_socket.h"
 
 using namespace geoloco;
@@ -102,14 +103,27 @@ TEST_CASE("out of descriptors, the accept loop backs off instead of spinning, an
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  const auto start = std::chrono::steady_clock::now();
   REQUIRE(::connect(waiting, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  const std::uint64_t failed = (*server)->accept_errors() - before;
+  // Waited for three failed accepts, not slept on: a loaded machine only
+  // makes them later. The backoff (25, 50, 100 ms, ...) puts at least 75 ms
+  // between the first and the third; a loop that spun would fail thousands
+  // of times in that while.
+  std::uint64_t failed = 0;
+  while ((failed = (*server)->accept_errors() - before) < 3 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
   for (int fd : filler) ::close(fd);
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
-  // 25, 50, 100, 200, 400 ms of backoff fit in 600 ms: a handful of retries, not a spin.
-  CHECK(failed >= 2);
-  CHECK(failed <= 8);
+  REQUIRE(failed >= 3);
+  CHECK(elapsed >= std::chrono::milliseconds(75));
+  // No more failures than the backoff allows in the time measured (a timer
+  // never fires early): late polls only let the count grow by the schedule.
+  std::uint64_t allowed = 1;
+  for (auto waited = accept_backoff(1); waited <= elapsed; waited += accept_backoff(static_cast<unsigned>(allowed)))
+    ++allowed;
+  CHECK(failed <= allowed);
   // With descriptors back, the waiting client is served.
   const std::string request = "{\"command\":\"count\",\"to\":1}\n";
   REQUIRE(::write(waiting, request.data(), request.size()) == static_cast<ssize_t>(request.size()));

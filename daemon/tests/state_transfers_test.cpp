@@ -397,7 +397,16 @@ TEST_CASE("two holders send one state at once: the second takes the upper half o
   REQUIRE(first->size() == 1);
   REQUIRE(sites[0]->call([&] { return a.accept("c", first->front().accept); }) == "");
   auto sending_a = sites[0]->spawn([&]() { return a.send("c", 9); });
-  std::this_thread::sleep_for(300ms);  // some of a's frames are in
+  // Some of a's frames are in (its 16 MiB take over 3 s at 40 Mbit/s):
+  // waited for, not slept on, so a loaded machine only makes it later.
+  const auto frames_in = [&] {
+    const auto seen = on_c([&] { return outcomes; });
+    return std::count(seen.begin(), seen.end(), StateFrameOutcome::progress);
+  };
+  for (const auto until = std::chrono::steady_clock::now() + 20s;
+       frames_in() == 0 && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(frames_in() > 0);
 
   const StateOfferMessage from_b = sites[1]->call([&] { return b.offer("c", StateSource::copy_of(held)); });
   auto split = on_c([&] { return c.receive("b", from_b); });

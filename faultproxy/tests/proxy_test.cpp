@@ -135,6 +135,11 @@ class Client {
     socket_.set_option(tcp::no_delay(true));
   }
   void send(const std::vector<char>& bytes) { asio::write(socket_, asio::buffer(bytes)); }
+  std::error_code try_send(const std::vector<char>& bytes) {
+    std::error_code ec;
+    asio::write(socket_, asio::buffer(bytes), ec);
+    return ec;
+  }
   // Reads until `n` bytes came, the peer closed, or `seconds` passed.
   std::vector<char> read(std::size_t n, double seconds, std::error_code* error = nullptr) {
     std::vector<char> out;
@@ -175,6 +180,20 @@ bool eventually(F ok, double seconds = 5) {
   const auto t0 = Clock::now();
   while (since(t0) < seconds) {
     if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ok();
+}
+
+// Checks that `ok` keeps holding for `seconds` (what must not happen, given
+// a while to happen). A loaded machine can only make it miss a fault here,
+// never fail a proxy that behaves: the waits on what must happen are
+// eventually()'s.
+template <class F>
+bool holds_for(F ok, double seconds) {
+  const auto t0 = Clock::now();
+  while (since(t0) < seconds) {
+    if (!ok()) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return ok();
@@ -258,8 +277,11 @@ TEST_CASE("a partition holds the bytes and new connections until it ends") {
   c.send(held);
   CHECK(c.read(1, 0.5).empty());
   Client late(proxy.port());  // accepted by the proxy, not passed to the target
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK(target.accepted == 1);
+  CHECK(eventually([&] {  // it holds the new connection and every byte
+    const auto now = proxy.link_stats();
+    return now["pending"] == 1 && now["up"]["held"] == held.size();
+  }));
+  CHECK(holds_for([&] { return target.accepted == 1; }, 0.2));
   CHECK(target.received == first.size());
   const auto s = proxy.link_stats();
   CHECK(s["up"]["held"] == held.size());
@@ -297,7 +319,9 @@ TEST_CASE("close_after passes exactly N bytes, then resets both sides") {
   CHECK(c.read(1, 5, &ec).empty());
   CHECK(ec == asio::error::connection_reset);
   CHECK(eventually([&] { return target.received == 1000; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Closed on both sides, the proxy wrote its last byte: the ledger below
+  // (1000 written) says no byte can follow.
+  CHECK(eventually([&] { return proxy.link_stats()["open"] == 0; }));
   CHECK(target.received == 1000);
   const auto s = proxy.link_stats();
   CHECK(s["cuts"] == 1);
@@ -339,8 +363,12 @@ TEST_CASE("a partition holds a close too, and a connection it holds is reset wit
   c.send(held);
   c.shutdown_send();  // the FIN waits behind the held bytes
   Client pending(proxy.port());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  CHECK(target.eofs == 0);
+  // Held: the bytes read (the FIN after them) and the new connection.
+  CHECK(eventually([&] {
+    const auto now = proxy.link_stats();
+    return now["pending"] == 1 && now["up"]["held"] == held.size() && now["up"]["closes_held"] == 1;
+  }));
+  CHECK(holds_for([&] { return target.eofs == 0; }, 0.2));
   auto s = proxy.link_stats();
   CHECK(s["pending"] == 1);
   check_ledger(s);
@@ -367,8 +395,11 @@ TEST_CASE("a partition delays a close until it ends") {
   proxy.set(R"({"command":"set","link":"x","up":{"partition":true}})");
   c.send(data);
   c.shutdown_send();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  CHECK(target.eofs == 0);
+  CHECK(eventually([&] {
+    const auto now = proxy.link_stats();
+    return now["up"]["held"] == data.size() && now["up"]["closes_held"] == 1;
+  }));
+  CHECK(holds_for([&] { return target.eofs == 0 && target.received == data.size(); }, 0.2));
   CHECK(target.received == data.size());
   proxy.set(R"({"command":"clear","link":"x"})");
   CHECK(eventually([&] { return target.eofs == 1; }));
@@ -379,7 +410,7 @@ TEST_CASE("a partition delays a close until it ends") {
 
 TEST_CASE("a flapping link from the schedule: reset at the window's start, refused in it, open after") {
   EchoServer target;
-  Running proxy(target.port(), "", "schedule:\n  - {at: 0.5s, link: x, flap: {period: 10s, down: 2s}}\n");
+  Running proxy(target.port(), "", "schedule:\n  - {at: 0.5s, link: x, flap: {period: 60s, down: 3s}}\n");
   Client c(proxy.port());  // before the window
   c.send(random_bytes(10, 11));
   REQUIRE(c.read(10, 5).size() == 10);
@@ -390,14 +421,26 @@ TEST_CASE("a flapping link from the schedule: reset at the window's start, refus
   ec = {};
   CHECK(during.read(1, 5, &ec).empty());
   CHECK(ec == asio::error::connection_reset);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));  // past 2.5 s
-  Client after(proxy.port());
+  // Tried again until a connection goes through, not slept past the window:
+  // every try in it is refused, the first after it (3.5 s on the proxy's
+  // clock) echoes.
+  std::uint64_t refused = 1;
   const auto data = random_bytes(10, 12);
-  after.send(data);
-  CHECK(after.read(data.size(), 5) == data);
+  for (;;) {
+    Client next(proxy.port());
+    ec = next.try_send(data);
+    const auto echoed = ec ? std::vector<char>() : next.read(data.size(), 5, &ec);
+    if (echoed == data) break;
+    INFO(ec.message());
+    REQUIRE((ec == asio::error::connection_reset || ec == asio::error::broken_pipe));
+    ++refused;
+    REQUIRE(refused < 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(proxy.call(R"({"command":"stats"})")["t"].get<double>() >= 3.5);  // open only after the window
   const auto s = proxy.link_stats();
   CHECK(s["resets"] == 1);
-  CHECK(s["refused"] == 1);
+  CHECK(s["refused"] == refused);
 }
 
 TEST_CASE("the control API answers every request, a bad one with the reason") {

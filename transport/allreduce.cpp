@@ -68,7 +68,7 @@ using diloco::chunks_in;
 // The seed of one encode (diloco/exchange.h: the simulator seeds its encodes so too).
 std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c,
                           int phase) {
-  return diloco::encode_seed(r.seed, r.key.round, r.key.fragment, site, shard, c, phase);
+  return diloco::encode_seed(r.seed, r.key.round, r.key.attempt, site, shard, c, phase);
 }
 
 // This site's contribution to chunk `range`: input, or input_base − input
@@ -133,8 +133,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     if (r_.timeout.count() > 0) {
       deadline.emplace(ex, r_.timeout);
       deadline->async_wait([self](std::error_code ec) {
-        if (!ec) self->fail(GEOLOCO_ERROR(Err::timeout, "all-reduce of round ", self->r_.key.round, " fragment ",
-                                          self->r_.key.fragment, " did not finish within ", self->r_.timeout.count(),
+        if (!ec) self->fail(GEOLOCO_ERROR(Err::timeout, "all-reduce of round ", self->r_.key.round, " attempt ",
+                                          self->r_.key.attempt, " did not finish within ", self->r_.timeout.count(),
                                           " ms"));
       });
     }
@@ -319,7 +319,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     h.type = type;
     h.job = mesh_.options().job;
     h.round = r_.key.round;
-    h.fragment = r_.key.fragment;
+    h.attempt = r_.key.attempt;
     h.chunk = static_cast<std::uint32_t>(c);
     stats_.bytes_sent += kFrameHeaderSize + payload.size();
     co_return co_await conn.write_frame(h, payload);

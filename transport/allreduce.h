@@ -65,7 +65,7 @@ struct EncodedOutput {
 };
 
 struct AllReduceRequest {
-  OpKey key;                              ///< (round, fragment); the same on every participant
+  OpKey key;                              ///< (round, attempt); the same on every participant
   std::vector<std::string> participants;  ///< the plan's order, the same on every participant
   std::vector<double> weights;            ///< per participant (tokens x staleness), > 0
   /// Sites that contribute nothing but receive the average too (stragglers

@@ -34,7 +34,7 @@ std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& h) {
   w.put<std::uint16_t>(0);
   w.put<std::uint64_t>(h.job);
   w.put<std::uint64_t>(h.round);
-  w.put<std::uint32_t>(h.fragment);
+  w.put<std::uint32_t>(h.attempt);
   w.put<std::uint32_t>(h.chunk);
   w.put<std::uint64_t>(h.payload_size);
   w.put<std::uint64_t>(h.payload_hash);
@@ -50,7 +50,7 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   FrameHeader h;
   h.job = r.get<std::uint64_t>();
   h.round = r.get<std::uint64_t>();
-  h.fragment = r.get<std::uint32_t>();
+  h.attempt = r.get<std::uint32_t>();
   h.chunk = r.get<std::uint32_t>();
   h.payload_size = r.get<std::uint64_t>();
   h.payload_hash = r.get<std::uint64_t>();

@@ -7,7 +7,7 @@
 //   6      2    reserved, 0
 //   8      8    job id
 //   16     8    round
-//   24     4    fragment
+//   24     4    attempt (the plan's; a hello's: the sender's connections_per_peer)
 //   28     4    chunk index
 //   32     8    payload length (bounded by FrameLimits before anything is allocated)
 //   40     8    xxh3-64 of the payload
@@ -59,11 +59,18 @@ struct FrameHeader {
   FrameType type = FrameType::keepalive;
   std::uint64_t job = 0;
   std::uint64_t round = 0;
-  std::uint32_t fragment = 0;
+  /// shard and gather frames: the plan's attempt of the round (every
+  /// epoch's attempts fit 32 bits); 0 in the others, except a hello, whose
+  /// four bytes here are its own field (hello_connections()).
+  std::uint32_t attempt = 0;
   std::uint32_t chunk = 0;
   std::uint64_t payload_size = 0;
   std::uint64_t payload_hash = 0;
 };
+
+/// A hello's connections_per_peer, carried where other frames carry the attempt.
+inline std::uint32_t hello_connections(const FrameHeader& h) { return h.attempt; }
+inline void set_hello_connections(FrameHeader& h, std::uint32_t connections) { h.attempt = connections; }
 
 struct FrameLimits {
   /// Largest payload accepted, in bytes; 64 MiB holds a 4 MiB chunk many times over.

@@ -205,7 +205,7 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   if (h.job != options_.job)
     co_return GEOLOCO_ERROR(Err::mismatch, "frame from ", peer, " for job ", h.job, ", this mesh serves job ",
                             options_.job);
-  const OpKey key{h.round, h.fragment};
+  const OpKey key{h.round, h.attempt};
   // A frame of an operation this site has not begun yet waits for it; the
   // reader stops reading meanwhile, so nothing piles up in memory.
   auto declined = [&] {
@@ -217,8 +217,8 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   if (declined()) co_return false;
   if (key < current_ || sink_ == nullptr)
     co_return GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": ", frame_type_name(h.type), " of round ",
-                            h.round, " fragment ", h.fragment, ", which is over (current: round ", current_.round,
-                            " fragment ", current_.fragment, ")");
+                            h.round, " attempt ", h.attempt, ", which is over (current: round ", current_.round,
+                            " attempt ", current_.attempt, ")");
   if (Status s = sink_->admit(peer, h); !s.ok()) co_return s;
   co_return true;
 }
@@ -313,7 +313,7 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
       continue;
     }
     // The operation may have ended while the payload was on the wire.
-    if (sink_ == nullptr || OpKey{header->round, header->fragment} != current_) {
+    if (sink_ == nullptr || OpKey{header->round, header->attempt} != current_) {
       reject(peer, conn.get(), GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": round ", header->round,
                                              " ended while it arrived"));
       break;

@@ -17,7 +17,7 @@
 // last until the peer gave up on the operation: the frame that would let
 // this site begin it was queued behind it).
 //
-// Frames for the job's current operation (round, fragment) go to the
+// Frames for the job's current operation (round, attempt) go to the
 // registered FrameSink; frames for a later operation wait (the reader stops
 // reading, so TCP flow control bounds memory) until this site begins it, or
 // declines it: a declined operation's frames are read and dropped, so an
@@ -94,7 +94,7 @@ struct MeshOptions {
 /// Which collective operation a frame belongs to; operations are ordered.
 struct OpKey {
   std::uint64_t round = 0;
-  std::uint32_t fragment = 0;
+  std::uint32_t attempt = 0;  ///< the plan's attempt of the round
   auto operator<=>(const OpKey&) const = default;
 };
 

@@ -26,7 +26,7 @@ using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
 
 // A hello names the connection's slot (chunk) and the sender's
-// connections_per_peer (fragment): both sides must agree on which slot is
+// connections_per_peer (hello_connections()): both sides must agree on which slot is
 // the control connection. Its round is 1 when the connection replaces a live
 // one of the same slot (both sides then retire the old one with goodbyes), 0
 // when the old one, if any, is gone.
@@ -36,7 +36,7 @@ FrameHeader hello_header(std::uint64_t job, int slot, int connections_per_peer, 
   h.job = job;
   h.round = replacement ? 1 : 0;
   h.chunk = static_cast<std::uint32_t>(slot);
-  h.fragment = static_cast<std::uint32_t>(connections_per_peer);
+  set_hello_connections(h, static_cast<std::uint32_t>(connections_per_peer));
   return h;
 }
 
@@ -134,7 +134,7 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
   } else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) {
     refused = named;
-  } else if (Status same = same_connection_count(claimed, header->fragment, options_.transport.connections_per_peer);
+  } else if (Status same = same_connection_count(claimed, hello_connections(*header), options_.transport.connections_per_peer);
              !same.ok()) {
     refused = same;
   } else if (slot < 0 || slot >= slot_count()) {
@@ -295,7 +295,7 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool 
     conn->close(wrong);
     co_return wrong;
   }
-  if (Status same = same_connection_count(peer.name, header->fragment, options_.transport.connections_per_peer);
+  if (Status same = same_connection_count(peer.name, hello_connections(*header), options_.transport.connections_per_peer);
       !same.ok()) {
     reject(peer.name, conn.get(), same);
     co_return same;

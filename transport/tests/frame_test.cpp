@@ -18,7 +18,7 @@ std::array<std::byte, kFrameHeaderSize> sample(std::span<const std::byte> payloa
   h.type = FrameType::shard;
   h.job = 77;
   h.round = 12;
-  h.fragment = 3;
+  h.attempt = 3;
   h.chunk = 9;
   seal(h, payload);
   return encode_header(h);
@@ -33,7 +33,7 @@ TEST_CASE("a frame header round-trips every field", "[sanitize]") {
   CHECK(h->type == FrameType::shard);
   CHECK(h->job == 77);
   CHECK(h->round == 12);
-  CHECK(h->fragment == 3);
+  CHECK(h->attempt == 3);
   CHECK(h->chunk == 9);
   CHECK(h->payload_size == 1000);
   CHECK(verify_payload(*h, payload).ok());

@@ -43,7 +43,7 @@ class Rogue {
     FrameHeader h;
     h.type = FrameType::hello;
     h.job = job;
-    h.fragment = connections;
+    set_hello_connections(h, connections);
     auto payload = std::as_bytes(std::span(name.data(), name.size()));
     seal(h, payload);
     send(h, payload);
@@ -237,7 +237,7 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
       seal(h, payload);
       r.send(h, payload);
     }
-    CHECK(refused_with(a, "stale frame from mallory: shard of round 1 fragment 0, which is over"));
+    CHECK(refused_with(a, "stale frame from mallory: shard of round 1 attempt 0, which is over"));
 
     {
       // A hello that claims a frame-sized name: refused on its header, before

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <istream>
 
-#include "control/accept_loop.h"
+#include "common/accept_loop.h"
 
 namespace geoloco::control {
 

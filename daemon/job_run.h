@@ -78,7 +78,7 @@
 #include "history/history_file.h"
 #include "outer/outer_state.h"
 #include "transport/allreduce.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 #include "transport/mesh.h"
 
 namespace geoloco::daemon {
@@ -299,7 +299,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::string config_hash_;
   JobState job_state_ = JobState::starting;
   std::string message_;
-  transport::Signal changed_;
+  Signal changed_;
   /// The checkpoint being written on its own thread (start_checkpoint()).
   struct CheckpointWrite {
     std::thread thread;

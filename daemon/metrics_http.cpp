@@ -9,7 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
-#include "control/accept_loop.h"
+#include "common/accept_loop.h"
 
 namespace geoloco::daemon {
 
@@ -55,7 +55,7 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::open(asio::any_io_
 }
 
 asio::awaitable<void> MetricsHttpServer::accept_loop() {
-  return control::accept_until_closed(acceptor_, open_, accept_errors_,
+  return accept_until_closed(acceptor_, open_, accept_errors_,
                              [this](asio::ip::tcp::socket socket) { return serve(std::move(socket)); });
 }
 

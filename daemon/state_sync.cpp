@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/digest.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 namespace geoloco::daemon {
 
@@ -29,8 +29,8 @@ struct FramesInFlight {
   bool over = false;
   Status failure;
   std::uint64_t bytes = 0;
-  transport::Signal done;
-  transport::Signal changed;
+  Signal done;
+  Signal changed;
 };
 
 // The share's frames, the next one whenever connection `slot` is free.

@@ -16,7 +16,7 @@
 #include <cmath>
 
 #include "common/yaml_reader.h"
-#include "control/accept_loop.h"
+#include "common/accept_loop.h"
 #include "faultproxy/proxy.h"
 
 namespace geoloco::faultproxy {
@@ -71,7 +71,7 @@ std::string FaultProxy::handle_request(std::string_view line) {
 
 asio::awaitable<void> FaultProxy::control_loop() {
   std::atomic<std::uint64_t> errors{0};
-  co_await control::accept_until_closed(*control_, running_, errors, [this](asio::ip::tcp::socket socket) {
+  co_await accept_until_closed(*control_, running_, errors, [this](asio::ip::tcp::socket socket) {
     return control_session(std::move(socket));
   });
 }

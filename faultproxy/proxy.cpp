@@ -34,7 +34,7 @@ struct FaultProxy::Link {
   LinkClock clock_up, clock_down;
   std::set<std::shared_ptr<Conn>> conns;    ///< connected to the target, pumping
   std::set<std::shared_ptr<Conn>> pending;  ///< accepted, held by a partition or still connecting
-  transport::Signal changed;  ///< for connections held by a partition before they reach the target
+  Signal changed;  ///< for connections held by a partition before they reach the target
 };
 
 struct FaultProxy::Conn {

@@ -23,7 +23,7 @@
 #include "faultproxy/config.h"
 #include "faultproxy/shaper.h"
 #include "faultproxy/timeline.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 namespace geoloco::faultproxy {
 

@@ -14,7 +14,7 @@
 
 #include "common/cpu_time.h"
 #include "compression/pipeline.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 namespace geoloco::transport {
 

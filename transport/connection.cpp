@@ -15,7 +15,7 @@
 #include <asio/write.hpp>
 #include <chrono>
 
-#include "transport/async_util.h"
+#include "common/async_util.h"
 #include "transport/tls/tls_context.h"
 #include "transport/tls/tls_stream.h"
 

@@ -63,7 +63,7 @@
 
 #include "common/repeat_filter.h"
 #include "common/status.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 #include "transport/connection.h"
 #include "transport/options.h"
 #include "transport/peer_links.h"

@@ -38,7 +38,7 @@
 
 #include "common/status.h"
 #include "inner/protocol/server.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 namespace geoloco::daemon {
 
@@ -256,7 +256,7 @@ class TrainerHost {
   bool phase_ready_ = false;
   bool phase_released_ = false;  ///< the trainer left after a complete round; its fragments are no longer in flight
 
-  transport::Signal changed_;  ///< wakes next_phase()/initial_parameters() waiters to re-check
+  Signal changed_;  ///< wakes next_phase()/initial_parameters() waiters to re-check
   TrainerHostStats stats_;
 };
 

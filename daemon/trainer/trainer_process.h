@@ -32,7 +32,7 @@
 
 #include "common/status.h"
 #include "job/trainer_args.h"
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 namespace geoloco::daemon {
 
@@ -100,7 +100,7 @@ class TrainerProcess {
   TrainerProcessOptions options_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   asio::steady_timer timer_;
-  transport::Signal changed_;
+  Signal changed_;
   pid_t pid_ = -1;
   std::chrono::steady_clock::time_point started_at_;
   std::chrono::steady_clock::time_point restart_at_;

@@ -20,7 +20,7 @@
 #include <system_error>
 #include <vector>
 
-#include "transport/async_util.h"
+#include "common/async_util.h"
 
 typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;

@@ -9,7 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <cstdint>
 
-namespace geoloco::transport {
+namespace geoloco {
 
 class Signal {
  public:
@@ -47,4 +47,4 @@ class AsyncMutex {
   Signal released_;
 };
 
-}  // namespace geoloco::transport
+}  // namespace geoloco

@@ -16,7 +16,7 @@
 
 #include "common/backoff.h"
 
-namespace geoloco::control {
+namespace geoloco {
 
 /// Accepts on `acceptor` until `open` turns false or the acceptor is closed,
 /// spawning `serve(socket)` (an awaitable) for each connection.
@@ -41,4 +41,4 @@ asio::awaitable<void> accept_until_closed(Acceptor& acceptor, const bool& open, 
   }
 }
 
-}  // namespace geoloco::control
+}  // namespace geoloco

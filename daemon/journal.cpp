@@ -1,6 +1,7 @@
 #include "daemon/journal.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -17,20 +18,91 @@ std::optional<nlohmann::json> parse_line(std::string_view line) {
   return record;
 }
 
+enum class Kind { u64, text, boolean, list, object };
+
+bool has_kind(const nlohmann::json& v, Kind k) {
+  switch (k) {
+    case Kind::u64: return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+    case Kind::text: return v.is_string();
+    case Kind::boolean: return v.is_boolean();
+    case Kind::list: return v.is_array();
+    case Kind::object: return v.is_object();
+  }
+  return false;
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::u64: return "an unsigned integer";
+    case Kind::text: return "a string";
+    case Kind::boolean: return "true or false";
+    case Kind::list: return "an array";
+    case Kind::object: return "an object";
+  }
+  return "?";
+}
+
+// The fields of each record type geolocod reads, with their JSON types.
+// A field may be absent (it reads as 0, "", false or empty, as records of
+// older versions lack some), but one that is present has its type.
+const std::map<std::string, std::vector<std::pair<const char*, Kind>>>& record_fields() {
+  static const std::map<std::string, std::vector<std::pair<const char*, Kind>>> fields{
+      {"plan", {{"round", Kind::u64}, {"attempt", Kind::u64}, {"epoch", Kind::u64}, {"participants", Kind::list},
+                {"weights", Kind::list}, {"late", Kind::list}}},
+      {"committed", {{"round", Kind::u64}, {"anchor_digest", Kind::text}, {"tokens", Kind::u64}, {"final", Kind::boolean},
+                     {"attempt", Kind::u64}, {"epoch", Kind::u64}, {"via", Kind::text}}},
+      {"abort", {{"round", Kind::u64}, {"reason", Kind::text}, {"epoch", Kind::u64}}},
+      {"pending", {{"none", Kind::boolean}, {"round", Kind::u64}, {"attempt", Kind::u64}, {"anchor_digest", Kind::text},
+                   {"tokens", Kind::u64}, {"plan", Kind::object}}},
+      {"vote", {{"epoch", Kind::u64}, {"for", Kind::text}}},
+      {"office", {{"epoch", Kind::u64}, {"coordinator", Kind::text}}},
+      {"office_started", {{"epoch", Kind::u64}}},
+  };
+  return fields;
+}
+
 }  // namespace
+
+Status check_journal_record(const nlohmann::json& record) {
+  GEOLOCO_RETURN_IF(!record.is_object(), Err::malformed, "a record is ", record.type_name(), ", not a JSON object");
+  const auto type = record.find("type");
+  if (type == record.end()) return {};  // read as no type: skipped
+  GEOLOCO_RETURN_IF(!type->is_string(), Err::malformed, "a record's 'type' is ", type->type_name(), ", not a string");
+  const auto known = record_fields().find(type->get<std::string>());
+  if (known == record_fields().end()) return {};  // a type this version does not read: skipped
+  for (const auto& [key, kind] : known->second) {
+    const auto field = record.find(key);
+    GEOLOCO_RETURN_IF(field != record.end() && !has_kind(*field, kind), Err::malformed, "a '", known->first,
+                      "' record's '", key, "' is ", field->type_name(), ", not ", kind_name(kind));
+  }
+  return {};
+}
 
 Result<Journal> Journal::open(const std::string& path) {
   auto log = LineLog::open(path, "journal", [](std::string_view line) { return parse_line(line).has_value(); });
   if (!log.ok()) return log.status();
   Journal j(std::move(*log));
-  for (const auto& line : j.log_.lines()) {
-    j.records_.push_back(*parse_line(line));
+  std::size_t line = 0;
+  for (const auto& text : j.log_.lines()) {
+    ++line;
+    auto record = *parse_line(text);
+    // Whole and hashed, yet not what geolocod writes: another program's or
+    // version's. Refused rather than skipped: a committed round in it must
+    // not be forgotten.
+    if (Status fit = check_journal_record(record); !fit.ok())
+      return Status(Err::malformed, cat("the journal ", path, ", record ", line, ": ", fit.message(),
+                                        ": it was not written by this geolocod (another version, or edited by "
+                                        "hand); move the job's folder aside and the site takes the committed state "
+                                        "from a peer"));
+    j.records_.push_back(std::move(record));
     j.note_committed(j.records_.back());
   }
   return j;
 }
 
 Status Journal::append(const nlohmann::json& record) {
+  if (Status fit = check_journal_record(record); !fit.ok())
+    return Status(Err::internal, cat("a journal record this site would not read back: ", fit.message()));
   GEOLOCO_TRY(log_.append(hashed_line(record.dump())));
   records_.push_back(record);
   note_committed(record);

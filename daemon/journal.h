@@ -57,6 +57,12 @@ class Journal {
   void note_committed(const nlohmann::json& record);
 };
 
+/// Whether geolocod can read `record`: a JSON object whose known fields
+/// (per record type, docs/wire.md) have their JSON types where present.
+/// Journal::open refuses a journal holding one that is not (malformed,
+/// naming the record and the field); append() refuses to write one.
+Status check_journal_record(const nlohmann::json& record);
+
 /// Where a journal leaves the coordinator: the last committed round (0:
 /// none), its anchor digest, the tokens of every committed round, whether
 /// it was the job's last, and the attempt number the next round's first

@@ -104,6 +104,41 @@ TEST_CASE("kill -9 of a writer at random moments leaves a prefix of complete rec
   std::filesystem::remove(path);
 }
 
+TEST_CASE("a whole, hashed record that geolocod does not write is refused with its line and field, never read") {
+  const auto path = temp_path("foreign");
+  {
+    auto j = Journal::open(path);
+    REQUIRE(j.ok());
+    REQUIRE(j->append({{"type", "plan"}, {"round", 1}, {"attempt", 0}}).ok());
+    // Records of a type this version does not know, or with no type, are kept and skipped.
+    REQUIRE(j->append({{"type", "later_version"}, {"round", "x"}}).ok());
+    REQUIRE(j->append({{"round", 2}}).ok());
+    // Refused before anything is written: this site could not read it back.
+    const Status bad = j->append({{"type", "committed"}, {"round", 2}, {"final", "yes"}});
+    CHECK(bad.code() == Err::internal);
+    CHECK(bad.message() == "a journal record this site would not read back: a 'committed' record's 'final' is "
+                           "string, not true or false");
+  }
+  REQUIRE(Journal::open(path).ok());
+  {
+    // What another program (or a hand) could append: the hash is right, the record is not.
+    std::ofstream(path, std::ios::app) << hashed_line(R"({"type":"committed","round":"7","anchor_digest":"x"})") << "\n";
+  }
+  auto j = Journal::open(path);
+  REQUIRE_FALSE(j.ok());
+  CHECK(j.status().code() == Err::malformed);
+  CHECK(j.status().message() ==
+        "the journal " + path + ", record 4: a 'committed' record's 'round' is string, not an unsigned integer: it "
+        "was not written by this geolocod (another version, or edited by hand); move the job's folder aside and "
+        "the site takes the committed state from a peer");
+  CHECK(check_journal_record(nlohmann::json::array({1, 2})).message() == "a record is array, not a JSON object");
+  CHECK(check_journal_record({{"type", 3}}).message() == "a record's 'type' is number, not a string");
+  CHECK(check_journal_record({{"type", "office"}, {"epoch", -1}, {"coordinator", "a"}}).message() ==
+        "a 'office' record's 'epoch' is number, not an unsigned integer");
+  CHECK(check_journal_record({{"type", "pending"}, {"none", true}}).ok());
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("an unopenable journal is an io error naming the path") {
   auto j = Journal::open("/nonexistent-dir/geoloco/journal");
   REQUIRE_FALSE(j.ok());

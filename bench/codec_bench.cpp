@@ -34,6 +34,10 @@ std::vector<Case> cases() {
       {"quantize(8,stochastic)", {QuantizeSpec{8, 128, Rounding::stochastic}}},
       {"topk(0.01)", {TopkSpec{0.01, 4096}}},
       {"zstd(3)", {ZstdSpec{3}}},
+      // The jobs' usual chain (quantize 8 bits, then zstd), at zstd's default and faster levels.
+      {"quantize(8)|zstd(3)", {QuantizeSpec{8, 128, Rounding::nearest}, ZstdSpec{3}}},
+      {"quantize(8)|zstd(1)", {QuantizeSpec{8, 128, Rounding::nearest}, ZstdSpec{1}}},
+      {"quantize(8)|zstd(-1)", {QuantizeSpec{8, 128, Rounding::nearest}, ZstdSpec{-1}}},
       {"topk(0.01)|quantize(4)|zstd", {TopkSpec{0.01, 4096}, QuantizeSpec{4, 128, Rounding::nearest}, ZstdSpec{3}}},
   };
 }

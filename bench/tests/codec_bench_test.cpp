@@ -12,7 +12,7 @@ using namespace geoloco;
 TEST_CASE("bench codecs measures every codec and prints the documented JSON keys") {
   auto rows = bench::run_codec_bench({1u << 20, 1, 3});
   REQUIRE(rows.ok());
-  REQUIRE(rows->size() == 9);
+  REQUIRE(rows->size() == 12);
   for (const auto& r : *rows) {
     INFO(r.codec);
     CHECK(r.encode_gbps > 0);
@@ -30,6 +30,12 @@ TEST_CASE("bench codecs measures every codec and prints the documented JSON keys
   CHECK(find("quantize(8)").ratio == Approx(4.0 / (1 + 4.0 / 128)).epsilon(0.01));  // 1 byte + 4/128 per value
   CHECK(find("quantize(4)").rel_l2_error > find("quantize(8)").rel_l2_error);
   CHECK(find("topk(0.01)|quantize(4)|zstd").ratio > 50);
+  // zstd after quantize(8) is lossless: the chain's error is quantize's, at any level.
+  for (const char* chain : {"quantize(8)|zstd(3)", "quantize(8)|zstd(1)", "quantize(8)|zstd(-1)"}) {
+    INFO(chain);
+    CHECK(find(chain).rel_l2_error == find("quantize(8)").rel_l2_error);
+    CHECK(find(chain).ratio >= find("quantize(8)").ratio * 0.99);
+  }
 
   std::ostringstream out;
   bench::print_codec_json(*rows, out);
@@ -43,6 +49,6 @@ TEST_CASE("bench codecs measures every codec and prints the documented JSON keys
       CHECK(j.contains(key));
     ++count;
   }
-  CHECK(count == 9);
+  CHECK(count == 12);
   CHECK_FALSE(bench::run_codec_bench({100, 1, 1}).ok());
 }

@@ -1,6 +1,7 @@
 #include "daemon/coordinator_role.h"
 
 #include "common/overload.h"
+#include "daemon/journal_records.h"
 
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
@@ -38,24 +39,15 @@ Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_i
     // A successor: what its voters knew becomes its own journal's truth.
     const Recovery& r = *start.recovery;
     if (r.round > journal.committed_round()) {
-      nlohmann::json record{{"type", "committed"}, {"round", r.round},       {"anchor_digest", r.digest},
-                            {"tokens", r.tokens},  {"final", r.final},       {"epoch", start.epoch},
-                            {"via", "recovery"}};
-      if (r.attempt) record["attempt"] = *r.attempt;
-      GEOLOCO_TRY(journal.append(record));
+      GEOLOCO_TRY(journal.append(
+          to_json(CommittedRecord{r.round, r.digest, r.tokens, r.final, r.attempt, start.epoch, "recovery"})));
     }
     if (r.complete) {
       const std::uint64_t round = r.round + 1, tokens = r.tokens + r.complete->tokens;
       const bool final = (job.last_round() && round >= *job.last_round()) ||
                          (job.stop_tokens && *job.stop_tokens > 0 && tokens >= *job.stop_tokens);
-      GEOLOCO_TRY(journal.append(nlohmann::json{{"type", "committed"},
-                                                {"round", round},
-                                                {"anchor_digest", r.complete->anchor_digest},
-                                                {"tokens", tokens},
-                                                {"final", final},
-                                                {"attempt", r.complete->attempt},
-                                                {"epoch", start.epoch},
-                                                {"via", "completed"}}));
+      GEOLOCO_TRY(journal.append(to_json(CommittedRecord{round, r.complete->anchor_digest, tokens, final,
+                                                         r.complete->attempt, start.epoch, "completed"})));
       note(cat("round ", round, " (attempt ", r.complete->attempt, ") is completed as its participants computed it, anchor ",
                r.complete->anchor_digest, ": the previous coordinator may have committed it"));
     }

@@ -1,5 +1,7 @@
 #include "daemon/decision_outbox.h"
 
+#include "daemon/journal_records.h"
+
 namespace geoloco::daemon {
 
 void DecisionOutbox::add(nlohmann::json record, std::string what, std::function<void()> send) {
@@ -49,9 +51,7 @@ nlohmann::json plan_record(std::uint64_t round, std::uint64_t attempt, const std
 
 nlohmann::json committed_record(std::uint64_t round, const std::string& anchor_digest, std::uint64_t tokens, bool final,
                                 std::uint64_t attempt, std::uint64_t epoch) {
-  return nlohmann::json{{"type", "committed"}, {"round", round},     {"anchor_digest", anchor_digest},
-                        {"tokens", tokens},     {"final", final},     {"attempt", attempt},
-                        {"epoch", epoch}};
+  return to_json(CommittedRecord{round, anchor_digest, tokens, final, attempt, epoch, ""});
 }
 
 nlohmann::json abort_record(std::uint64_t round, const std::string& reason, std::uint64_t epoch) {

@@ -16,13 +16,12 @@ namespace geoloco::daemon {
 
 Standing JobRun::standing() const {
   Standing s;
-  const nlohmann::json& c = journal_->last_committed();
-  if (c.is_object()) {
-    s.committed_round = c.value("round", std::uint64_t{0});
-    s.anchor_digest = c.value("anchor_digest", std::string());
-    s.tokens = c.value("tokens", std::uint64_t{0});
-    s.final = c.value("final", false);
-    if (c.contains("attempt") && c["attempt"].is_number_unsigned()) s.committed_attempt = c["attempt"].get<std::uint64_t>();
+  if (const auto c = committed_record_of(journal_->last_committed()); c.ok()) {
+    s.committed_round = c->round;
+    s.anchor_digest = c->anchor_digest;
+    s.tokens = c->tokens;
+    s.final = c->final.value_or(false);
+    s.committed_attempt = c->attempt;
   }
   if (machine_) s.pending = machine_->pending_commit();
   if (!s.pending && restored_pending_ && restored_pending_->round > s.committed_round) s.pending = restored_pending_;
@@ -172,19 +171,13 @@ void JobRun::journal_written() {
 bool JobRun::journal_pending_commit(const PendingCommit& p) {
   if (journaled_pending_ && journaled_pending_->round == p.round && journaled_pending_->attempt == p.attempt)
     return true;
-  nlohmann::json record{{"type", "pending"},
-                        {"round", p.round},
-                        {"attempt", p.attempt},
-                        {"anchor_digest", p.anchor_digest},
-                        {"tokens", p.tokens}};
+  PendingRecord record{false, p, std::nullopt};
   // The plan it answers, so that a restart that rebuilds the round from the
   // round log before applying it lists and records it as applied.
   if (plan_.round == p.round && plan_.attempt == p.attempt)
-    record["plan"] = nlohmann::json{{"participants", plan_.participants}, {"late", plan_.late},
-                                    {"weights", plan_.weights},           {"tokens_each", plan_.tokens_each},
-                                    {"anchor_rounds", plan_.anchor_rounds}, {"loss", plan_.loss},
-                                    {"epoch", plan_.epoch},               {"coordinator", coordinator()}};
-  if (Status s = journal_->append(record); !s.ok()) {
+    record.plan = PendingPlan{plan_.participants, plan_.late,  plan_.weights, plan_.tokens_each,
+                              plan_.anchor_rounds, plan_.loss, plan_.epoch,   coordinator()};
+  if (Status s = journal_->append(to_json(record)); !s.ok()) {
     // Not sent: a successor could not learn of it. The machine tries the
     // record and its COMMIT again at the next resend.
     note(cat("the COMMIT of round ", p.round, " is not sent: it cannot be journaled (", s.message(),
@@ -200,18 +193,17 @@ bool JobRun::journal_pending_commit(const PendingCommit& p) {
 
 void JobRun::journal_pending_cleared() {
   if (!journaled_pending_ || machine_->pending_commit()) return;
-  if (Status s = journal_->append(nlohmann::json{{"type", "pending"}, {"none", true}}); !s.ok())
+  if (Status s = journal_->append(to_json(PendingRecord{true, {}, std::nullopt})); !s.ok())
     spdlog::error("[{}] cannot journal that round {} is settled: {}", spec_.name, journaled_pending_->round,
                   s.message());
   journaled_pending_.reset();
 }
 
-void JobRun::journal_committed(nlohmann::json record) {
-  if (record.value("round", std::uint64_t{0}) <= journal_->committed_round()) return;  // the role journaled it
-  record["type"] = "committed";
-  if (Status s = journal_->append(record); !s.ok()) {
-    spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.value("round", std::uint64_t{0}), s.message());
-    journal_refused(cat("cannot journal that round ", record.value("round", std::uint64_t{0}), " committed (",
+void JobRun::journal_committed(const CommittedRecord& record) {
+  if (record.round <= journal_->committed_round()) return;  // the role journaled it
+  if (Status s = journal_->append(to_json(record)); !s.ok()) {
+    spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.round, s.message());
+    journal_refused(cat("cannot journal that round ", record.round, " committed (",
                         s.message(), "); a successor this site votes for may not learn it from this site"));
   } else {
     journal_written();

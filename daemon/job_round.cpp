@@ -273,12 +273,8 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
                   spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
   record(committed_event(plan, c.round, r.fragment, coordinator, c.epoch, c.anchor_digest, c.final));
   // What a successor needs of this round, should this site take the office.
-  journal_committed(nlohmann::json{{"round", c.round},
-                                   {"anchor_digest", c.anchor_digest},
-                                   {"tokens", c.tokens},
-                                   {"final", c.final},
-                                   {"attempt", c.attempt.value_or(plan.attempt)},
-                                   {"epoch", c.epoch}});
+  journal_committed(
+      CommittedRecord{c.round, c.anchor_digest, c.tokens, c.final, c.attempt.value_or(plan.attempt), c.epoch, ""});
   note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
            plan.participants.size(), " site(s)",
            plan.late.empty() ? std::string() : cat(", late: ", plan.late.size()), ", loss ", plan.loss,

@@ -292,10 +292,8 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
     // What this site knows committed, on disk before anything depends on
     // it: a successor this site votes for must hear of the round even if
     // this site never applies it (it may catch up past it).
-    nlohmann::json record{{"round", c->round}, {"anchor_digest", c->anchor_digest}, {"tokens", c->tokens},
-                          {"final", c->final},  {"epoch", c->epoch},                {"via", "announced"}};
-    if (c->attempt) record["attempt"] = *c->attempt;
-    journal_committed(std::move(record));
+    journal_committed(
+        CommittedRecord{c->round, c->anchor_digest, c->tokens, c->final, c->attempt, c->epoch, "announced"});
   }
   ParticipantMachine& m = *machine_;
   Status s = std::visit(

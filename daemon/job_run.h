@@ -62,6 +62,7 @@
 #include "daemon/coordinator_role.h"
 #include "daemon/job_status.h"
 #include "daemon/journal.h"
+#include "daemon/journal_records.h"
 #include "daemon/succession.h"
 #include "job/job_spec.h"
 #include "daemon/metrics.h"
@@ -185,7 +186,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// The machine has no COMMIT in doubt any more: journaled too.
   void journal_pending_cleared();
   /// A round this site applied or installed: its journal's `committed` record.
-  void journal_committed(nlohmann::json record);
+  void journal_committed(const CommittedRecord& record);
   /// A site of the job asks which attempt committed a round: answered when
   /// this site's journal records it with its attempt, else not at all.
   void answer_round_query(const std::string& from, const RoundQueryMessage& query);

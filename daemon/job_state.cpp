@@ -211,13 +211,11 @@ void JobRun::install_state() {
   const auto offered_tokens = receiving_tokens_.find(installed->round);
   const std::uint64_t tokens = offered_tokens == receiving_tokens_.end() ? 0 : offered_tokens->second;
   const bool chained = keep_installed_entries(*installed, tokens);
-  nlohmann::json record{{"round", installed->round},
-                        {"anchor_digest", installed->digest},
-                        {"tokens", tokens},
-                        {"via", "state_sync"}};
-  if (auto a = receiving_attempt_.find(installed->round); a != receiving_attempt_.end()) record["attempt"] = a->second;
-  else if (chained) record["attempt"] = installed->entries.back().attempt;
-  journal_committed(std::move(record));
+  CommittedRecord record{installed->round, installed->digest, tokens, std::nullopt, std::nullopt, std::nullopt,
+                         "state_sync"};
+  if (auto a = receiving_attempt_.find(installed->round); a != receiving_attempt_.end()) record.attempt = a->second;
+  else if (chained) record.attempt = installed->entries.back().attempt;
+  journal_committed(record);
   receiving_tokens_.clear();
   receiving_attempt_.clear();
   list_installed_rounds(installed->round, installed->digest, installed->peer);
@@ -286,12 +284,8 @@ bool JobRun::keep_installed_entries(const InstalledState& installed, std::uint64
   for (std::size_t i = 0; i + 1 < entries.size(); ++i) {
     const auto& e = entries[i];
     if (journal_->committed_record(e.round)) continue;  // announced by its COMMITTED already
-    if (Status s = journal_->append(nlohmann::json{{"type", "committed"},
-                                                   {"round", e.round},
-                                                   {"anchor_digest", e.digest},
-                                                   {"tokens", through.at(e.round)},
-                                                   {"attempt", e.attempt},
-                                                   {"via", "state_sync"}});
+    if (Status s = journal_->append(to_json(CommittedRecord{e.round, e.digest, through.at(e.round), std::nullopt,
+                                                            e.attempt, std::nullopt, "state_sync"}));
         !s.ok()) {
       spdlog::warn("[{}] round {} from the installed state cannot be journaled ({}): a checkpoint is written instead",
                    spec_.name, e.round, s.message());

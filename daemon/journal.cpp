@@ -5,6 +5,8 @@
 #include <optional>
 #include <utility>
 
+#include "daemon/journal_records.h"
+
 namespace geoloco::daemon {
 
 namespace {
@@ -111,7 +113,9 @@ Status Journal::append(const nlohmann::json& record) {
 
 void Journal::note_committed(const nlohmann::json& record) {
   if (!record.is_object() || record.value("type", "") != "committed") return;
-  const std::uint64_t round = record.value("round", std::uint64_t{0});
+  const auto committed = committed_record_of(record);
+  if (!committed.ok()) return;  // check_journal_record() let none such in
+  const std::uint64_t round = committed->round;
   committed_at_.emplace(round, records_.size() - 1);  // note_committed follows the push_back
   if (round < committed_round_) return;
   committed_round_ = round;
@@ -127,12 +131,11 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
       planned_round = r.value("round", std::uint64_t{0});
       planned_attempt = r.value("attempt", std::uint64_t{0});
     } else if (type == "committed") {
-      const std::uint64_t round = r.value("round", std::uint64_t{0});
-      JournaledCommit c{r.value("anchor_digest", std::string()), std::nullopt, r.value("tokens", std::uint64_t{0}),
-                        r.value("epoch", std::uint64_t{0})};
-      if (r.contains("attempt") && r["attempt"].is_number_unsigned()) c.attempt = r["attempt"].get<std::uint64_t>();
-      else if (!r.contains("via") && planned_round == round) c.attempt = planned_attempt;
-      else if (!r.contains("via")) c.attempt = 0;
+      const auto committed = committed_record_of(r);
+      if (!committed.ok()) continue;  // check_journal_record() let none such in
+      const std::uint64_t round = committed->round;
+      JournaledCommit c{committed->anchor_digest, committed->attempt, committed->tokens, committed->epoch.value_or(0)};
+      if (!c.attempt && committed->via.empty()) c.attempt = planned_round == round ? planned_attempt : 0;
       if (round < s.round) {
         // A round older than one it holds, journaled later (a state's
         // entries kept in the round log): listed, the last round unchanged.
@@ -143,14 +146,12 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
       s.digest = c.digest;
       s.commits[s.round] = c;
       s.tokens = c.tokens;
-      s.final = r.value("final", false);
+      s.final = committed->final.value_or(false);
     } else if (type == "pending") {
-      if (r.value("none", false)) {
-        s.pending.reset();
-      } else {
-        s.pending = PendingCommit{r.value("round", std::uint64_t{0}), r.value("attempt", std::uint64_t{0}),
-                                  r.value("anchor_digest", std::string()), r.value("tokens", std::uint64_t{0})};
-      }
+      const auto pending = pending_record_of(r);
+      if (!pending.ok()) continue;  // check_journal_record() let none such in
+      if (pending->cleared) s.pending.reset();
+      else s.pending = pending->commit;
     }
   }
   if (s.pending && s.pending->round <= s.round) s.pending.reset();
@@ -161,11 +162,9 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
 std::optional<RoundOutcomeMessage> round_outcome(const Journal& journal, std::uint64_t round) {
   const nlohmann::json* record = journal.committed_record(round);
   if (!record) return std::nullopt;
-  const auto attempt = record->find("attempt");
-  const auto digest = record->find("anchor_digest");
-  if (attempt == record->end() || !attempt->is_number_unsigned() || digest == record->end() || !digest->is_string())
-    return std::nullopt;
-  RoundOutcomeMessage out{round, attempt->get<std::uint64_t>(), digest->get<std::string>()};
+  const auto committed = committed_record_of(*record);
+  if (!committed.ok() || !committed->attempt) return std::nullopt;
+  RoundOutcomeMessage out{round, *committed->attempt, committed->anchor_digest};
   if (out.anchor_digest.size() != 16 || out.attempt > kMaxAttempt) return std::nullopt;
   return out;
 }
@@ -176,31 +175,27 @@ std::optional<RoundOutcomeMessage> round_outcome(const Journal& journal, std::ui
 std::optional<PlanMessage> journaled_plan(const std::vector<nlohmann::json>& records, std::uint64_t round,
                                           std::optional<std::uint64_t> attempt, std::string& coordinator) {
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
-    const nlohmann::json& r = *it;
-    if (r.value("type", "") != "pending" || r.value("round", std::uint64_t{0}) != round) continue;
-    if (attempt && r.value("attempt", std::uint64_t{0}) != *attempt) continue;
-    const auto p = r.find("plan");
-    if (p == r.end() || !p->is_object()) return std::nullopt;
-    try {
-      PlanMessage plan;
-      plan.round = round;
-      plan.attempt = r.value("attempt", std::uint64_t{0});
-      plan.participants = p->at("participants").get<std::vector<std::string>>();
-      plan.late = p->at("late").get<std::vector<std::string>>();
-      plan.weights = p->at("weights").get<std::vector<double>>();
-      plan.tokens_each = p->at("tokens_each").get<std::vector<std::uint64_t>>();
-      plan.anchor_rounds = p->at("anchor_rounds").get<std::vector<std::uint64_t>>();
-      plan.loss = p->at("loss").get<double>();
-      plan.epoch = p->at("epoch").get<std::uint64_t>();
-      coordinator = p->at("coordinator").get<std::string>();
-      const std::size_t n = plan.participants.size();
-      if (plan.weights.size() != n || plan.tokens_each.size() != n || plan.anchor_rounds.size() != n)
-        return std::nullopt;
-      for (auto t : plan.tokens_each) plan.tokens += t;
-      return plan;
-    } catch (const nlohmann::json::exception&) {
-      return std::nullopt;
-    }
+    if (!it->is_object() || it->value("type", "") != "pending") continue;
+    const auto pending = pending_record_of(*it);
+    if (!pending.ok() || pending->cleared || pending->commit.round != round) continue;
+    if (attempt && pending->commit.attempt != *attempt) continue;
+    if (!pending->plan) return std::nullopt;
+    const PendingPlan& p = *pending->plan;
+    const std::size_t n = p.participants.size();
+    if (p.weights.size() != n || p.tokens_each.size() != n || p.anchor_rounds.size() != n) return std::nullopt;
+    PlanMessage plan;
+    plan.round = round;
+    plan.attempt = pending->commit.attempt;
+    plan.participants = p.participants;
+    plan.late = p.late;
+    plan.weights = p.weights;
+    plan.tokens_each = p.tokens_each;
+    plan.anchor_rounds = p.anchor_rounds;
+    plan.loss = p.loss;
+    plan.epoch = p.epoch;
+    for (auto t : plan.tokens_each) plan.tokens += t;
+    coordinator = p.coordinator;
+    return plan;
   }
   return std::nullopt;
 }

@@ -1,0 +1,78 @@
+// The typed journal records: each writer's record has the JSON form the
+// journals already on disk hold (so old journals read, and new ones read in
+// the versions before), and reads back to the same struct; a field of the
+// wrong type is named.
+#include <catch2/catch.hpp>
+
+#include "daemon/journal_records.h"
+
+using namespace geoloco;
+using namespace geoloco::daemon;
+using json = nlohmann::json;
+
+TEST_CASE("each kind of committed record has its JSON form and reads back the same") {
+  const CommittedRecord decided{7, "00000000000000a7", 640, false, 3, 1, ""};
+  CHECK(to_json(decided) == json{{"type", "committed"}, {"round", 7}, {"anchor_digest", "00000000000000a7"},
+                                 {"tokens", 640},       {"final", false}, {"attempt", 3}, {"epoch", 1}});
+  const CommittedRecord installed{9, "00000000000000a9", 900, std::nullopt, std::nullopt, std::nullopt, "state_sync"};
+  CHECK(to_json(installed) == json{{"type", "committed"}, {"round", 9}, {"anchor_digest", "00000000000000a9"},
+                                   {"tokens", 900},       {"via", "state_sync"}});
+  const CommittedRecord announced{8, "00000000000000a8", 800, true, std::nullopt, 2, "announced"};
+  for (const auto& r : {decided, installed, announced}) {
+    auto back = committed_record_of(to_json(r));
+    REQUIRE(back.ok());
+    CHECK(*back == r);
+  }
+  // A record of an older version, without the fields it did not write.
+  auto old = committed_record_of(json{{"type", "committed"}, {"round", 4}, {"anchor_digest", "00000000000000a4"}});
+  REQUIRE(old.ok());
+  CHECK(old->tokens == 0);
+  CHECK_FALSE(old->attempt);
+  CHECK_FALSE(old->final);
+}
+
+TEST_CASE("a pending record keeps its plan, and one cleared has only its mark") {
+  PendingRecord p{false, PendingCommit{5, 65536, "00000000000000b5", 1280, true}, std::nullopt};
+  p.plan = PendingPlan{{"a", "b"}, {"c"}, {640, 640}, {640, 640}, {5, 5}, 1.25, 1, "a"};
+  const json j = to_json(p);
+  CHECK(j == json{{"type", "pending"},
+                  {"round", 5},
+                  {"attempt", 65536},
+                  {"anchor_digest", "00000000000000b5"},
+                  {"tokens", 1280},
+                  {"plan", {{"participants", {"a", "b"}}, {"late", {"c"}}, {"weights", {640.0, 640.0}},
+                            {"tokens_each", {640, 640}}, {"anchor_rounds", {5, 5}}, {"loss", 1.25}, {"epoch", 1},
+                            {"coordinator", "a"}}}});
+  auto back = pending_record_of(j);
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->cleared);
+  CHECK(back->commit.round == 5);
+  CHECK(back->commit.attempt == 65536);
+  CHECK(back->commit.anchor_digest == "00000000000000b5");
+  CHECK(back->commit.tokens == 1280);
+  REQUIRE(back->plan);
+  CHECK(*back->plan == *p.plan);
+  // A plan with a field missing is no plan: the round is then taken from a peer.
+  json partial = j;
+  partial["plan"].erase("anchor_rounds");
+  auto without = pending_record_of(partial);
+  REQUIRE(without.ok());
+  CHECK_FALSE(without->plan);
+
+  const json cleared = to_json(PendingRecord{true, {}, std::nullopt});
+  CHECK(cleared == json{{"type", "pending"}, {"none", true}});
+  auto none = pending_record_of(cleared);
+  REQUIRE(none.ok());
+  CHECK(none->cleared);
+}
+
+TEST_CASE("a record of another type, or with a field of the wrong type, is refused by name") {
+  CHECK(committed_record_of(json{{"type", "pending"}}).status().message() ==
+        "a journal record is not a 'committed' record");
+  CHECK(committed_record_of(json::array()).status().message() == "a journal record is array, not an object");
+  CHECK(committed_record_of(json{{"type", "committed"}, {"round", -2}}).status().message() ==
+        "a 'committed' record's 'round' is number");
+  CHECK(committed_record_of(json{{"type", "committed"}, {"round", 2}, {"final", "yes"}}).status().message() ==
+        "a 'committed' record's 'final' is string");
+  CHECK(pending_record_of(json{{"type", "pending"}, {"attempt", "1"}}).status().code() == Err::malformed);
+}

@@ -17,6 +17,8 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
+import time
 
 from scenario import Commits, Federation, arguments, contributes_after, epoch_of, mlp_job, run, verdict
 
@@ -63,6 +65,40 @@ def body():
     return note
 
 
+@contextlib.contextmanager
+def kept_full(data):
+    """Keeps `data`'s filesystem full while inside: whatever the daemon frees
+    (a round-log entry cut, a refused write's temporary file removed) is
+    taken again within 20 ms, so the journal stays unwritable rather than
+    finding room between a deletion and the next large write."""
+    stop = threading.Event()
+    path = os.path.join(data, "filler-top-up")
+
+    def top_up():
+        with open(path, "ab", buffering=0) as f:
+            block = b"\0" * 4096
+            while not stop.is_set():
+                try:
+                    while f.write(block):
+                        pass
+                except OSError:
+                    pass
+                try:
+                    f.write(b"\0")  # the last bytes of a page
+                except OSError:
+                    pass
+                time.sleep(0.02)
+
+    t = threading.Thread(target=top_up, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+        os.remove(path)
+
+
 def coordinator_full_disk(fed, commits, data):
     """The acting coordinator's data folder filled: it cannot journal its
     next decision, says so, hands the office on after a heartbeat timeout,
@@ -73,17 +109,17 @@ def coordinator_full_disk(fed, commits, data):
     size = len(open(a.log_path).read())
     filler = os.path.join(data, "filler")
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-    fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
-                 "site-a to say it cannot journal a decision")
-    # Counted by its metrics too. (Its status says so while it lasts; on a
-    # disk this full a small record may still fit, which ends the notice.)
-    fed.wait_for(lambda: a.metrics().get(("geoloco_journal_write_failures_total", (("job", "e2e"),)), 0) > 0, 30,
-                 "site-a's metrics to count its refused journal writes")
-    fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
-                 "a successor to take the office from the full coordinator")
-    epoch, holder = epoch_of(fed["site-b"])
-    at = commits.poll()
-    commits.wait_round(at + 3, 120, f"three rounds under {holder} while site-a's disk is full")
+    with kept_full(data):
+        fed.wait_for(lambda: "cannot journal" in open(a.log_path).read()[size:], 60,
+                     "site-a to say it cannot journal a decision")
+        # Counted by its metrics too.
+        fed.wait_for(lambda: a.metrics().get(("geoloco_journal_write_failures_total", (("job", "e2e"),)), 0) > 0, 30,
+                     "site-a's metrics to count its refused journal writes")
+        fed.wait_for(lambda: epoch_of(fed["site-b"])[0] > 0 and epoch_of(fed["site-b"])[1] != "site-a", 60,
+                     "a successor to take the office from the full coordinator")
+        epoch, holder = epoch_of(fed["site-b"])
+        at = commits.poll()
+        commits.wait_round(at + 3, 120, f"three rounds under {holder} while site-a's disk is full")
     os.remove(filler)
     return epoch, holder, commits.poll()
 

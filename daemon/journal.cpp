@@ -24,7 +24,7 @@ enum class Kind { u64, text, boolean, list, object };
 
 bool has_kind(const nlohmann::json& v, Kind k) {
   switch (k) {
-    case Kind::u64: return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+    case Kind::u64: return is_count(v);
     case Kind::text: return v.is_string();
     case Kind::boolean: return v.is_boolean();
     case Kind::list: return v.is_array();

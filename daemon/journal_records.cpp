@@ -32,8 +32,7 @@ class Fields {
   template <class T>
   static bool fits(const nlohmann::json& v) {
     if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
-    else if constexpr (std::is_same_v<T, std::uint64_t>)
-      return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return is_count(v);
     else if constexpr (std::is_same_v<T, double>) return v.is_number();
     else if constexpr (std::is_same_v<T, std::string>) return v.is_string();
     else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
@@ -69,6 +68,10 @@ Status check_type(const nlohmann::json& j, const char* type) {
 }
 
 }  // namespace
+
+bool is_count(const nlohmann::json& v) {
+  return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+}
 
 nlohmann::json to_json(const CommittedRecord& r) {
   nlohmann::json j{{"type", "committed"}, {"round", r.round}, {"anchor_digest", r.anchor_digest}, {"tokens", r.tokens}};

@@ -52,6 +52,11 @@ struct PendingRecord {
   std::optional<PendingPlan> plan;
 };
 
+/// Whether a journal field holds a count: a JSON integer that is not
+/// negative (a record built in memory from an int is signed, one read back
+/// from disk unsigned).
+bool is_count(const nlohmann::json& value);
+
 nlohmann::json to_json(const CommittedRecord& record);
 nlohmann::json to_json(const PendingRecord& record);
 

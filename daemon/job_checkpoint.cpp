@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/cpu_time.h"
+#include "common/thread_name.h"
 #include "daemon/job_run.h"
 #include "daemon/site_checkpoint.h"
 
@@ -50,6 +51,7 @@ void JobRun::start_checkpoint() {
   w->thread = std::thread([w, weak, source = site_checkpoint_source(state_, feedback_.get(), self()),
                            path = fs::path(dir_) / "checkpoint.safetensors", hash = config_hash_,
                            executor = env_.executor]() {
+    name_this_thread("geoloco-ckpt");
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = thread_cpu_seconds();
     w->status = outer::save_checkpoint(path, source, hash);

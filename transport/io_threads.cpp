@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
+
 namespace geoloco::transport {
 
 IoThreads::IoThreads(int threads) : threads_(std::max(1, threads)) {
@@ -15,7 +17,10 @@ IoThreads::~IoThreads() {
 }
 
 void IoThreads::run_threads() {
-  for (int i = 0; i < threads_; ++i) running_.emplace_back([this] { io_.run(); });
+  for (int i = 0; i < threads_; ++i) running_.emplace_back([this] {
+      name_this_thread("geoloco-io");
+      io_.run();
+    });
 }
 
 void IoThreads::join() {

@@ -25,7 +25,7 @@ from scenario import Commits, Federation, arguments, contributes_after, link_nam
 # A 2048-wide MLP: 1.6M parameters, a 13 MB state (14 frames of 1 MiB), 1.6 MB per round with q8.
 # --bound-factor 0: the transfers' times are printed next to their bounds, not held to them (a
 # model so large that this machine's two cores, not the capped links, set the pace).
-args = arguments(__doc__, rounds=24, width=2048, rate="8M", steps=10, bound_factor=1.2)
+args = arguments(__doc__, rounds=24, width=2048, rate="8M", steps=10, bound_factor=1.2, step_delay_ms=20)
 NAME = "slow-rejoin"
 RECEIVED = re.compile(r"state of round (\d+) received from ([a-z, -]+?)(?: \(\d+ of its \d+ frames kept from before "
                       r"the transfer stalled\))?: (\d+) parameters, (\d+) bytes in ([0-9.]+) s \([0-9.]+ MB/s\), "
@@ -111,7 +111,7 @@ def body():
     per_link = rate_bytes(args.rate)
     with Federation(proxy=True, keep=args.keep) as fed:
         for s in fed.sites:
-            s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = "20"
+            s.env["GEOLOCO_TRAIN_STEP_DELAY_MS"] = str(args.step_delay_ms)
         fed.start()
         job = mlp_job(rounds=args.rounds, steps=args.steps, width=args.width, deadline="4s", min_sites=2, every=5,
                       compression="[{quantize: {bits: 8}}, zstd]", eval_items=200)

@@ -295,12 +295,8 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   const LoggedStep step =
       step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt, spec_.compression, spec_.outer.outer);
   if (step.lost) {
-    // Stepped to no committed anchor: nothing of it is kept; a peer gives the state.
     state_lost = true;
-    anchor_committed_ = false;
-    state_ = outer::OuterState();
-    feedback_.reset();
-    checkpoint_.reset();
+    drop_lost_state();
   }
   GEOLOCO_RETURN_IF(!step.stepped, Err::mismatch, step.why);
   anchor_committed_ = true;
@@ -315,6 +311,14 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   // Recorded as committed by the office that sent COMMITTED, as apply_round() does.
   keep_committed_round(c, *plan, coordinator(), std::move(r));
   return {};
+}
+
+void JobRun::drop_lost_state() {
+  // Stepped to no committed anchor: nothing of it is kept; a peer gives the state.
+  anchor_committed_ = false;
+  state_ = outer::OuterState();
+  feedback_.reset();
+  checkpoint_.reset();
 }
 
 }  // namespace geoloco::daemon

@@ -227,6 +227,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// entry or plan; or the step gave another anchor, and then
   /// `state_lost`: the state is dropped), the entry's read and decode.
   Status apply_logged_round(const CommittedMessage& committed, std::uint64_t attempt, bool& state_lost);
+  /// This site's state was stepped to no committed round: it is dropped
+  /// (anchor, momentum, residual, the checkpoint offered from), and the
+  /// whole state comes from a peer.
+  void drop_lost_state();
   /// What `record` says of round `round` of `plan` committed with anchor
   /// `digest`: the round, its fragment, participants, loss and tokens.
   void describe_round(RoundRecord& record, const PlanMessage& plan, std::uint64_t round,

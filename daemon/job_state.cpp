@@ -174,13 +174,29 @@ void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
 
 void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
                             std::span<const std::byte> payload) {
-  StateFrameOutcome out = transfers_->on_frame(peer, header, payload, &state_);
+  // Rounds sent on this site's own state are stepped where it lies unless
+  // something still reads it: a trainer that keeps it as the base of its
+  // phase (the machine keeps a copy for it at install), an exchange, or a
+  // checkpoint being written. No copy of anchor and momentum: 8 bytes a
+  // parameter less at the peak of a catch-up. Only while the machine
+  // catches up, so that a complete transfer is installed at once.
+  const bool in_place = machine_->where() == ParticipantMachine::Where::catching_up &&
+                        machine_->trainer_round() != state_.round + 1 && !exchange_running_ && !checkpoint_write_;
+  StateFrameOutcome out = transfers_->on_frame(peer, header, payload, OwnState{&state_, in_place});
   switch (out.kind) {
     case StateFrameOutcome::dropped:
       spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
                     peer);
       return;
-    case StateFrameOutcome::failed: machine_->on_state_failed(out.error); break;
+    case StateFrameOutcome::failed:
+      if (out.state_lost) {
+        spdlog::error("[{}] this site's own state was stepped to no committed round ({}): it takes the whole state "
+                      "from a peer",
+                      spec_.name, out.error);
+        drop_lost_state();
+      }
+      machine_->on_state_failed(out.error, out.state_lost);
+      break;
     case StateFrameOutcome::arrived: machine_->on_state_arrived(HeldState{out.round, out.digest}); break;
     case StateFrameOutcome::progress:
       machine_->on_state_progress(peer, Clock::now());

@@ -303,8 +303,11 @@ class ParticipantMachine {
   void on_state_arrived(const HeldState& state);
   /// After MoveTrainer: the trainer now starts from the anchor of `round`.
   void on_trainer_moved(std::uint64_t round);
-  /// The transfer in progress broke (its frames, its digest): ask again later.
-  void on_state_failed(const std::string& why);
+  /// The transfer in progress broke (its frames, its digest): ask again
+  /// later. `state_lost`: it broke while its rounds were stepped on this
+  /// site's own state, which holds no committed round now (the whole state
+  /// is asked for).
+  void on_state_failed(const std::string& why, bool state_lost = false);
   /// The COMMIT this site journaled before it restarted, and whose outcome
   /// its journal does not hold: a COMMITTED naming its attempt and digest,
   /// when it is of the round after the held state (the restart's, or one

@@ -219,11 +219,12 @@ void ParticipantMachine::on_trainer_moved(std::uint64_t round) {
   if (holds_current() && round == held_->round + 1 && !phase_) trainer_round_ = round;
 }
 
-void ParticipantMachine::on_state_failed(const std::string& why) {
+void ParticipantMachine::on_state_failed(const std::string& why, bool state_lost) {
   if (!transferring_) return;
   std::string from;
   for (const auto& [peer, at] : donors_) from += cat(from.empty() ? "" : " and ", peer);
   note(cat("state transfer", from.empty() ? "" : cat(" from ", from), " abandoned: ", why));
+  if (state_lost) held_.reset();  // what the next request says this site holds: nothing
   transferring_ = false;
   donors_.clear();
   helpers_asked_ = false;

@@ -160,7 +160,7 @@ std::vector<AcceptTo> StateTransfers::release(const std::string& peer, bool hand
 }
 
 StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transport::FrameHeader& header,
-                                           std::span<const std::byte> payload, const outer::OuterState* held) {
+                                           std::span<const std::byte> payload, OwnState own) {
   StateFrameOutcome out;
   // Complete, and waiting to be installed: a frame that two holders both
   // sent (shares change while frames are on the wire) comes too late to matter.
@@ -184,12 +184,14 @@ StateFrameOutcome StateTransfers::on_frame(const std::string& peer, const transp
   }
   Status added = receiving_->add(peer, header, payload);
   if (added.ok() && receiving_->complete()) added = receiving_->verify();
-  if (added.ok() && receiving_->complete() && !receiving_->offer().deltas.empty()) added = step_entries(held);
+  bool lost = false;
+  if (added.ok() && receiving_->complete() && !receiving_->offer().deltas.empty()) added = step_entries(own, lost);
   if (!added.ok()) {
     // Two transfers from the same peer interleaved, or a broken one: void.
     receiving_.reset();
     out.kind = StateFrameOutcome::failed;
     out.error = added.message();
+    out.state_lost = lost;
   } else if (receiving_->complete()) {
     out.kind = StateFrameOutcome::arrived;
     out.round = receiving_->offer().round;
@@ -211,9 +213,15 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
   if (!offer.layout.empty()) state.layout = offer.layout;  // the offer's parser checked that it adds up
   else if (state.anchor.empty() || layout_values(state.layout) != offer.values)
     state.layout = layout_for(offer.values, known);
+  GEOLOCO_RETURN_IF(stepped_in_place_ && stepped_in_place_ != &state, Err::internal,
+                    "the rounds of the transfer were stepped on another state than the one it is installed in");
   state.job = job_;
-  state.anchor = std::move(received.anchor());
-  state.momentum = std::move(received.momentum());
+  if (!stepped_in_place_) {
+    state.anchor = std::move(received.anchor());
+    state.momentum = std::move(received.momentum());
+  }
+  const bool in_place = stepped_in_place_ != nullptr;
+  stepped_in_place_ = nullptr;
   state.round = offer.round;
   InstalledState done;
   done.base_round = offer_base_round(offer);
@@ -238,18 +246,20 @@ Result<InstalledState> StateTransfers::install(outer::OuterState& state, const L
                                      " frames kept from before the transfer stalled)")
                                : std::string(),
                   ": ", offer.values, " parameters, ", transfer_summary(done.bytes, done.seconds), ", anchor ",
-                  offer.anchor_digest, offer_route(offer));
+                  offer.anchor_digest, offer_route(offer), in_place ? ", stepped where this site's state lies" : "");
   receiving_.reset();
   kept_frames_ = 0;
   return done;
 }
 
-Status StateTransfers::step_entries(const outer::OuterState* held) {
+Status StateTransfers::step_entries(OwnState own, bool& lost) {
   StateReceiver& r = *receiving_;
   const StateOfferMessage& offer = r.offer();
   const std::uint64_t base = offer_base_round(offer);
-  outer::OuterState state;
+  const outer::OuterState* held = own.state;
+  lost = false;
   stepped_.clear();
+  stepped_in_place_ = nullptr;
   if (offer.from_held) {
     // This site's own state is the base: it must still be the one it said it held.
     GEOLOCO_RETURN_IF(!held || held->round != base || held->anchor.size() != offer.values, Err::mismatch,
@@ -258,42 +268,52 @@ Status StateTransfers::step_entries(const outer::OuterState* held) {
     const std::string digest = digest_hex(held->anchor_digest());
     GEOLOCO_RETURN_IF(digest != offer.base_digest, Err::mismatch, "the rounds from ", r.peer(),
                       " start at round ", base, "'s anchor ", offer.base_digest, ", this site's is ", digest);
-    state.anchor = held->anchor;
-    state.momentum = held->momentum;
-  } else {
-    state.anchor = std::move(r.anchor());
-    state.momentum = std::move(r.momentum());
   }
-  state.round = base;
-  Status out;
-  for (std::size_t i = 0; i < offer.deltas.size() && out.ok(); ++i) {
+  // Every entry is checked against the offer before anything is stepped:
+  // a damaged or unoffered one leaves this site's own state as it was.
+  std::vector<RoundDelta> entries;
+  for (std::size_t i = 0; i < offer.deltas.size(); ++i) {
     const StateDeltaOffer& d = offer.deltas[i];
     const auto& bytes = r.deltas()[i];
-    if (bytes.size() < 16 ||
-        std::string_view(reinterpret_cast<const char*>(bytes.data()), 16) != std::string_view(d.hash)) {
-      out = Status(Err::mismatch, cat("round ", d.round, "'s Δ from ", r.peer(), " is not the entry offered (hash ",
-                                      d.hash, ")"));
-      break;
-    }
-    auto entry = parse_round_delta(r.deltas()[i], d.round, steps_->config_hash, cat("round ", d.round, "'s Δ from ", r.peer()));
-    if (!entry.ok()) {
-      out = entry.status();
-      break;
-    }
-    auto digest = step_round_delta(state, *entry, steps_->pipeline, steps_->outer);
+    GEOLOCO_RETURN_IF(bytes.size() < 16 ||
+                          std::string_view(reinterpret_cast<const char*>(bytes.data()), 16) != std::string_view(d.hash),
+                      Err::mismatch, "round ", d.round, "'s Δ from ", r.peer(), " is not the entry offered (hash ",
+                      d.hash, ")");
+    auto entry = parse_round_delta(bytes, d.round, steps_->config_hash, cat("round ", d.round, "'s Δ from ", r.peer()));
+    if (!entry.ok()) return entry.status();
+    entries.push_back(std::move(*entry));
+  }
+  const bool in_place = offer.from_held && own.in_place;
+  outer::OuterState work;
+  if (!offer.from_held) {
+    work.anchor = std::move(r.anchor());
+    work.momentum = std::move(r.momentum());
+  } else if (!in_place) {
+    work.anchor = held->anchor;
+    work.momentum = held->momentum;
+  }
+  outer::OuterState& state = in_place ? *own.state : work;
+  Status out;
+  for (std::size_t i = 0; i < entries.size() && out.ok(); ++i) {
+    const StateDeltaOffer& d = offer.deltas[i];
+    auto digest = step_round_delta(state, entries[i], steps_->pipeline, steps_->outer);
     if (!digest.ok()) out = digest.status();
     else if (*digest != d.digest)
       out = Status(Err::mismatch, cat("round ", d.round, " from ", r.peer(), "'s round log gives anchor ", *digest,
                                       ", the committed one is ", d.digest));
-    else {
-      state.round = d.round;
-      if (offer.from_held) stepped_.push_back(std::move(*entry));
-    }
+    // A step that failed before changing anything (the first entry did not
+    // fit or decode) leaves the state as it was; any other has changed it.
+    if (!out.ok()) lost = in_place && (i > 0 || out.code() == Err::mismatch);
   }
-  if (!out.ok()) stepped_.clear();
-  // The stepped state replaces the frames'; on failure the transfer is void anyway.
-  r.anchor() = std::move(state.anchor);
-  r.momentum() = std::move(state.momentum);
+  if (!out.ok()) return out;
+  if (offer.from_held) stepped_ = std::move(entries);
+  if (in_place) {
+    stepped_in_place_ = own.state;
+  } else {
+    // The stepped state replaces the frames'.
+    r.anchor() = std::move(work.anchor);
+    r.momentum() = std::move(work.momentum);
+  }
   return out;
 }
 

@@ -60,10 +60,26 @@ struct StateFrameOutcome {
   std::string error;
   std::uint64_t round = 0;   ///< arrived: the state's round
   std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
+  /// failed: this site's own state was being stepped in place when the
+  /// transfer failed, and is no committed round's now (never so with an
+  /// honest holder: its entries are checked before the first step).
+  bool state_lost = false;
   std::vector<std::string> share_done;  ///< progress: holders whose shares are all in now
   /// progress: accepts to send, for frames no holder was asked for (the
   /// holders that were to take them did not offer) once a share is in.
   std::vector<AcceptTo> accepts;
+};
+
+/// This site's own state, for an offer `from_held`: the rounds it carries
+/// are stepped on it. `in_place`: where it lies, which saves a copy of the
+/// anchor and the momentum (8 bytes a parameter at the peak of a catch-up,
+/// 560 GB at 70B) but changes it before install(); the caller allows it
+/// only when nothing else reads it meanwhile (no trainer keeps it as its
+/// base, no exchange or checkpoint reads it). Else a copy is stepped and
+/// the state is untouched until install().
+struct OwnState {
+  outer::OuterState* state = nullptr;
+  bool in_place = false;
 };
 
 /// How this job steps a committed round's entry (the live round's
@@ -158,16 +174,20 @@ class StateTransfers {
   /// accepts widening their shares); else they wait for the next one.
   std::vector<AcceptTo> release(const std::string& peer, bool hand_out = true);
   /// A state frame. The last one of an offer that carries rounds after
-  /// its state steps them (set_round_steps()'s way), on `held` (this
-  /// site's state, unchanged) when the offer is from it, each to the
-  /// committed digest the offer names.
+  /// its state steps them (set_round_steps()'s way), on `own` (this site's
+  /// state; see OwnState) when the offer is from it, each to the committed
+  /// digest the offer names. Every entry is checked against the offer
+  /// before the first step.
   StateFrameOutcome on_frame(const std::string& peer, const transport::FrameHeader& header,
-                             std::span<const std::byte> payload, const outer::OuterState* held = nullptr);
+                             std::span<const std::byte> payload, OwnState own = {});
   /// How this job steps an entry; without it, offers that carry entries are refused.
   void set_round_steps(RoundSteps steps) { steps_ = std::move(steps); }
   /// Moves the complete, checked transfer into `state` (job, round, anchor,
   /// momentum, layout: the sender's, else `known` if it fits, else one flat
-  /// tensor). Errors: internal (nothing complete to install).
+  /// tensor). After entries stepped in place, `state` must be the state
+  /// they were stepped on (its anchor and momentum are the result already).
+  /// Errors: internal (nothing complete to install, or another state than
+  /// the one stepped in place).
   Result<InstalledState> install(outer::OuterState& state, const Layout& known, Clock::time_point now);
   /// The holders of the transfer whose shares were completed since the
   /// last call (by frames, or by a change of shares that left them none).
@@ -176,6 +196,7 @@ class StateTransfers {
   void drop() {
     receiving_.reset();
     stepped_.clear();
+    stepped_in_place_ = nullptr;
   }
   bool receiving() const { return receiving_.has_value(); }
 
@@ -200,8 +221,10 @@ class StateTransfers {
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these
   std::optional<RoundSteps> steps_;
   std::vector<RoundDelta> stepped_;  ///< the complete transfer's entries, stepped on this site's own state
-  /// The complete transfer's entries stepped on its base. Errors: why not.
-  Status step_entries(const outer::OuterState* held);
+  const outer::OuterState* stepped_in_place_ = nullptr;  ///< the own state they were stepped on, in place
+  /// The complete transfer's entries stepped on its base. Errors: why not
+  /// (`lost`: the own state was changed in place before the failure).
+  Status step_entries(OwnState own, bool& lost);
   /// The accepts that carry changed shares.
   std::vector<AcceptTo> accepts(const StateReceiver::Shares& shares) const;
 };

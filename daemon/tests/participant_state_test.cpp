@@ -313,6 +313,34 @@ TEST_CASE("STATE_SYNC: rounds offered on a state this site no longer holds are n
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
 }
 
+TEST_CASE("STATE_SYNC: rounds stepped in place that give another anchor leave nothing held: the whole state is asked for") {
+  ParticipantMachine m(options("a"), HeldState{4, kDigest1}, HeldState{6, kDigest2}, 0, t0);
+  (void)m.step(t0);
+  StateOfferMessage rounds = offer(6, kDigest2);
+  rounds.base_round = 4;
+  rounds.base_digest = kDigest1;
+  rounds.from_held = true;
+  m.on_state_offer("b", rounds, t0);
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
+  SECTION("the state is lost: the next request names no round held, and an offer on it is not taken") {
+    m.on_state_failed("round 5 from b's round log gives anchor x, the committed one is y", true);
+    (void)m.step(t0 + 100ms);
+    const auto asked = m.step(t0 + 1100ms);
+    const auto& request = sent<StateRequestMessage>(asked);
+    CHECK_FALSE(request.held_round);
+    m.on_state_offer("c", rounds, t0 + 1200ms);
+    CHECK(kinds(m.step(t0 + 1200ms)).empty());
+    m.on_state_offer("c", offer(6, kDigest2), t0 + 1300ms);
+    CHECK(kinds(m.step(t0 + 1300ms)) == std::vector<std::string>{"receive from c"});
+  }
+  SECTION("a failure that left the state as it was: the next request still names it") {
+    m.on_state_failed("round 5's Δ from b is damaged", false);
+    (void)m.step(t0 + 100ms);
+    const auto asked = m.step(t0 + 1100ms);
+    CHECK(sent<StateRequestMessage>(asked).held_round == std::optional<std::uint64_t>(4));
+  }
+}
+
 TEST_CASE("STATE_SYNC: a slow link is not a stopped holder: the wait follows the gaps between its frames") {
   // Before any frame: four stall times (the first frames of every
   // connection cross the link together), then the next site is asked.

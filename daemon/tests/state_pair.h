@@ -31,7 +31,9 @@ struct Pair {
   std::unique_ptr<StateTransfers> a, b;
   std::vector<StateFrameOutcome::Kind> outcomes;
   std::string last_error;
-  const outer::OuterState* b_held = nullptr;  ///< b's own state, for offers from it (set on b's thread)
+  outer::OuterState* b_held = nullptr;  ///< b's own state, for offers from it (set on b's thread)
+  bool b_in_place = false;              ///< whether b steps such offers on it where it lies
+  bool last_lost = false;               ///< whether the last failure left b's own state stepped to no round
   std::unique_ptr<loopback::Federation> federation;
   std::vector<std::unique_ptr<loopback::Site>> sites;
 
@@ -46,9 +48,10 @@ struct Pair {
     b = std::make_unique<StateTransfers>("sync", 1, sites[1]->mesh(), chunk_values);
     sites[1]->call([this] {
       sites[1]->mesh().set_control_handler([this](const std::string& peer, const FrameHeader& h, Buffer payload) {
-        StateFrameOutcome out = b->on_frame(peer, h, payload, b_held);
+        StateFrameOutcome out = b->on_frame(peer, h, payload, OwnState{b_held, b_in_place});
         outcomes.push_back(out.kind);
         if (!out.error.empty()) last_error = out.error;
+        if (out.kind == StateFrameOutcome::failed) last_lost = out.state_lost;
         return Status();
       });
       return 0;

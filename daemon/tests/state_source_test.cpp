@@ -269,6 +269,64 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     return outcomes;
   };
 
+  SECTION("stepped in place: no copy of the state; installed into the state it was stepped on") {
+    outer::OuterState mine = at4;
+    on_b([&] {
+      p.b_in_place = true;
+      return 0;
+    });
+    const auto outcomes = send_from_held(mine);
+    CHECK(outcomes.back() == StateFrameOutcome::arrived);
+    // Stepped where it lies: the anchor is round 6's already, the round is set at install.
+    CHECK(mine.round == 4);
+    CHECK(same_bits(mine.anchor, live.anchor));
+    CHECK(same_bits(mine.momentum, live.momentum));
+    outer::OuterState other = at4;
+    auto refused = on_b([&] { return p.b->install(other, {}, {}); });
+    CHECK(refused.status().code() == Err::internal);
+    CHECK(same_bits(other.anchor, at4.anchor));
+    auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
+    REQUIRE(installed.ok());
+    CHECK(installed->round == 6);
+    CHECK_THAT(installed->note, Catch::EndsWith(" (as rounds 5..6 of the round log, on round 4), stepped where this "
+                                                "site's state lies"));
+    CHECK(installed->entries.size() == 2);
+    CHECK(mine.round == 6);
+    CHECK(same_bits(mine.anchor, live.anchor));
+    CHECK(same_bits(mine.momentum, live.momentum));
+  }
+
+  // In place, round `wrong`'s step gives another anchor than the committed one.
+  auto lost_at = [&](std::size_t wrong) {
+    on_b([&] {
+      p.b_in_place = true;
+      return 0;
+    });
+    outer::OuterState mine = at4;
+    const auto outcomes = send_from_held(mine, [&](StateOfferMessage& o) { o.deltas[wrong].digest = "00000000deadbeef"; });
+    CHECK(outcomes.back() == StateFrameOutcome::failed);
+    CHECK(on_b([&] { return p.last_lost; }));
+    CHECK_THAT(on_b([&] { return p.last_error; }),
+               Catch::Contains(cat("round ", 5 + wrong, " from a's round log gives anchor ")));
+    CHECK_FALSE(same_bits(mine.anchor, at4.anchor));  // changed where it lay: the caller drops it
+  };
+  SECTION("in place, the first round's step gives another anchor: the state is lost, and it says so") { lost_at(0); }
+  SECTION("in place, the second round's step gives another anchor: the state is lost") { lost_at(1); }
+
+  SECTION("in place, an entry that fails its checks before any step leaves the state as it was") {
+    flip_byte(log->file(6), 10);  // the second entry: the first is checked and not stepped either
+    on_b([&] {
+      p.b_in_place = true;
+      return 0;
+    });
+    outer::OuterState mine = at4;
+    CHECK(send_from_held(mine).back() == StateFrameOutcome::failed);
+    CHECK_FALSE(on_b([&] { return p.last_lost; }));
+    CHECK_THAT(on_b([&] { return p.last_error; }), Catch::Contains("round 6's Δ from a is damaged"));
+    CHECK(same_bits(mine.anchor, at4.anchor));
+    CHECK(same_bits(mine.momentum, at4.momentum));
+  }
+
   SECTION("a damaged entry voids the transfer, naming the round and the holder") {
     flip_byte(log->file(5), 10);  // in a chunk: the header still reads, the frames carry the damage
     outer::OuterState mine = at4;

@@ -29,7 +29,7 @@ args = arguments(__doc__, rounds=24, width=2048, rate="8M", steps=10, bound_fact
 NAME = "slow-rejoin"
 RECEIVED = re.compile(r"state of round (\d+) received from ([a-z, -]+?)(?: \(\d+ of its \d+ frames kept from before "
                       r"the transfer stalled\))?: (\d+) parameters, (\d+) bytes in ([0-9.]+) s \([0-9.]+ MB/s\), "
-                      r"anchor [0-9a-f]+( \(as [^)]*\))?")
+                      r"anchor [0-9a-f]+( \(as [^)]*\))?(, stepped where this site's state lies)?")
 BAD = ("checksum mismatch", "transfer abandoned", "moved past round", "abandoned:")
 
 
@@ -42,7 +42,8 @@ def rate_bytes(text):
 def rejoin(fed, commits, lose_disk):
     """Kills site-c, lets two rounds pass, and starts it again (with its
     checkpoint and round log deleted when `lose_disk`: a replaced machine)
-    until it trains with the others. Returns what its log says it took."""
+    until it trains with the others. Returns what its log says it took, and
+    (with its disk) the most memory its daemon held through the catch-up."""
     c = fed["site-c"]
     c.kill()
     commits.wait_round(commits.poll() + 2, 120, "two rounds without site-c")
@@ -54,13 +55,21 @@ def rejoin(fed, commits, lose_disk):
     before = commits.poll()
     c.start()
     restarted = time.monotonic()
-    if not lose_disk:
-        rebuilt_after_install(fed, c, size)
+    peak = None if lose_disk else rebuilt_after_install(fed, c, size)
     contributes_after(fed, c, before, seconds=600)  # its work is in a round again
     took = time.monotonic() - restarted
     transfers = list(RECEIVED.finditer(open(c.log_path).read()[size:]))
     assert transfers, "site-c took no state"
-    return before, commits.poll(), took, transfers
+    return before, commits.poll(), took, transfers, peak
+
+
+def peak_bytes(pid):
+    """The most memory the process has held (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def rebuilt_after_install(fed, c, size):
@@ -70,6 +79,7 @@ def rebuilt_after_install(fed, c, size):
     the installed round from its older checkpoint through those entries."""
     kept = re.compile(r"rounds (\d+)\.\.(\d+) are kept in this site's round log")
     fed.wait_for(lambda: kept.search(open(c.log_path).read()[size:]), 120, "site-c to keep the installed rounds")
+    peak = peak_bytes(c.process.pid)
     c.kill()
     text = open(c.log_path).read()[size:]
     first, installed = (int(x) for x in kept.search(text).groups())
@@ -83,6 +93,7 @@ def rebuilt_after_install(fed, c, size):
         f"site-c replayed rounds {frm}..{to} on its checkpoint of round {on}, not through rounds {first}..{installed}"
     print(f"site-c kept rounds {first}..{installed} of the installed state in its round log; killed at once and "
           f"started again, it replayed rounds {frm}..{to} on its checkpoint of round {on}", flush=True)
+    return peak
 
 
 def check_transfers(transfers, per_link, whole_first):
@@ -94,13 +105,16 @@ def check_transfers(transfers, per_link, whole_first):
     else:
         assert not whole, "the whole state was taken though site-c's disk held a committed round:\n" + \
             "\n".join(m.group(0) for m in whole)
+        # Nothing else reads its state while it catches up: no copy of it is stepped.
+        assert transfers[0].group(7), "site-c stepped the rounds it was sent on a copy of its state:\n" + \
+            transfers[0].group(0)
     lines = []
     for m in transfers:
         senders = [s for s in re.split(r", | and ", m.group(2)) if s]
         nbytes, seconds = int(m.group(4)), float(m.group(5))
         bound = nbytes / (per_link * len(senders))
         lines.append(f"  round {m.group(1)}: {nbytes} bytes from {len(senders)} holder(s) in {seconds:.2f} s, "
-                     f"bound {bound:.2f} s ({seconds / bound:.2f}x){m.group(6) or ''}")
+                     f"bound {bound:.2f} s ({seconds / bound:.2f}x){m.group(6) or ''}{m.group(7) or ''}")
         if args.bound_factor > 0:
             assert seconds <= args.bound_factor * bound + 1.0, f"over {args.bound_factor}x the bound: {lines[-1]}"
     print("\n".join(lines), flush=True)
@@ -122,7 +136,11 @@ def body():
             fed.proxy.set(link_name(peer, "site-c"), both={"rate": args.rate})
         results = []
         for lose_disk in (False, True):
-            before, after, took, transfers = rejoin(fed, commits, lose_disk)
+            before, after, took, transfers, peak = rejoin(fed, commits, lose_disk)
+            if peak:
+                params = int(transfers[0].group(3))
+                print(f"site-c's daemon held at most {peak / params:.1f} bytes a parameter (VmHWM, {peak} bytes) "
+                      f"from its start through the catch-up", flush=True)
             print(f"site-c back {'without' if lose_disk else 'with'} its disk after round {before}: trains again "
                   f"{took:.1f} s later, at round {after}", flush=True)
             catch_ups = check_transfers(transfers, per_link, whole_first=lose_disk)

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <spdlog/spdlog.h>
+#include <utility>
 
 #include "common/digest.h"
 #include "daemon/job_util.h"
@@ -401,6 +402,8 @@ void JobRun::execute(ParticipantAction& action) {
             machine_->on_logged_applied(applied, lost);
           },
           [&](KeepTrainerAnchor& k) {
+            // Copied already, just before the rounds of the install were stepped in place.
+            if (std::exchange(base_kept_for_install_, false)) return;
             if (!late_anchor_.empty()) {
               spdlog::error("[{}] internal: the trainer's older anchor is kept already", spec_.name);
               return;

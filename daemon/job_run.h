@@ -344,6 +344,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// straggler, or a site that caught up while its trainer trained); empty
   /// when the trainer trains from state_.anchor.
   std::vector<float> late_anchor_;
+  /// late_anchor_ was copied just before rounds sent by a peer were stepped
+  /// in place on state_ (the trainer's base), ahead of the machine's
+  /// KeepTrainerAnchor for that install, which it stands for.
+  bool base_kept_for_install_ = false;
   std::span<const float> trainer_anchor() const {
     return late_anchor_.empty() ? std::span<const float>(state_.anchor) : std::span<const float>(late_anchor_);
   }

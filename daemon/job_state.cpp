@@ -7,6 +7,7 @@
 #include <asio/detached.hpp>
 #include <filesystem>
 #include <spdlog/spdlog.h>
+#include <utility>
 
 #include "common/digest.h"
 #include "daemon/job_run.h"
@@ -175,14 +176,23 @@ void JobRun::send_accepts(const std::vector<AcceptTo>& accepts) {
 void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeader& header,
                             std::span<const std::byte> payload) {
   // Rounds sent on this site's own state are stepped where it lies unless
-  // something still reads it: a trainer that keeps it as the base of its
-  // phase (the machine keeps a copy for it at install), an exchange, or a
-  // checkpoint being written. No copy of anchor and momentum: 8 bytes a
-  // parameter less at the peak of a catch-up. Only while the machine
-  // catches up, so that a complete transfer is installed at once.
-  const bool in_place = machine_->where() == ParticipantMachine::Where::catching_up &&
-                        machine_->trainer_round() != state_.round + 1 && !exchange_running_ && !checkpoint_write_;
-  StateFrameOutcome out = transfers_->on_frame(peer, header, payload, OwnState{&state_, in_place});
+  // something still reads it: an exchange, or a checkpoint being written.
+  // No copy of anchor and momentum: 8 bytes a parameter less at the peak
+  // of a catch-up. A trainer whose phase started from this anchor keeps it
+  // as its base: only the anchor is copied for it, just before the first
+  // step (what the machine's KeepTrainerAnchor at install would keep).
+  // Only while the machine catches up, so that a complete transfer is
+  // installed at once.
+  const bool trainer_base = machine_->trainer_round() == state_.round + 1;
+  OwnState own{&state_, machine_->where() == ParticipantMachine::Where::catching_up && !exchange_running_ &&
+                            !checkpoint_write_ && (!trainer_base || late_anchor_.empty()),
+               {}};
+  if (own.in_place && trainer_base)
+    own.before_step = [this] {
+      late_anchor_ = state_.anchor;
+      base_kept_for_install_ = true;
+    };
+  StateFrameOutcome out = transfers_->on_frame(peer, header, payload, std::move(own));
   switch (out.kind) {
     case StateFrameOutcome::dropped:
       spdlog::debug("[{}] state frame {} from {} dropped: no transfer from it in progress", spec_.name, header.chunk,
@@ -194,6 +204,10 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
                       "from a peer",
                       spec_.name, out.error);
         drop_lost_state();
+      }
+      if (base_kept_for_install_) {  // no install: the copy stands for nothing
+        base_kept_for_install_ = false;
+        late_anchor_ = std::vector<float>();
       }
       machine_->on_state_failed(out.error, out.state_lost);
       break;
@@ -209,6 +223,11 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
 
 void JobRun::install_state() {
   finish_checkpoint();  // the state a checkpoint reads is replaced below
+  if (std::exchange(base_kept_for_install_, false)) {
+    spdlog::error("[{}] internal: a trainer's base was kept for an install the machine did not keep it for",
+                  spec_.name);
+    late_anchor_ = std::vector<float>();
+  }
   auto installed = transfers_->install(state_, host_->snapshot().layout, Clock::now());
   if (!installed.ok()) {
     spdlog::error("[{}] {}", spec_.name, installed.status().message());

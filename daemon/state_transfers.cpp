@@ -293,6 +293,7 @@ Status StateTransfers::step_entries(OwnState own, bool& lost) {
     work.momentum = held->momentum;
   }
   outer::OuterState& state = in_place ? *own.state : work;
+  if (in_place && own.before_step) own.before_step();
   Status out;
   for (std::size_t i = 0; i < entries.size() && out.ok(); ++i) {
     const StateDeltaOffer& d = offer.deltas[i];

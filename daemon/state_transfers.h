@@ -12,6 +12,7 @@
 
 #include <asio/awaitable.hpp>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,12 +75,15 @@ struct StateFrameOutcome {
 /// are stepped on it. `in_place`: where it lies, which saves a copy of the
 /// anchor and the momentum (8 bytes a parameter at the peak of a catch-up,
 /// 560 GB at 70B) but changes it before install(); the caller allows it
-/// only when nothing else reads it meanwhile (no trainer keeps it as its
-/// base, no exchange or checkpoint reads it). Else a copy is stepped and
-/// the state is untouched until install().
+/// only when nothing else reads it meanwhile (no exchange or checkpoint;
+/// a trainer's base it copies in `before_step`). Else a copy is stepped
+/// and the state is untouched until install().
 struct OwnState {
   outer::OuterState* state = nullptr;
   bool in_place = false;
+  /// In place: called once the entries are checked, just before the first
+  /// step (the caller keeps what it still needs of the state: a trainer's base).
+  std::function<void()> before_step;
 };
 
 /// How this job steps a committed round's entry (the live round's

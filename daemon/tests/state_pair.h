@@ -48,7 +48,7 @@ struct Pair {
     b = std::make_unique<StateTransfers>("sync", 1, sites[1]->mesh(), chunk_values);
     sites[1]->call([this] {
       sites[1]->mesh().set_control_handler([this](const std::string& peer, const FrameHeader& h, Buffer payload) {
-        StateFrameOutcome out = b->on_frame(peer, h, payload, OwnState{b_held, b_in_place});
+        StateFrameOutcome out = b->on_frame(peer, h, payload, OwnState{b_held, b_in_place, {}});
         outcomes.push_back(out.kind);
         if (!out.error.empty()) last_error = out.error;
         if (out.kind == StateFrameOutcome::failed) last_lost = out.state_lost;

@@ -105,9 +105,10 @@ def check_transfers(transfers, per_link, whole_first):
     else:
         assert not whole, "the whole state was taken though site-c's disk held a committed round:\n" + \
             "\n".join(m.group(0) for m in whole)
-        # Nothing else reads its state while it catches up: no copy of it is stepped.
-        assert transfers[0].group(7), "site-c stepped the rounds it was sent on a copy of its state:\n" + \
-            transfers[0].group(0)
+    # Nothing else reads its state while it catches up (a trainer's base is
+    # copied apart): no copy of anchor and momentum is stepped.
+    copied = [m.group(0) for m in transfers if m not in whole and not m.group(7)]
+    assert not copied, "site-c stepped the rounds it was sent on a copy of its state:\n" + "\n".join(copied)
     lines = []
     for m in transfers:
         senders = [s for s in re.split(r", | and ", m.group(2)) if s]

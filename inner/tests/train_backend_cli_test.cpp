@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "inner/train/build_config.h"
+#include "inner/program/build_config.h"
 
 #if GEOLOCO_HAVE_CUDA
 #include <cuda_runtime_api.h>

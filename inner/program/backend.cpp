@@ -1,7 +1,7 @@
-#include "inner/train/backend.h"
+#include "inner/program/backend.h"
 
 #include "inner/collective/shm_collective.h"
-#include "inner/train/build_config.h"
+#include "inner/program/build_config.h"
 #include "inner/train/trainer.h"
 
 #if GEOLOCO_HAVE_CUDA

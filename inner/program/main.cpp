@@ -24,7 +24,7 @@
 #include "common/digest.h"
 #include "inner/collective/launch.h"
 #include "inner/cpu/blas.h"
-#include "inner/train/backend.h"
+#include "inner/program/backend.h"
 #include "inner/train/bench.h"
 #include "inner/train/fault_injection.h"
 #include "inner/train/run_training.h"

@@ -130,10 +130,14 @@ Result<std::vector<AllReduceBenchRow>> run_allreduce_bench(const AllReduceBenchO
 
 void print_allreduce_json(const std::vector<AllReduceBenchRow>& rows, std::ostream& out) {
   for (const auto& r : rows) {
-    nlohmann::json j{{"system", r.system},         {"sites", r.sites},
-                     {"size_bytes", r.size_bytes}, {"bytes_sent_per_site", r.bytes_sent},
-                     {"seconds", r.seconds},       {"gbit_per_s_per_site", r.gbit_per_s},
-                     {"rate_mbit", r.rate_mbit},   {"bound_seconds", r.bound_seconds},
+    nlohmann::json j{{"system", r.system},
+                     {"sites", r.sites},
+                     {"size_bytes", r.size_bytes},
+                     {"bytes_sent_per_site", r.bytes_sent},
+                     {"seconds", r.seconds},
+                     {"gbit_per_s_per_site", r.gbit_per_s},
+                     {"rate_mbit", r.rate_mbit},
+                     {"bound_seconds", r.bound_seconds},
                      {"ratio_to_bound", r.ratio_to_bound}};
     if (r.io_threads > 0) {
       j["io_threads"] = r.io_threads;
@@ -160,25 +164,23 @@ void print_allreduce_table(const std::vector<AllReduceBenchRow>& rows, std::ostr
   }
   out << std::fixed << std::setprecision(2);
   if (g.rate_mbit > 0) {
-    out << "bound 2(N-1)/N x size / rate: " << std::setprecision(3) << g.bound_seconds << " s; measured / bound: "
-        << std::setprecision(3) << g.ratio_to_bound << "  (target <= 1.15: " << (g.ratio_to_bound <= 1.15 ? "met" : "MISSED")
-        << ")\n";
+    out << "bound 2(N-1)/N x size / rate: " << std::setprecision(3) << g.bound_seconds
+        << " s; measured / bound: " << std::setprecision(3) << g.ratio_to_bound
+        << "  (target <= 1.15: " << (g.ratio_to_bound <= 1.15 ? "met" : "MISSED") << ")\n";
   } else {
     const bool tls = g.system == "geoloco";
     if (tls)
-      out << "TLS payload per site: " << g.gbit_per_s / 8 << " GB/s  (target >= 1 GB/s: "
-          << (g.gbit_per_s / 8 >= 1.0 ? "met" : "MISSED") << ")\n";
-    else
-      out << "plain TCP payload per site: " << g.gbit_per_s / 8 << " GB/s (no TLS: what the rest costs)\n";
+      out << "TLS payload per site: " << g.gbit_per_s / 8
+          << " GB/s  (target >= 1 GB/s: " << (g.gbit_per_s / 8 >= 1.0 ? "met" : "MISSED") << ")\n";
+    else out << "plain TCP payload per site: " << g.gbit_per_s / 8 << " GB/s (no TLS: what the rest costs)\n";
     // What the CPU allows: with every core busy, sites * cost per GB = cores.
     out << "CPU cost: " << std::setprecision(2) << g.cpu_seconds_per_gb << " core-seconds per GB a site sends ("
         << g.io_threads << " I/O threads per site); on " << g.cores << " cores, " << g.sites
         << " sites can send at most " << g.cores / (g.sites * g.cpu_seconds_per_gb) << " GB/s each\n";
     if (rows.size() > 1)
-      out << g.system << (tls ? " (TLS)" : " (plain TCP)") << " / gloo ring (plain TCP) time: "
-          << g.seconds / rows[1].seconds << " x\n";
-    else if (!have_gloo())
-      out << "gloo comparison: not built (install libgloo-dev and reconfigure)\n";
+      out << g.system << (tls ? " (TLS)" : " (plain TCP)")
+          << " / gloo ring (plain TCP) time: " << g.seconds / rows[1].seconds << " x\n";
+    else if (!have_gloo()) out << "gloo comparison: not built (install libgloo-dev and reconfigure)\n";
   }
   out << std::defaultfloat;
 }

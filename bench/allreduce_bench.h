@@ -20,14 +20,14 @@ struct AllReduceBenchOptions {
   double rate_mbit = 0;                 ///< per-site egress cap in Mbit/s; 0 = none
   int repeats = 3;                      ///< timed runs; the fastest counts
   int connections_per_peer = 4;
-  int io_threads = 4;                   ///< threads per site that run its connections (TransportOptions::io_threads)
+  int io_threads = 4;  ///< threads per site that run its connections (TransportOptions::io_threads)
   std::uint64_t chunk_elements = 1u << 18;  ///< values per chunk (frame), the transport's default
-  bool compare_gloo = true;             ///< also time Gloo (when built with it), uncapped runs only
-  bool plaintext = false;               ///< plain TCP instead of TLS, to show what TLS costs
+  bool compare_gloo = true;                 ///< also time Gloo (when built with it), uncapped runs only
+  bool plaintext = false;                   ///< plain TCP instead of TLS, to show what TLS costs
 };
 
 struct AllReduceBenchRow {
-  std::string system;           ///< "geoloco" or "gloo-ring-tcp"
+  std::string system;  ///< "geoloco" or "gloo-ring-tcp"
   int sites = 0;
   std::uint64_t size_bytes = 0;
   std::uint64_t bytes_sent = 0;  ///< per site (geoloco: the most any site sent)
@@ -36,12 +36,12 @@ struct AllReduceBenchRow {
   double bound_seconds = 0;      ///< 2 (N-1)/N * size / rate; 0 without a cap
   double ratio_to_bound = 0;     ///< seconds / bound_seconds; 0 without a cap
   double rate_mbit = 0;
-  int io_threads = 0;            ///< geoloco: each site's connection threads
+  int io_threads = 0;  ///< geoloco: each site's connection threads
   /// geoloco: CPU seconds (all threads, user + system, the kernel's TCP work
   /// included) per GB that a site sends, over the fastest run. With C cores,
   /// N sites can send at most C / (N x this) GB/s each.
   double cpu_seconds_per_gb = 0;
-  unsigned cores = 0;            ///< cores this process may use
+  unsigned cores = 0;  ///< cores this process may use
 };
 
 /// Errors: invalid_argument (options), or the all-reduce's own error.

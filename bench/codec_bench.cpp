@@ -97,24 +97,24 @@ Result<std::vector<CodecBenchRow>> run_codec_bench(const CodecBenchOptions& opti
       err += d * d;
       ref += static_cast<double>(input[i]) * input[i];
     }
-    rows.push_back({c.name, bytes / encode_s / 1e9, bytes / decode_s / 1e9, bytes / encoded_bytes,
-                    std::sqrt(err / ref), memcpy_gbps});
+    rows.push_back({c.name, bytes / encode_s / 1e9, bytes / decode_s / 1e9, bytes / encoded_bytes, std::sqrt(err / ref),
+                    memcpy_gbps});
   }
   return rows;
 }
 
 void print_codec_json(const std::vector<CodecBenchRow>& rows, std::ostream& out) {
   for (const auto& r : rows) {
-    nlohmann::json j{{"codec", r.codec},     {"encode_gbps", r.encode_gbps},   {"decode_gbps", r.decode_gbps},
-                     {"ratio", r.ratio},     {"rel_l2_error", r.rel_l2_error}, {"memcpy_gbps", r.memcpy_gbps}};
+    nlohmann::json j{{"codec", r.codec}, {"encode_gbps", r.encode_gbps},   {"decode_gbps", r.decode_gbps},
+                     {"ratio", r.ratio}, {"rel_l2_error", r.rel_l2_error}, {"memcpy_gbps", r.memcpy_gbps}};
     out << j.dump() << '\n';
   }
 }
 
 void print_codec_table(const std::vector<CodecBenchRow>& rows, std::size_t size_bytes, std::ostream& out) {
   out << "codecs on " << size_bytes / (1u << 20) << " MiB of fp32 pseudo-gradient, 1 Mi-value chunks, one core\n";
-  out << std::left << std::setw(30) << "codec" << std::right << std::setw(12) << "enc GB/s" << std::setw(10) << "x memcpy"
-      << std::setw(12) << "dec GB/s" << std::setw(10) << "ratio" << std::setw(14) << "rel L2 err" << '\n';
+  out << std::left << std::setw(30) << "codec" << std::right << std::setw(12) << "enc GB/s" << std::setw(10)
+      << "x memcpy" << std::setw(12) << "dec GB/s" << std::setw(10) << "ratio" << std::setw(14) << "rel L2 err" << '\n';
   for (const auto& r : rows) {
     out << std::left << std::setw(30) << r.codec << std::right << std::fixed << std::setprecision(2) << std::setw(12)
         << r.encode_gbps << std::setw(10) << r.encode_gbps / r.memcpy_gbps << std::setw(12) << r.decode_gbps

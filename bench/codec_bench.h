@@ -21,12 +21,12 @@ struct CodecBenchOptions {
 };
 
 struct CodecBenchRow {
-  std::string codec;          ///< the chain, e.g. "topk(0.01)|quantize(4)|zstd"
-  double encode_gbps = 0;     ///< fp32 input bytes / encode seconds / 1e9
-  double decode_gbps = 0;     ///< fp32 output bytes / decode seconds / 1e9
-  double ratio = 0;           ///< fp32 bytes / encoded bytes (headers included)
-  double rel_l2_error = 0;    ///< ||x - D(C(x))|| / ||x||
-  double memcpy_gbps = 0;     ///< memcpy of the same buffer, same run
+  std::string codec;        ///< the chain, e.g. "topk(0.01)|quantize(4)|zstd"
+  double encode_gbps = 0;   ///< fp32 input bytes / encode seconds / 1e9
+  double decode_gbps = 0;   ///< fp32 output bytes / decode seconds / 1e9
+  double ratio = 0;         ///< fp32 bytes / encoded bytes (headers included)
+  double rel_l2_error = 0;  ///< ||x - D(C(x))|| / ||x||
+  double memcpy_gbps = 0;   ///< memcpy of the same buffer, same run
 };
 
 /// Runs every codec. Errors: invalid_argument (size below one chunk of

@@ -89,8 +89,7 @@ std::string read_all(int fd) {
 
 Result<double> gloo_allreduce_seconds(int ranks, std::size_t count, int repeats) {
   std::string pattern = (std::filesystem::temp_directory_path() / "geoloco-gloo-XXXXXX").string();
-  GEOLOCO_RETURN_IF(::mkdtemp(pattern.data()) == nullptr, Err::io, "gloo baseline: mkdtemp: ",
-                    std::strerror(errno));
+  GEOLOCO_RETURN_IF(::mkdtemp(pattern.data()) == nullptr, Err::io, "gloo baseline: mkdtemp: ", std::strerror(errno));
   const std::string store_dir = pattern;
   std::cout.flush();
   std::cerr.flush();

@@ -51,7 +51,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   codecs->add_option("--size", options->size_bytes, "fp32 buffer size in bytes (suffixes k M G, Ki Mi Gi)")
       ->transform(size_in_bytes())
       ->capture_default_str();
-  codecs->add_option("--repeats", options->repeats, "timed passes per figure; the fastest counts")->capture_default_str();
+  codecs->add_option("--repeats", options->repeats, "timed passes per figure; the fastest counts")
+      ->capture_default_str();
   codecs->add_option("--seed", options->seed, "seed of the synthetic pseudo-gradient")->capture_default_str();
   codecs->add_flag("--json", *json, "one JSON object per codec and line");
   codecs->callback([&action, options, json] {
@@ -70,7 +71,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto ar = std::make_shared<bench::AllReduceBenchOptions>();
   auto ar_json = std::make_shared<bool>(false);
   auto* allreduce = bench->add_subcommand(
-      "allreduce", "Two-phase all-reduce over loopback TLS: bytes, seconds, Gbit/s per site vs. the link bound and Gloo");
+      "allreduce",
+      "Two-phase all-reduce over loopback TLS: bytes, seconds, Gbit/s per site vs. the link bound and Gloo");
   allreduce->add_option("--sites", ar->sites, "sites (threads in this process)")->capture_default_str();
   allreduce->add_option("--size", ar->size_bytes, "fp32 tensor size in bytes (suffixes k M G, Ki Mi Gi)")
       ->transform(size_in_bytes())
@@ -83,11 +85,11 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   allreduce->add_option("--io-threads", ar->io_threads, "threads per site that run its connections (TLS, hashing)")
       ->capture_default_str();
-  allreduce->add_option("--chunk-elements", ar->chunk_elements, "fp32 values per chunk (frame)")
-      ->capture_default_str();
+  allreduce->add_option("--chunk-elements", ar->chunk_elements, "fp32 values per chunk (frame)")->capture_default_str();
   allreduce->add_flag("--json", *ar_json, "one JSON object per system and line");
   allreduce->add_flag("!--no-baseline", ar->compare_gloo, "skip the Gloo baseline");
-  allreduce->add_flag("--plaintext", ar->plaintext, "plain TCP instead of TLS (shows what TLS costs; never in production)");
+  allreduce->add_flag("--plaintext", ar->plaintext,
+                      "plain TCP instead of TLS (shows what TLS costs; never in production)");
   allreduce->callback([&action, ar, ar_json] {
     action = [ar, ar_json] {
       auto rows = bench::run_allreduce_bench(*ar);

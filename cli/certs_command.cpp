@@ -47,8 +47,9 @@ void add_certs_command(CLI::App& app, Action& action) {
   });
 
   auto* issue = certs->add_subcommand(
-      "issue", "Issue a site's key and certificate, signed by the CA; into a directory that has them, a renewal "
-               "(the previous pair stays as .prev; reload the daemon to use the new one)");
+      "issue",
+      "Issue a site's key and certificate, signed by the CA; into a directory that has them, a renewal "
+      "(the previous pair stays as .prev; reload the daemon to use the new one)");
   issue->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
   issue->add_option("--site", args->site, "site name, as in the site and job files")->required();
   issue->add_option("--out", args->out, "directory for site.pem, site.key and ca.pem")->required();
@@ -67,8 +68,9 @@ void add_certs_command(CLI::App& app, Action& action) {
   });
 
   auto* revoke = certs->add_subcommand(
-      "revoke", "Add a site certificate to the federation's revocation list (CA_DIR/crl.pem); copy it to every "
-                "site's tls.crl and reload the daemons");
+      "revoke",
+      "Add a site certificate to the federation's revocation list (CA_DIR/crl.pem); copy it to every "
+      "site's tls.crl and reload the daemons");
   revoke->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
   revoke->add_option("--cert", args->cert, "the certificate to revoke (a site's site.pem)")->required();
   revoke->add_option("--crl-days", args->crl_days, "the list's validity in days (refresh it before then)")
@@ -85,8 +87,9 @@ void add_certs_command(CLI::App& app, Action& action) {
   });
 
   auto* crl = certs->add_subcommand(
-      "crl", "Sign the federation's revocation list (CA_DIR/crl.pem) anew with a later next update, or make an "
-             "empty one");
+      "crl",
+      "Sign the federation's revocation list (CA_DIR/crl.pem) anew with a later next update, or make an "
+      "empty one");
   crl->add_option("--ca", args->ca, "CA directory made by 'geoloco certs init'")->required();
   crl->add_option("--days", args->crl_days, "the list's validity in days")->capture_default_str();
   crl->callback([&action, args] {

@@ -273,9 +273,9 @@ void add_job_commands(CLI::App& app, Action& action) {
   status->add_option("job", args->job, "only this job");
   status->add_flag("--json", args->json, "print the daemon's reply as JSON, for scripts");
 
-  auto* watch = job_subcommand(app, action, args, "watch",
-                               "Follow a job: one line per committed round until it ends (exit 0: finished)",
-                               run_watch);
+  auto* watch =
+      job_subcommand(app, action, args, "watch",
+                     "Follow a job: one line per committed round until it ends (exit 0: finished)", run_watch);
   watch->add_option("job", args->job, "the job's name")->required();
 
   auto* cancel = job_subcommand(app, action, args, "cancel", "Cancel a job", run_cancel);

@@ -82,9 +82,7 @@ std::string percent_text(std::optional<double> share) {
   return format("%.1f%%", 100.0 * *share);
 }
 
-std::string count_text(std::optional<std::uint64_t> v) {
-  return v ? std::to_string(*v) : std::string("-");
-}
+std::string count_text(std::optional<std::uint64_t> v) { return v ? std::to_string(*v) : std::string("-"); }
 
 std::string bytes_text(const json& obj, const char* key) {
   auto v = number(obj, key);
@@ -138,8 +136,8 @@ std::string watch_round_line(const json& listed) {
   const std::string from = text(listed, "installed_from", "");
   json round = listed;
   if (!from.empty())
-    for (const char* own : {"bytes_sent", "compression_ratio", "compute_seconds", "waiting_seconds", "exchange_seconds",
-                            "compute_share"})
+    for (const char* own :
+         {"bytes_sent", "compression_ratio", "compute_seconds", "waiting_seconds", "exchange_seconds", "compute_share"})
       round.erase(own);
   const auto participants = names(round, "participants");
   const auto late = names(round, "late");
@@ -149,12 +147,12 @@ std::string watch_round_line(const json& listed) {
   if (auto fragment = count(round, "fragment")) number_text.append(":f").append(std::to_string(*fragment));
   std::string last = late.empty() ? "-" : join(late);
   if (!from.empty()) last.append(" (state from ").append(from).append(")");
-  return format(kWatchColumns, number_text.c_str(), sites.c_str(),
-                fixed(number(round, "loss"), 4).c_str(), fixed(number(round, "eval_loss"), 4).c_str(),
-                bytes_text(round, "bytes_sent").c_str(), fixed(number(round, "compression_ratio"), 1, "x").c_str(),
+  return format(kWatchColumns, number_text.c_str(), sites.c_str(), fixed(number(round, "loss"), 4).c_str(),
+                fixed(number(round, "eval_loss"), 4).c_str(), bytes_text(round, "bytes_sent").c_str(),
+                fixed(number(round, "compression_ratio"), 1, "x").c_str(),
                 fixed(number(round, "compute_seconds"), 1).c_str(), fixed(number(round, "waiting_seconds"), 1).c_str(),
-                fixed(number(round, "exchange_seconds"), 1).c_str(), percent_text(number(round, "compute_share")).c_str(),
-                last.c_str());
+                fixed(number(round, "exchange_seconds"), 1).c_str(),
+                percent_text(number(round, "compute_share")).c_str(), last.c_str());
 }
 
 std::string watch_event_line(const json& event) { return "# " + text(event, "event", ""); }
@@ -259,8 +257,7 @@ std::string join_group_hint() {
   return "  add your user to the geoloco group (sudo adduser $USER geoloco) and log in again";
 }
 
-std::vector<std::string> hung_up_lines(const std::string& command, const std::string& path,
-                                       const std::string& detail) {
+std::vector<std::string> hung_up_lines(const std::string& command, const std::string& path, const std::string& detail) {
   return {"geoloco " + command + ": geolocod at " + path + " closed the connection without an answer: " + detail,
           join_group_hint()};
 }

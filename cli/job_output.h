@@ -19,10 +19,10 @@ namespace geoloco::cli {
 /// Exit codes of the job commands (also the usage code of every command).
 enum JobExit : int {
   kExitOk = 0,
-  kExitRefused = 1,      ///< the daemon refused, or the job failed or was cancelled
-  kExitUsage = 2,        ///< bad arguments, an unreadable job file
-  kExitUnreachable = 3,  ///< no daemon at the socket, permission denied, connection lost
-  kExitInterrupted = 130 ///< Ctrl-C (128 + SIGINT), as a shell reports it
+  kExitRefused = 1,       ///< the daemon refused, or the job failed or was cancelled
+  kExitUsage = 2,         ///< bad arguments, an unreadable job file
+  kExitUnreachable = 3,   ///< no daemon at the socket, permission denied, connection lost
+  kExitInterrupted = 130  ///< Ctrl-C (128 + SIGINT), as a shell reports it
 };
 
 /// The control socket when no --socket is given: $GEOLOCO_CONTROL_SOCKET if
@@ -77,8 +77,7 @@ std::string join_group_hint();
 /// The daemon hung up on a user it does not admit before the request was
 /// even sent (its refusal line can be lost that way): what happened and
 /// join_group_hint().
-std::vector<std::string> hung_up_lines(const std::string& command, const std::string& path,
-                                       const std::string& detail);
+std::vector<std::string> hung_up_lines(const std::string& command, const std::string& path, const std::string& detail);
 
 /// Why `command` could not reach the daemon at `path`, given the errno of a
 /// connect() to it (0 when a connect works, `detail` then says what broke),

@@ -26,7 +26,7 @@ struct PlanArgs {
   std::string bandwidth = "1G";
   std::vector<std::string> site_bandwidths;  // NAME=RATE
   double rtt_ms = 100;
-  std::vector<std::string> pairs;            // A:B=RTT_MS[/RATE]
+  std::vector<std::string> pairs;  // A:B=RTT_MS[/RATE]
   std::uint64_t h = 500;
   std::uint32_t fragments = 1;
   std::optional<std::uint64_t> overlap;
@@ -121,10 +121,10 @@ std::string bytes(double b) {
 }
 
 nlohmann::json figures_json(const planner::Figures& f) {
-  nlohmann::json j = {{"round_seconds", f.round_seconds},     {"compute_seconds", f.compute_seconds},
+  nlohmann::json j = {{"round_seconds", f.round_seconds},       {"compute_seconds", f.compute_seconds},
                       {"exchange_seconds", f.exchange_seconds}, {"stall_seconds", f.stall_seconds},
-                      {"utilization", f.utilization},         {"bytes_per_site", f.bytes_per_site},
-                      {"bytes_per_pair", f.bytes_per_pair},   {"bytes_per_token", f.bytes_per_token}};
+                      {"utilization", f.utilization},           {"bytes_per_site", f.bytes_per_site},
+                      {"bytes_per_pair", f.bytes_per_pair},     {"bytes_per_token", f.bytes_per_token}};
   j["train_seconds"] = f.train_seconds ? nlohmann::json(*f.train_seconds) : nlohmann::json(nullptr);
   return j;
 }
@@ -132,10 +132,10 @@ nlohmann::json figures_json(const planner::Figures& f) {
 void print_text(const PlanArgs& a, const planner::PlanInput& in, const planner::Plan& p) {
   const auto& d = p.diloco;
   const auto& dp = p.data_parallel;
-  std::cout << "geoloco plan: " << a.parameters << " parameters, " << in.sites.size() << " sites, "
-            << in.step_seconds << " s per step, H = " << in.h << ", fragments " << in.fragments << ", overlap "
-            << in.overlap << (a.delayed ? " (delayed outer step)" : "") << ", compression " << in.compression
-            << "x, slowest RTT " << p.rtt_ms << " ms\n\n";
+  std::cout << "geoloco plan: " << a.parameters << " parameters, " << in.sites.size() << " sites, " << in.step_seconds
+            << " s per step, H = " << in.h << ", fragments " << in.fragments << ", overlap " << in.overlap
+            << (a.delayed ? " (delayed outer step)" : "") << ", compression " << in.compression << "x, slowest RTT "
+            << p.rtt_ms << " ms\n\n";
   auto row = [](const std::string& what, const std::string& x, const std::string& y) {
     std::cout << "  " << std::left << std::setw(36) << what << std::setw(22) << x << y << '\n';
   };
@@ -166,9 +166,8 @@ void print_text(const PlanArgs& a, const planner::PlanInput& in, const planner::
     row(a.tokens.size() <= 14 ? "time to train " + a.tokens + " tokens" : "time to train the tokens",
         duration(*d.train_seconds), duration(*dp.train_seconds));
   const double bw = p.bottleneck.bandwidth;
-  std::cout << "\n  DiLoCo's exchange is set by " << p.bottleneck.link << " ("
-            << (bw >= 1e9 ? bw / 1e9 : bw / 1e6) << (bw >= 1e9 ? " Gbit/s" : " Mbit/s")
-            << "); data parallelism sends " << std::fixed << std::setprecision(0)
+  std::cout << "\n  DiLoCo's exchange is set by " << p.bottleneck.link << " (" << (bw >= 1e9 ? bw / 1e9 : bw / 1e6)
+            << (bw >= 1e9 ? " Gbit/s" : " Mbit/s") << "); data parallelism sends " << std::fixed << std::setprecision(0)
             << dp.bytes_per_site * in.h / in.fragments / d.bytes_per_site << "x the bytes for the same steps\n"
             << std::defaultfloat << std::setprecision(6);
   const auto& r = p.site;
@@ -194,8 +193,9 @@ void print_text(const PlanArgs& a, const planner::PlanInput& in, const planner::
 void add_plan_command(CLI::App& app, Action& action) {
   auto a = std::make_shared<PlanArgs>();
   auto* plan = app.add_subcommand(
-      "plan", "Predict a DiLoCo job's round time, compute utilization, bytes per link and time to train, next to "
-              "data parallelism's, from the model size, step time, sites and links; warn when a link cannot keep up");
+      "plan",
+      "Predict a DiLoCo job's round time, compute utilization, bytes per link and time to train, next to "
+      "data parallelism's, from the model size, step time, sites and links; warn when a link cannot keep up");
   plan->add_option("--params", a->parameters, "the model's parameters, with k, M, G or T (7G, 1.3e9)")->required();
   plan->add_option("--step-seconds", a->step_seconds, "the slowest site's seconds per inner step")->required();
   plan->add_option("--sites", a->sites, "sites, named site-1 ... site-N")->required()->check(CLI::Range(2, 10000));
@@ -205,8 +205,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   plan->add_option("--pair", a->pairs,
                    "one path's RTT in ms and, optionally, a bandwidth below the sites' links: A:B=RTT or "
                    "A:B=RTT/RATE (site-1:site-4=180/200M); repeatable");
-  plan->add_option("--h", a->h, "inner steps between two syncs of the same parameters (inner.steps; a round is "
-                               "H/F steps with fragments)")
+  plan->add_option("--h", a->h,
+                   "inner steps between two syncs of the same parameters (inner.steps; a round is "
+                   "H/F steps with fragments)")
       ->capture_default_str();
   plan->add_option("--fragments", a->fragments, "Streaming DiLoCo's fragments (streaming.fragments)")
       ->capture_default_str();
@@ -239,16 +240,19 @@ void add_plan_command(CLI::App& app, Action& action) {
       }
       nlohmann::json j = {{"diloco", figures_json(p->diloco)},
                           {"data_parallel", figures_json(p->data_parallel)},
-                          {"bottleneck", {{"link", p->bottleneck.link}, {"bandwidth", p->bottleneck.bandwidth},
-                                          {"transfer_seconds", p->bottleneck.transfer_seconds}}},
+                          {"bottleneck",
+                           {{"link", p->bottleneck.link},
+                            {"bandwidth", p->bottleneck.bandwidth},
+                            {"transfer_seconds", p->bottleneck.transfer_seconds}}},
                           {"rtt_ms", p->rtt_ms},
-                          {"site", {{"ram_bytes_between_rounds", p->site.ram_bytes_between_rounds},
-                                    {"ram_bytes_in_round", p->site.ram_bytes_in_round},
-                                    {"checkpoint_bytes", p->site.checkpoint_bytes},
-                                    {"round_log_bytes_per_round", p->site.round_log_bytes_per_round},
-                                    {"cpu_core_seconds_per_round", p->site.cpu_core_seconds_per_round},
-                                    {"cores_to_keep_up", p->site.cores_to_keep_up},
-                                    {"cpu_source", planner::kDaemonCostSource}}},
+                          {"site",
+                           {{"ram_bytes_between_rounds", p->site.ram_bytes_between_rounds},
+                            {"ram_bytes_in_round", p->site.ram_bytes_in_round},
+                            {"checkpoint_bytes", p->site.checkpoint_bytes},
+                            {"round_log_bytes_per_round", p->site.round_log_bytes_per_round},
+                            {"cpu_core_seconds_per_round", p->site.cpu_core_seconds_per_round},
+                            {"cores_to_keep_up", p->site.cores_to_keep_up},
+                            {"cpu_source", planner::kDaemonCostSource}}},
                           {"warnings", p->warnings}};
       std::cout << j.dump() << '\n';
       return 0;

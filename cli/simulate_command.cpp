@@ -27,8 +27,8 @@ namespace {
 
 struct SimulateArgs {
   std::string job_file;
-  int sites = 0;     // 0: the job's site list
-  int rounds = 0;    // 0: the job's stop.rounds
+  int sites = 0;   // 0: the job's site list
+  int rounds = 0;  // 0: the job's stop.rounds
   std::string bandwidth = "1G";
   double rtt_ms = 100;
   std::vector<double> step_seconds;  // per site, modelled; empty: 1 s each
@@ -71,8 +71,7 @@ Result<job::JobSpec> load_job(const SimulateArgs& a) {
 }
 
 // Site `site`'s trainer command: geolocod's arguments, geoloco-train's parser.
-Result<inner::TrainCommand> trainer_command(const job::JobSpec& spec, const std::string& site,
-                                            const std::string& dir) {
+Result<inner::TrainCommand> trainer_command(const job::JobSpec& spec, const std::string& site, const std::string& dir) {
   job::TrainerPaths paths;
   paths.job_dir = dir;
   auto args = job::builtin_trainer_options(spec, site, paths);
@@ -142,9 +141,9 @@ int run_federation(const SimulateArgs& a, const job::JobSpec& spec, double bandw
               << (o.fragments > 1 ? cat(" (", *spec.stop_rounds, " periods of ", o.fragments, " fragments)") : "")
               << " of H=" << o.inner_steps << ", " << spec.trainer.model << ", " << compression::describe(o.pipeline)
               << ", link " << bandwidth / 1e9 << " Gbit/s, RTT " << a.rtt_ms << " ms"
-              << (a.residual_lost_after.empty() ? std::string()
-                                                : cat(", residuals emptied after ", a.residual_lost_after.size(),
-                                                      " round(s)"))
+              << (a.residual_lost_after.empty()
+                      ? std::string()
+                      : cat(", residuals emptied after ", a.residual_lost_after.size(), " round(s)"))
               << "\n"
               << "   round  sites  train loss  bytes/site     ratio exchange s  anchor\n";
   auto report = sim::run_federation(o, [&](const sim::RoundReport& r) {
@@ -237,8 +236,9 @@ int run_data_parallel(const SimulateArgs& a, const job::JobSpec& spec, double ba
     return 1;
   }
   if (a.json)
-    std::cout << nlohmann::json{{"summary", true}, {"parameters", report->parameters}, {"digest", report->digest}}.dump()
-              << "\n";
+    std::cout
+        << nlohmann::json{{"summary", true}, {"parameters", report->parameters}, {"digest", report->digest}}.dump()
+        << "\n";
   return 0;
 }
 
@@ -257,8 +257,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
   sim->add_option("--rtt", a->rtt_ms, "round-trip time between sites, ms")->capture_default_str();
   sim->add_option("--step-seconds", a->step_seconds,
                   "modelled seconds per inner step of each site, in the job's order (time-based phases)");
-  sim->add_option("--chunk-elements", a->chunk_elements, "the sites' transport.chunk_elements")
-      ->capture_default_str();
+  sim->add_option("--chunk-elements", a->chunk_elements, "the sites' transport.chunk_elements")->capture_default_str();
   sim->add_option("--lose-residual-after", a->residual_lost_after,
                   "empty every site's error-feedback residual after these rounds (comma-separated), as a crash of "
                   "every site rebuilt from the round log does: its cost in loss")

@@ -6,15 +6,13 @@
 
 namespace geoloco {
 
-std::uint64_t xxh3_64(std::span<const std::byte> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
+std::uint64_t xxh3_64(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
-std::uint64_t digest_f32(std::span<const float> values) {
-  return XXH3_64bits(values.data(), values.size_bytes());
-}
+std::uint64_t digest_f32(std::span<const float> values) { return XXH3_64bits(values.data(), values.size_bytes()); }
 
-StreamingDigest::StreamingDigest() : state_(XXH3_createState()) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+StreamingDigest::StreamingDigest() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
 StreamingDigest::~StreamingDigest() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 void StreamingDigest::update(std::span<const float> values) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), values.data(), values.size_bytes());

@@ -133,8 +133,7 @@ class GatheringWriter {
 
 }  // namespace
 
-Status write_file_durably(const fs::path& path, const std::function<Status(const FileSink&)>& fill,
-                          DurableWrite* how) {
+Status write_file_durably(const fs::path& path, const std::function<Status(const FileSink&)>& fill, DurableWrite* how) {
   const fs::path tmp = path.string() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno_status("cannot create", tmp);

@@ -38,10 +38,9 @@ Status check_layout(const Layout& layout) {
     GEOLOCO_RETURN_IF(std::any_of(t.name.begin(), t.name.end(),
                                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }),
                       Err::invalid_argument, "tensor ", i, "'s name contains a control character");
-    GEOLOCO_RETURN_IF(!names.insert(t.name).second, Err::invalid_argument, "tensor name '", t.name,
-                      "' appears twice");
-    GEOLOCO_RETURN_IF(std::find(t.shape.begin(), t.shape.end(), 0u) != t.shape.end(), Err::invalid_argument,
-                      "tensor '", t.name, "' has shape ", shape_text(t.shape), " with a zero dimension");
+    GEOLOCO_RETURN_IF(!names.insert(t.name).second, Err::invalid_argument, "tensor name '", t.name, "' appears twice");
+    GEOLOCO_RETURN_IF(std::find(t.shape.begin(), t.shape.end(), 0u) != t.shape.end(), Err::invalid_argument, "tensor '",
+                      t.name, "' has shape ", shape_text(t.shape), " with a zero dimension");
     const std::uint64_t n = t.size();  // saturates, so the bound below also catches overflow
     GEOLOCO_RETURN_IF(n > kMaxLayoutValues || at > kMaxLayoutValues - n, Err::invalid_argument, "the layout passes ",
                       kMaxLayoutValues, " values at tensor '", t.name, "'");

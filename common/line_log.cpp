@@ -118,7 +118,8 @@ std::string hashed_line(std::string_view text) {
 std::optional<std::string_view> hashed_line_text(std::string_view line) {
   if (line.size() < 17 || line[16] != ' ') return std::nullopt;
   const std::string_view text = line.substr(17);
-  if (line.substr(0, 16) != digest_hex(xxh3_64(std::as_bytes(std::span(text.data(), text.size()))))) return std::nullopt;
+  if (line.substr(0, 16) != digest_hex(xxh3_64(std::as_bytes(std::span(text.data(), text.size())))))
+    return std::nullopt;
   return text;
 }
 

@@ -4,17 +4,28 @@ namespace geoloco {
 
 std::string_view err_name(Err code) {
   switch (code) {
-    case Err::ok: return "ok";
-    case Err::invalid_argument: return "invalid_argument";
-    case Err::malformed: return "malformed";
-    case Err::truncated: return "truncated";
-    case Err::mismatch: return "mismatch";
-    case Err::too_large: return "too_large";
-    case Err::unsupported: return "unsupported";
-    case Err::non_finite: return "non_finite";
-    case Err::io: return "io";
-    case Err::timeout: return "timeout";
-    case Err::internal: return "internal";
+    case Err::ok:
+      return "ok";
+    case Err::invalid_argument:
+      return "invalid_argument";
+    case Err::malformed:
+      return "malformed";
+    case Err::truncated:
+      return "truncated";
+    case Err::mismatch:
+      return "mismatch";
+    case Err::too_large:
+      return "too_large";
+    case Err::unsupported:
+      return "unsupported";
+    case Err::non_finite:
+      return "non_finite";
+    case Err::io:
+      return "io";
+    case Err::timeout:
+      return "timeout";
+    case Err::internal:
+      return "internal";
   }
   return "unknown";
 }

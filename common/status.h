@@ -73,7 +73,7 @@ class [[nodiscard]] Result {
  public:
   /// An empty result: an internal error until assigned (needed by futures).
   Result() : v_(Status(Err::internal, "no result was produced")) {}
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
@@ -100,14 +100,14 @@ class [[nodiscard]] Result {
 #define GEOLOCO_ERROR(code, ...) ::geoloco::Status((code), ::geoloco::cat(__VA_ARGS__), __FILE__, __LINE__)
 
 /// Returns an error Status from the enclosing function when `cond` holds.
-#define GEOLOCO_RETURN_IF(cond, code, ...)       \
-  do {                                           \
+#define GEOLOCO_RETURN_IF(cond, code, ...)             \
+  do {                                                 \
     if (cond) return GEOLOCO_ERROR(code, __VA_ARGS__); \
   } while (0)
 
 /// Evaluates an expression yielding Status and returns it when it is an error.
-#define GEOLOCO_TRY(expr)                         \
-  do {                                            \
-    ::geoloco::Status geoloco_try_status_ = (expr); \
+#define GEOLOCO_TRY(expr)                                      \
+  do {                                                         \
+    ::geoloco::Status geoloco_try_status_ = (expr);            \
     if (!geoloco_try_status_.ok()) return geoloco_try_status_; \
   } while (0)

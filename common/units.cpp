@@ -24,8 +24,9 @@ Result<double> parse_quantity(const std::string& text) {
   else if (suffix == "Mi") scale = 1024.0 * 1024;
   else if (suffix == "Gi") scale = 1024.0 * 1024 * 1024;
   else if (suffix == "Ti") scale = 1024.0 * 1024 * 1024 * 1024;
-  else GEOLOCO_RETURN_IF(!suffix.empty(), Err::invalid_argument, "'", text, "': unknown suffix '", suffix, "' (",
-                         kSuffixes, ")");
+  else
+    GEOLOCO_RETURN_IF(!suffix.empty(), Err::invalid_argument, "'", text, "': unknown suffix '", suffix, "' (",
+                      kSuffixes, ")");
   return v * scale;
 }
 

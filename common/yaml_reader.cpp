@@ -33,7 +33,8 @@ bool read_duration(const YAML::Node& v, const std::string& what, double& seconds
     if (text.size() > 2 && text.compare(text.size() - 2, 2, "ms") == 0) {
       scale = 1e-3;
       text.resize(text.size() - 2);
-    } else if (!text.empty() && (text.back() == 's' || text.back() == 'm' || text.back() == 'h' || text.back() == 'd')) {
+    } else if (!text.empty() &&
+               (text.back() == 's' || text.back() == 'm' || text.back() == 'h' || text.back() == 'd')) {
       scale = text.back() == 's' ? 1.0 : text.back() == 'm' ? 60.0 : text.back() == 'h' ? 3600.0 : 86400.0;
       text.pop_back();
     }

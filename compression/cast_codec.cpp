@@ -19,8 +19,8 @@ CastCodec::CastCodec(Format format, Simd simd) : format_(format) {
 }
 
 Status CastCodec::encode(std::span<const float> in, std::span<std::byte> out, std::uint64_t) const {
-  GEOLOCO_RETURN_IF(out.size() < encoded_size(in.size()), Err::invalid_argument, describe(),
-                    ": output buffer of ", out.size(), " bytes is smaller than ", encoded_size(in.size()));
+  GEOLOCO_RETURN_IF(out.size() < encoded_size(in.size()), Err::invalid_argument, describe(), ": output buffer of ",
+                    out.size(), " bytes is smaller than ", encoded_size(in.size()));
   // The output may be unaligned for uint16_t: write through an aligned tile.
   alignas(32) std::uint16_t tile[kTile];
   for (std::size_t i = 0; i < in.size(); i += kTile) {

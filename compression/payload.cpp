@@ -24,8 +24,8 @@ Result<PayloadHeader> parse_payload_header(std::span<const std::byte> payload) {
   GEOLOCO_RETURN_IF(h.stage_count > 3, Err::malformed, "payload: ", int(h.stage_count),
                     " stages; a pipeline has 0 (raw fp32) to 3");
   h.descriptor = in.get_bytes(descriptor_size);
-  GEOLOCO_RETURN_IF(in.failed(), Err::truncated, "payload: stage descriptors end past the payload's ",
-                    payload.size(), " bytes");
+  GEOLOCO_RETURN_IF(in.failed(), Err::truncated, "payload: stage descriptors end past the payload's ", payload.size(),
+                    " bytes");
   GEOLOCO_RETURN_IF(in.remaining() < h.body_size, Err::truncated, "payload: body of ", h.body_size,
                     " bytes announced, ", in.remaining(), " present");
   GEOLOCO_RETURN_IF(in.remaining() > h.body_size, Err::malformed, "payload: ", in.remaining() - h.body_size,

@@ -18,7 +18,8 @@ namespace {
 Stages stages_from_spec(const PipelineSpec& spec, Simd simd) {
   Stages s;
   for (const auto& stage : spec.stages) {
-    if (auto* t = std::get_if<TopkSpec>(&stage)) s.sparsifier = std::make_unique<TopkCodec>(TopkCodec::from_spec(*t, simd));
+    if (auto* t = std::get_if<TopkSpec>(&stage))
+      s.sparsifier = std::make_unique<TopkCodec>(TopkCodec::from_spec(*t, simd));
     if (std::holds_alternative<Fp16Spec>(stage)) s.value = std::make_unique<CastCodec>(CastCodec::Format::fp16, simd);
     if (std::holds_alternative<Bf16Spec>(stage)) s.value = std::make_unique<CastCodec>(CastCodec::Format::bf16, simd);
     if (auto* q = std::get_if<QuantizeSpec>(&stage)) s.value = std::make_unique<QuantizeCodec>(*q, simd);
@@ -109,8 +110,8 @@ std::size_t max_raw_body_size(const Stages& s, std::size_t n) {
 Status encode_values(const Stages& s, std::span<const float> values, std::span<std::byte> out, std::uint64_t seed) {
   if (s.value) return s.value->encode(values, out, seed);
   const auto& k = kernels::kernel_table(detected_simd());
-  GEOLOCO_RETURN_IF(!k.copy_finite(values.data(), values.size(), out.data()),
-                    Err::non_finite, "pipeline: input has a NaN or Inf");
+  GEOLOCO_RETURN_IF(!k.copy_finite(values.data(), values.size(), out.data()), Err::non_finite,
+                    "pipeline: input has a NaN or Inf");
   return {};
 }
 
@@ -196,8 +197,8 @@ std::size_t Pipeline::max_encoded_size(std::size_t n) const {
 
 Result<std::size_t> Pipeline::encode(std::span<const float> in, std::span<std::byte> out, std::uint64_t seed) {
   const std::size_t n = in.size();
-  GEOLOCO_RETURN_IF(out.size() < max_encoded_size(n), Err::invalid_argument, "pipeline: output buffer of ",
-                    out.size(), " bytes, max_encoded_size(", n, ") is ", max_encoded_size(n));
+  GEOLOCO_RETURN_IF(out.size() < max_encoded_size(n), Err::invalid_argument, "pipeline: output buffer of ", out.size(),
+                    " bytes, max_encoded_size(", n, ") is ", max_encoded_size(n));
   const std::size_t header_size = kPayloadFixedHeaderSize + descriptor_.size();
   const std::size_t max_raw = max_raw_body_size(stages_, n);
   last_raw_.reset();
@@ -300,8 +301,9 @@ Result<PayloadInfo> inspect_payload(std::span<const std::byte> payload) {
   PayloadInfo info;
   info.element_count = h->element_count;
   info.payload_size = payload.size();
-  for (const Codec* c : {static_cast<const Codec*>(stages->sparsifier.get()),
-                         static_cast<const Codec*>(stages->value.get()), static_cast<const Codec*>(stages->bytes.get())}) {
+  for (const Codec* c :
+       {static_cast<const Codec*>(stages->sparsifier.get()), static_cast<const Codec*>(stages->value.get()),
+        static_cast<const Codec*>(stages->bytes.get())}) {
     if (c == nullptr) continue;
     if (!info.chain.empty()) info.chain += " | ";
     info.chain += c->describe();

@@ -20,8 +20,8 @@ struct Fp16Spec {};
 struct Bf16Spec {};
 /// Blockwise absmax scaling to signed integers of `bits` bits.
 struct QuantizeSpec {
-  std::uint32_t bits = 8;      ///< 8, 4 or 2
-  std::uint32_t block = 128;   ///< elements per scale; a multiple of 8, at most 65536
+  std::uint32_t bits = 8;     ///< 8, 4 or 2
+  std::uint32_t block = 128;  ///< elements per scale; a multiple of 8, at most 65536
   Rounding rounding = Rounding::nearest;
 };
 /// Keep the largest-magnitude fraction of each block.
@@ -31,7 +31,7 @@ struct TopkSpec {
 };
 /// Lossless zstd stage over the encoded bytes.
 struct ZstdSpec {
-  int level = 3;               ///< zstd level, -7..19
+  int level = 3;  ///< zstd level, -7..19
 };
 
 using StageSpec = std::variant<TopkSpec, Fp16Spec, Bf16Spec, QuantizeSpec, ZstdSpec>;

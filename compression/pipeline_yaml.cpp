@@ -68,19 +68,20 @@ void read_stage(const YAML::Node& item, PipelineSpec& spec, Problems& problems) 
     spec.stages.push_back(name == "fp16" ? StageSpec(Fp16Spec{}) : StageSpec(Bf16Spec{}));
   } else if (name == "quantize") {
     QuantizeSpec q;
-    read_params(params, name,
-                {{"bits", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, q.bits, p); }},
-                 {"block", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, q.block, p); }},
-                 {"rounding",
-                  [&](const YAML::Node& v, const std::string& w, Problems& p) {
-                    std::string r;
-                    if (!v.IsScalar() || ((r = v.as<std::string>()) != "nearest" && r != "stochastic")) {
-                      p.add(v, w + ": expected nearest or stochastic");
-                      return;
-                    }
-                    q.rounding = r == "nearest" ? Rounding::nearest : Rounding::stochastic;
-                  }}},
-                problems);
+    read_params(
+        params, name,
+        {{"bits", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, q.bits, p); }},
+         {"block", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, q.block, p); }},
+         {"rounding",
+          [&](const YAML::Node& v, const std::string& w, Problems& p) {
+            std::string r;
+            if (!v.IsScalar() || ((r = v.as<std::string>()) != "nearest" && r != "stochastic")) {
+              p.add(v, w + ": expected nearest or stochastic");
+              return;
+            }
+            q.rounding = r == "nearest" ? Rounding::nearest : Rounding::stochastic;
+          }}},
+        problems);
     spec.stages.push_back(q);
   } else if (name == "topk") {
     TopkSpec t;
@@ -92,9 +93,10 @@ void read_stage(const YAML::Node& item, PipelineSpec& spec, Problems& problems) 
     spec.stages.push_back(t);
   } else if (name == "zstd") {
     ZstdSpec z;
-    read_params(params, name,
-                {{"level", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, z.level, p); }}},
-                problems);
+    read_params(
+        params, name,
+        {{"level", [&](const YAML::Node& v, const std::string& w, Problems& p) { read_scalar(v, w, z.level, p); }}},
+        problems);
     spec.stages.push_back(z);
   } else {
     problems.add(at, cat("unknown codec '", name, "' (known: fp16, bf16, quantize, topk, zstd)"));

@@ -58,7 +58,8 @@ void QuantizeCodec::pack(const std::int8_t* codes, std::size_t n, std::byte* out
     default:  // 2 bits
       for (std::size_t i = 0; i < n; i += 4) {
         unsigned byte = 0;
-        for (std::size_t j = 0; j < 4 && i + j < n; ++j) byte |= (static_cast<unsigned>(codes[i + j]) & 0x3u) << (2 * j);
+        for (std::size_t j = 0; j < 4 && i + j < n; ++j)
+          byte |= (static_cast<unsigned>(codes[i + j]) & 0x3u) << (2 * j);
         out[i / 4] = static_cast<std::byte>(byte);
       }
   }
@@ -87,8 +88,8 @@ void QuantizeCodec::unpack(const std::byte* in, std::size_t n, std::int8_t* code
 
 Status QuantizeCodec::encode(std::span<const float> in, std::span<std::byte> out, std::uint64_t seed) const {
   const std::size_t n = in.size();
-  GEOLOCO_RETURN_IF(out.size() < encoded_size(n), Err::invalid_argument, describe(), ": output buffer of ",
-                    out.size(), " bytes is smaller than ", encoded_size(n));
+  GEOLOCO_RETURN_IF(out.size() < encoded_size(n), Err::invalid_argument, describe(), ": output buffer of ", out.size(),
+                    " bytes is smaller than ", encoded_size(n));
   const std::size_t block = spec_.block;
   const std::size_t blocks = (n + block - 1) / block;
   std::byte* scales = out.data();
@@ -102,8 +103,8 @@ Status QuantizeCodec::encode(std::span<const float> in, std::span<std::byte> out
     const float* x = in.data() + begin;
     bool nonfinite = false;
     const float absmax = k_->absmax(x, len, &nonfinite);
-    GEOLOCO_RETURN_IF(nonfinite, Err::non_finite, describe(), ": input has a NaN or Inf in elements [", begin,
-                      ", ", begin + len, ")");
+    GEOLOCO_RETURN_IF(nonfinite, Err::non_finite, describe(), ": input has a NaN or Inf in elements [", begin, ", ",
+                      begin + len, ")");
     float scale = 0.0f;
     if (absmax < kTinyAbsmax) {
       std::memset(codes.data(), 0, len);
@@ -130,8 +131,8 @@ Status QuantizeCodec::encode(std::span<const float> in, std::span<std::byte> out
 
 Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out) const {
   const std::size_t n = out.size();
-  GEOLOCO_RETURN_IF(in.size() != encoded_size(n), Err::mismatch, describe(), ": ", in.size(),
-                    " bytes cannot hold ", n, " values");
+  GEOLOCO_RETURN_IF(in.size() != encoded_size(n), Err::mismatch, describe(), ": ", in.size(), " bytes cannot hold ", n,
+                    " values");
   const std::size_t block = spec_.block;
   const std::size_t blocks = (n + block - 1) / block;
   const std::byte* codes_in = in.data() + blocks * sizeof(float);
@@ -141,8 +142,8 @@ Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out
     const std::size_t len = std::min(block, n - begin);
     float scale;
     std::memcpy(&scale, in.data() + b * sizeof(float), sizeof(float));
-    GEOLOCO_RETURN_IF(!std::isfinite(scale) || scale < 0.0f, Err::malformed, describe(), ": block ", b,
-                      " has scale ", scale, "; an encoder writes only finite scales >= 0");
+    GEOLOCO_RETURN_IF(!std::isfinite(scale) || scale < 0.0f, Err::malformed, describe(), ": block ", b, " has scale ",
+                      scale, "; an encoder writes only finite scales >= 0");
     unpack(codes_in + begin * spec_.bits / 8, len, codes.data());
     k_->dequantize(codes.data(), len, scale, out.data() + begin);
   }

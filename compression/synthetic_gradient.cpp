@@ -31,8 +31,8 @@ void fill_synthetic_gradient(std::span<float> out, std::uint64_t seed, std::uint
       scale = segment_scale(seed, segment);
     }
     const std::uint64_t r = counter_random(seed, index);
-    const float u = static_cast<float>(r >> 40) * 0x1p-24f;              // [0, 1)
-    const float magnitude = std::pow(1.0f - u, -1.0f / 3.0f) - 1.0f;     // Pareto tail, index 3
+    const float u = static_cast<float>(r >> 40) * 0x1p-24f;           // [0, 1)
+    const float magnitude = std::pow(1.0f - u, -1.0f / 3.0f) - 1.0f;  // Pareto tail, index 3
     out[i] = (r & 1) ? scale * magnitude : -scale * magnitude;
   }
 }

@@ -13,7 +13,10 @@ namespace {
 
 std::size_t varint_size(std::uint64_t v) {
   std::size_t n = 1;
-  while (v >= 0x80) { v >>= 7; ++n; }
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
   return n;
 }
 
@@ -30,8 +33,8 @@ struct Threshold {
   std::uint32_t take_equal;
 };
 
-Threshold find_threshold(const std::uint32_t* keys, std::size_t len, std::uint32_t k,
-                         std::vector<std::uint16_t>& hist, std::vector<std::uint32_t>& bucket) {
+Threshold find_threshold(const std::uint32_t* keys, std::size_t len, std::uint32_t k, std::vector<std::uint16_t>& hist,
+                         std::vector<std::uint32_t>& bucket) {
   constexpr int kShift = 20;  // 31-bit keys -> 2048 buckets
   std::fill(hist.begin(), hist.end(), 0);
   for (std::size_t i = 0; i < len; ++i) ++hist[keys[i] >> kShift];
@@ -86,13 +89,9 @@ std::uint32_t TopkCodec::kept_in_block(std::size_t len) const {
   return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(kept, 1, len));
 }
 
-std::size_t TopkCodec::kept_count(std::size_t n) const {
-  return (n / block_) * k_ + kept_in_block(n % block_);
-}
+std::size_t TopkCodec::kept_count(std::size_t n) const { return (n / block_) * k_ + kept_in_block(n % block_); }
 
-std::size_t TopkCodec::max_index_bytes(std::size_t n) const {
-  return kept_count(n) * varint_size(block_ - 1);
-}
+std::size_t TopkCodec::max_index_bytes(std::size_t n) const { return kept_count(n) * varint_size(block_ - 1); }
 
 Result<std::size_t> TopkCodec::select(std::span<const float> in, std::span<std::byte> indices,
                                       std::span<float> values) const {
@@ -115,8 +114,8 @@ Result<std::size_t> TopkCodec::select(std::span<const float> in, std::span<std::
     for (std::size_t i = 0; i < len; ++i) keys[i] = magnitude_key(x[i]);
     // Keep everything when k == len; otherwise keys above the threshold,
     // and the first take_equal keys equal to it.
-    Threshold t = k == len ? Threshold{0, static_cast<std::uint32_t>(len)}
-                           : find_threshold(keys.data(), len, k, hist, bucket);
+    Threshold t =
+        k == len ? Threshold{0, static_cast<std::uint32_t>(len)} : find_threshold(keys.data(), len, k, hist, bucket);
     std::size_t previous = 0;
     bool first = true;
     for (std::size_t i = 0; i < len; ++i) {
@@ -140,8 +139,8 @@ Result<std::size_t> TopkCodec::select(std::span<const float> in, std::span<std::
 Status TopkCodec::scatter(std::span<const std::byte> indices, std::span<const float> values,
                           std::span<float> out) const {
   const std::size_t n = out.size();
-  GEOLOCO_RETURN_IF(values.size() != kept_count(n), Err::mismatch, describe(), ": ", values.size(),
-                    " values given, ", kept_count(n), " expected for ", n, " elements");
+  GEOLOCO_RETURN_IF(values.size() != kept_count(n), Err::mismatch, describe(), ": ", values.size(), " values given, ",
+                    kept_count(n), " expected for ", n, " elements");
   std::fill(out.begin(), out.end(), 0.0f);
   ByteReader in(indices);
   std::size_t v = 0;
@@ -151,8 +150,7 @@ Status TopkCodec::scatter(std::span<const std::byte> indices, std::span<const fl
     std::uint64_t next = 0;  // smallest index the next entry may take
     for (std::uint32_t j = 0; j < k; ++j) {
       const std::uint64_t gap = in.get_varint();
-      GEOLOCO_RETURN_IF(in.failed(), Err::malformed, describe(), ": index section ends inside block ",
-                        begin / block_);
+      GEOLOCO_RETURN_IF(in.failed(), Err::malformed, describe(), ": index section ends inside block ", begin / block_);
       GEOLOCO_RETURN_IF(gap >= len || next + gap >= len, Err::malformed, describe(), ": index past the end of block ",
                         begin / block_, " (", len, " values)");
       const std::uint64_t index = next + gap;

@@ -48,7 +48,7 @@ class ControlServer {
   /// Binds `path` (replacing a stale socket file), mode 0660, group
   /// `group_name` when that group exists. Errors: io.
   static Result<std::unique_ptr<ControlServer>> open(asio::any_io_executor executor, const std::string& path,
-                                                      const std::string& group_name, RequestHandler handler);
+                                                     const std::string& group_name, RequestHandler handler);
   ~ControlServer();
   void close();
   const std::string& path() const { return path_; }

@@ -11,7 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-
 bool is_digest(const std::string& s) {
   if (s.size() != 16) return false;
   for (char c : s)
@@ -28,7 +27,8 @@ class Fields {
     else if (v) out = v->get<std::uint64_t>();
   }
   void f64(const char* key, double& out) {
-    if (const json* v = find(key); v && (!v->is_number() || !std::isfinite(v->get<double>()))) fail(key, "a finite number");
+    if (const json* v = find(key); v && (!v->is_number() || !std::isfinite(v->get<double>())))
+      fail(key, "a finite number");
     else if (v) out = v->get<double>();
   }
   void opt_f64(const char* key, double& out) {
@@ -105,8 +105,10 @@ class Fields {
       out.push_back(std::move(t));
       for (const auto& d : *shape) out.back().shape.push_back(d.get<std::uint64_t>());
     }
-    if (!out.empty() && total != values) return fail(key, cat("tensors that add up to the offer's ", values, " values"));
-    if (Status rules = check_layout(out); !out.empty() && !rules.ok()) fail(key, cat("a valid layout (", rules.message(), ")"));
+    if (!out.empty() && total != values)
+      return fail(key, cat("tensors that add up to the offer's ", values, " values"));
+    if (Status rules = check_layout(out); !out.empty() && !rules.ok())
+      fail(key, cat("a valid layout (", rules.message(), ")"));
   }
   void check(bool ok, const std::string& what) {
     if (!ok && status_.ok()) status_ = Status(Err::malformed, cat(type_, " message: ", what));
@@ -137,22 +139,18 @@ class Fields {
 }  // namespace
 
 std::string_view control_type_name(const ControlMessage& m) {
-  return std::visit(Overload{[](const JoinMessage&) { return "join"; }, [](const HeartbeatMessage&) { return "heartbeat"; },
-                             [](const ReadyMessage&) { return "ready"; }, [](const PlanMessage&) { return "plan"; },
-                             [](const CommitMessage&) { return "commit"; },
-                             [](const CommittedMessage&) { return "committed"; },
-                             [](const AbortMessage&) { return "abort"; },
-                             [](const FailedMessage&) { return "failed"; },
-                             [](const JobStartMessage&) { return "job_start"; },
-                             [](const JobCancelMessage&) { return "job_cancel"; },
-                             [](const StateRequestMessage&) { return "state_request"; },
-                             [](const StateOfferMessage&) { return "state_offer"; },
-                             [](const StateAcceptMessage&) { return "state_accept"; },
-                             [](const ElectMessage&) { return "elect"; },
-                             [](const VoteMessage&) { return "vote"; },
-                             [](const RoundQueryMessage&) { return "round_query"; },
-                             [](const RoundOutcomeMessage&) { return "round_outcome"; }},
-                    m);
+  return std::visit(
+      Overload{[](const JoinMessage&) { return "join"; }, [](const HeartbeatMessage&) { return "heartbeat"; },
+               [](const ReadyMessage&) { return "ready"; }, [](const PlanMessage&) { return "plan"; },
+               [](const CommitMessage&) { return "commit"; }, [](const CommittedMessage&) { return "committed"; },
+               [](const AbortMessage&) { return "abort"; }, [](const FailedMessage&) { return "failed"; },
+               [](const JobStartMessage&) { return "job_start"; }, [](const JobCancelMessage&) { return "job_cancel"; },
+               [](const StateRequestMessage&) { return "state_request"; },
+               [](const StateOfferMessage&) { return "state_offer"; },
+               [](const StateAcceptMessage&) { return "state_accept"; }, [](const ElectMessage&) { return "elect"; },
+               [](const VoteMessage&) { return "vote"; }, [](const RoundQueryMessage&) { return "round_query"; },
+               [](const RoundOutcomeMessage&) { return "round_outcome"; }},
+      m);
 }
 
 bool for_coordinator(const ControlMessage& m) {
@@ -167,28 +165,37 @@ std::string encode_control(const ControlMessage& message) {
   json j = std::visit(
       Overload{
           [](const JoinMessage& m) {
-            return json{{"job", m.job}, {"last_committed_round", m.last_committed_round}, {"anchor_digest", m.anchor_digest}};
+            return json{
+                {"job", m.job}, {"last_committed_round", m.last_committed_round}, {"anchor_digest", m.anchor_digest}};
           },
           [](const HeartbeatMessage& m) {
-            return json{{"round", m.round}, {"phase", m.phase}, {"epoch", m.epoch}, {"coordinator", m.coordinator},
+            return json{{"round", m.round},
+                        {"phase", m.phase},
+                        {"epoch", m.epoch},
+                        {"coordinator", m.coordinator},
                         {"committed", m.committed}};
           },
           [](const ReadyMessage& m) {
-            return json{{"round", m.round}, {"anchor_round", m.anchor_round}, {"tokens", m.tokens},
-                        {"inner_steps", m.inner_steps}, {"loss", m.loss}};
+            return json{{"round", m.round},
+                        {"anchor_round", m.anchor_round},
+                        {"tokens", m.tokens},
+                        {"inner_steps", m.inner_steps},
+                        {"loss", m.loss}};
           },
           [](const PlanMessage& m) {
-            return json{{"round", m.round},       {"participants", m.participants},
-                        {"weights", m.weights},   {"late", m.late},
-                        {"attempt", m.attempt},   {"loss", m.loss},
-                        {"tokens", m.tokens},     {"tokens_each", m.tokens_each},
-                        {"anchor_rounds", m.anchor_rounds}, {"epoch", m.epoch}};
+            return json{{"round", m.round},   {"participants", m.participants}, {"weights", m.weights},
+                        {"late", m.late},     {"attempt", m.attempt},           {"loss", m.loss},
+                        {"tokens", m.tokens}, {"tokens_each", m.tokens_each},   {"anchor_rounds", m.anchor_rounds},
+                        {"epoch", m.epoch}};
           },
           [](const CommitMessage& m) {
             return json{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"attempt", m.attempt}};
           },
           [](const CommittedMessage& m) {
-            json j{{"round", m.round}, {"anchor_digest", m.anchor_digest}, {"final", m.final}, {"epoch", m.epoch},
+            json j{{"round", m.round},
+                   {"anchor_digest", m.anchor_digest},
+                   {"final", m.final},
+                   {"epoch", m.epoch},
                    {"tokens", m.tokens}};
             if (m.attempt) j["attempt"] = *m.attempt;
             return j;
@@ -201,8 +208,12 @@ std::string encode_control(const ControlMessage& message) {
             if (m.own) j["own"] = true;
             return j;
           },
-          [](const JobStartMessage& m) { return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}}; },
-          [](const JobCancelMessage& m) { return json{{"job", m.job}, {"reason", m.reason}}; },
+          [](const JobStartMessage& m) {
+            return json{{"job", m.job}, {"file", m.file}, {"yaml", m.yaml}};
+          },
+          [](const JobCancelMessage& m) {
+            return json{{"job", m.job}, {"reason", m.reason}};
+          },
           [](const StateRequestMessage& m) {
             json j{{"job", m.job}};
             if (m.held_round) {
@@ -221,9 +232,14 @@ std::string encode_control(const ControlMessage& message) {
           [](const StateOfferMessage& m) {
             json layout = json::array();
             for (const auto& t : m.layout) layout.push_back(json{{"name", t.name}, {"shape", t.shape}});
-            json j{{"job", m.job},       {"round", m.round},         {"anchor_digest", m.anchor_digest},
-                   {"values", m.values}, {"chunk_values", m.chunk_values}, {"reason", m.reason},
-                   {"layout", layout}, {"tokens", m.tokens}};
+            json j{{"job", m.job},
+                   {"round", m.round},
+                   {"anchor_digest", m.anchor_digest},
+                   {"values", m.values},
+                   {"chunk_values", m.chunk_values},
+                   {"reason", m.reason},
+                   {"layout", layout},
+                   {"tokens", m.tokens}};
             if (m.attempt) j["attempt"] = *m.attempt;
             if (!m.momentum_digest.empty()) j["momentum_digest"] = m.momentum_digest;
             if (m.base_round) {
@@ -239,8 +255,12 @@ std::string encode_control(const ControlMessage& message) {
             if (!m.rounds.empty()) {
               json rounds = json::array();
               for (const auto& r : m.rounds)
-                rounds.push_back(json{{"round", r.round},   {"fragment", r.fragment}, {"participants", r.participants},
-                                      {"late", r.late},     {"loss", r.loss},         {"tokens", r.tokens},
+                rounds.push_back(json{{"round", r.round},
+                                      {"fragment", r.fragment},
+                                      {"participants", r.participants},
+                                      {"late", r.late},
+                                      {"loss", r.loss},
+                                      {"tokens", r.tokens},
                                       {"digest", r.digest}});
               j["rounds"] = std::move(rounds);
             }
@@ -263,11 +283,16 @@ std::string encode_control(const ControlMessage& message) {
                                          {"anchor_digest", p->anchor_digest},
                                          {"tokens", p->tokens},
                                          {"participant", p->participant}};
-            return json{{"epoch", m.epoch},   {"pre", m.pre},
-                        {"granted", m.granted}, {"reason", m.reason},
-                        {"coordinator", m.coordinator}, {"standing", standing}};
+            return json{{"epoch", m.epoch},
+                        {"pre", m.pre},
+                        {"granted", m.granted},
+                        {"reason", m.reason},
+                        {"coordinator", m.coordinator},
+                        {"standing", standing}};
           },
-          [](const RoundQueryMessage& m) { return json{{"round", m.round}}; },
+          [](const RoundQueryMessage& m) {
+            return json{{"round", m.round}};
+          },
           [](const RoundOutcomeMessage& m) {
             return json{{"round", m.round}, {"attempt", m.attempt}, {"anchor_digest", m.anchor_digest}};
           },
@@ -448,8 +473,8 @@ Result<ControlMessage> decode_control(std::string_view text) {
               cat("deltas must be a list of at most ", kMaxOfferedDeltas, " [round, bytes, hash, digest]"));
       if (d.is_array() && d.size() <= kMaxOfferedDeltas)
         for (const auto& e : d) {
-          const bool shaped = e.is_array() && e.size() == 4 && e[0].is_number_unsigned() &&
-                              e[1].is_number_unsigned() && e[2].is_string() && e[3].is_string();
+          const bool shaped = e.is_array() && e.size() == 4 && e[0].is_number_unsigned() && e[1].is_number_unsigned() &&
+                              e[2].is_string() && e[3].is_string();
           f.check(shaped, "each of deltas must be [round, bytes, hash, digest]");
           if (!shaped) break;
           StateDeltaOffer o{e[0].get<std::uint64_t>(), e[1].get<std::uint64_t>(), e[2].get<std::string>(),

@@ -41,9 +41,9 @@ struct JoinMessage {
 struct HeartbeatMessage {
   std::uint64_t round = 0;
   std::string phase;  ///< inner | ready | exchange | idle (no trainer training) | catching_up (fetching the state)
-  std::uint64_t epoch = 0;          ///< the sender's epoch
-  std::string coordinator = {};     ///< who holds the office of that epoch, as the sender knows ("": not known yet)
-  std::uint64_t committed = 0;      ///< the last committed round the sender knows with its digest
+  std::uint64_t epoch = 0;       ///< the sender's epoch
+  std::string coordinator = {};  ///< who holds the office of that epoch, as the sender knows ("": not known yet)
+  std::uint64_t committed = 0;   ///< the last committed round the sender knows with its digest
 };
 /// A site finished its inner phase of `round`.
 struct ReadyMessage {
@@ -51,17 +51,17 @@ struct ReadyMessage {
   std::uint64_t anchor_round = 0;  ///< the round whose anchor it trained from (= round on time, < round when late)
   std::uint64_t tokens = 0;
   std::uint64_t inner_steps = 0;
-  double loss = 0;                 ///< mean training loss of the phase
+  double loss = 0;  ///< mean training loss of the phase
 };
 /// The coordinator's decision: who takes part, with which weights.
 struct PlanMessage {
   std::uint64_t round = 0;
-  std::vector<std::string> participants;  ///< the all-reduce's order
-  std::vector<double> weights;            ///< same order, > 0
-  std::vector<std::string> late;          ///< live sites left out (stragglers)
-  std::uint64_t attempt = 0;              ///< 0, then +1 each time round is planned again after an ABORT
-  double loss = 0;                        ///< participants' mean training loss, weighted like Δ (for watch)
-  std::uint64_t tokens = 0;               ///< tokens of the round's contributions
+  std::vector<std::string> participants;     ///< the all-reduce's order
+  std::vector<double> weights;               ///< same order, > 0
+  std::vector<std::string> late;             ///< live sites left out (stragglers)
+  std::uint64_t attempt = 0;                 ///< 0, then +1 each time round is planned again after an ABORT
+  double loss = 0;                           ///< participants' mean training loss, weighted like Δ (for watch)
+  std::uint64_t tokens = 0;                  ///< tokens of the round's contributions
   std::vector<std::uint64_t> tokens_each;    ///< each participant's tokens, same order (their sum is `tokens`)
   std::vector<std::uint64_t> anchor_rounds;  ///< the round each participant's work trained for (< round: late)
   std::uint64_t epoch = 0;                   ///< the coordinator's epoch (succession.h)
@@ -90,7 +90,7 @@ struct AbortMessage {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;  ///< the attempt abandoned (after a coordinator restart: the last one planned)
   std::string reason;
-  std::uint64_t epoch = 0;    ///< the coordinator's epoch
+  std::uint64_t epoch = 0;  ///< the coordinator's epoch
 };
 /// A participant could not finish attempt `attempt` of `round` (its
 /// exchange failed, or it had nothing to contribute): the coordinator
@@ -164,17 +164,17 @@ inline constexpr std::size_t kMaxOfferedRounds = 256;
 /// connections.
 struct StateOfferMessage {
   std::string job;
-  std::uint64_t round = 0;        ///< rounds committed; the anchor is that of round + 1
-  std::string anchor_digest;      ///< xxh3 of the anchor's bytes, 16 hex digits
-  std::uint64_t values = 0;       ///< parameters in the anchor (and in the momentum)
-  std::uint64_t chunk_values = 0; ///< values per state frame
-  std::string reason;             ///< non-empty: no state is offered, and why
+  std::uint64_t round = 0;         ///< rounds committed; the anchor is that of round + 1
+  std::string anchor_digest;       ///< xxh3 of the anchor's bytes, 16 hex digits
+  std::uint64_t values = 0;        ///< parameters in the anchor (and in the momentum)
+  std::uint64_t chunk_values = 0;  ///< values per state frame
+  std::string reason;              ///< non-empty: no state is offered, and why
   /// The tensors of the flat anchor, in order (optional: empty when the
   /// offering site knows only the number of values). A joining site needs
   /// them before its trainer says HELLO, e.g. to cut streaming fragments.
   /// On the wire: names and shapes; the offsets follow from the order.
   Layout layout;
-  std::uint64_t tokens = 0;  ///< tokens of every round committed through `round`
+  std::uint64_t tokens = 0;                             ///< tokens of every round committed through `round`
   std::optional<std::uint64_t> attempt = std::nullopt;  ///< the attempt that committed `round`, when the offerer knows
   /// xxh3 of the momentum's bytes (optional: "" from a site that does not
   /// send it); with several holders each sending part, the momentum is
@@ -230,7 +230,7 @@ struct Standing {
   bool final = false;                 ///< it was the job's last round
   std::optional<std::uint64_t> committed_attempt = std::nullopt;  ///< the attempt that committed it, when known
   std::optional<PendingCommit> pending = std::nullopt;
-  std::uint64_t newest_round = 0;     ///< the newest plan seen: its round (0: none) and attempt
+  std::uint64_t newest_round = 0;  ///< the newest plan seen: its round (0: none) and attempt
   std::uint64_t newest_attempt = 0;
 };
 /// A site stands for the coordinator's office in `epoch` (succession.h):
@@ -269,10 +269,10 @@ struct RoundOutcomeMessage {
   std::string anchor_digest;
 };
 
-using ControlMessage = std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage,
-                                    CommittedMessage, AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage,
-                                    StateRequestMessage, StateOfferMessage, StateAcceptMessage, ElectMessage,
-                                    VoteMessage, RoundQueryMessage, RoundOutcomeMessage>;
+using ControlMessage =
+    std::variant<JoinMessage, HeartbeatMessage, ReadyMessage, PlanMessage, CommitMessage, CommittedMessage,
+                 AbortMessage, FailedMessage, JobStartMessage, JobCancelMessage, StateRequestMessage, StateOfferMessage,
+                 StateAcceptMessage, ElectMessage, VoteMessage, RoundQueryMessage, RoundOutcomeMessage>;
 
 /// What sites say to the coordinator (JOIN, HEARTBEAT, READY, COMMIT,
 /// FAILED; every site also watches the heartbeats); ELECT and VOTE are the

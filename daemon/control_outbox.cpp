@@ -27,7 +27,8 @@ void ControlOutbox::send(const std::string& peer, const transport::FrameHeader& 
   q.frames.emplace_back(header, std::move(payload));
   if (!q.draining) {
     q.draining = true;
-    asio::co_spawn(executor_, [keep = shared_from_this(), peer] { return keep->drain(peer); }, asio::detached);
+    asio::co_spawn(
+        executor_, [keep = shared_from_this(), peer] { return keep->drain(peer); }, asio::detached);
   }
 }
 

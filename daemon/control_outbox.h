@@ -29,8 +29,8 @@
 namespace geoloco::daemon {
 
 struct OutboxOptions {
-  std::size_t max_queued = 1024;  ///< per peer; beyond it the oldest is dropped
-  int tries = 5;                  ///< sends of one frame before it is given up
+  std::size_t max_queued = 1024;         ///< per peer; beyond it the oldest is dropped
+  int tries = 5;                         ///< sends of one frame before it is given up
   std::chrono::milliseconds pause{200};  ///< after try k (from 1), k × pause
 };
 

@@ -94,10 +94,10 @@ Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage&
 }
 
 Status CoordinatorMachine::on_commit(const std::string& site, const CommitMessage& c) {
-  GEOLOCO_RETURN_IF(phase_ != Phase::planned || c.round != round_, Err::mismatch, "COMMIT of round ", c.round,
-                    " from ", site, ", but round ", round_, " is not being exchanged");
-  GEOLOCO_RETURN_IF(c.attempt != attempt_, Err::mismatch, "COMMIT of round ", c.round, " attempt ", c.attempt,
-                    " from ", site, ", but attempt ", attempt_, " is being exchanged");
+  GEOLOCO_RETURN_IF(phase_ != Phase::planned || c.round != round_, Err::mismatch, "COMMIT of round ", c.round, " from ",
+                    site, ", but round ", round_, " is not being exchanged");
+  GEOLOCO_RETURN_IF(c.attempt != attempt_, Err::mismatch, "COMMIT of round ", c.round, " attempt ", c.attempt, " from ",
+                    site, ", but attempt ", attempt_, " is being exchanged");
   if (std::find(late_.begin(), late_.end(), site) != late_.end()) {
     acks_[site] = c.anchor_digest;
     return {};
@@ -110,8 +110,8 @@ Status CoordinatorMachine::on_commit(const std::string& site, const CommitMessag
 
 Status CoordinatorMachine::on_failed(const std::string& site, const FailedMessage& f) {
   GEOLOCO_RETURN_IF(phase_ != Phase::planned || f.round != round_ || f.attempt != attempt_, Err::mismatch,
-                    "failure report of round ", f.round, " attempt ", f.attempt, " from ", site, ", but round ",
-                    round_, " attempt ", attempt_, " is not being exchanged");
+                    "failure report of round ", f.round, " attempt ", f.attempt, " from ", site, ", but round ", round_,
+                    " attempt ", attempt_, " is not being exchanged");
   GEOLOCO_RETURN_IF(std::find(participants_.begin(), participants_.end(), site) == participants_.end(),
                     Err::invalid_argument, "failure report from ", site, ", which is not a participant of round ",
                     round_);
@@ -156,8 +156,9 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     // A participant that went silent cannot finish the exchange.
     for (const auto& p : participants_) {
       if (now - heard_.at(p) >= options_.quorum.heartbeat_timeout_ms && !commits_.count(p)) {
-        a.abort = AbortMessage{round_, attempt_,
-                               cat("participant ", p, " stopped sending heartbeats during the exchange"), options_.epoch};
+        a.abort =
+            AbortMessage{round_, attempt_, cat("participant ", p, " stopped sending heartbeats during the exchange"),
+                         options_.epoch};
         a.notes.push_back(cat("round ", round_, " aborted: ", a.abort->reason));
         collect_again(now);
         return a;
@@ -176,8 +177,9 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
     const std::string digest = commits_.begin()->second;
     for (const auto& [site, d] : commits_) {
       if (d != digest) {
-        a.abort = AbortMessage{round_, attempt_, cat("anchor digests differ after round ", round_, ": ",
-                                           commits_.begin()->first, " has ", digest, ", ", site, " has ", d),
+        a.abort = AbortMessage{round_, attempt_,
+                               cat("anchor digests differ after round ", round_, ": ", commits_.begin()->first, " has ",
+                                   digest, ", ", site, " has ", d),
                                options_.epoch};
         a.notes.push_back(a.abort->reason);
         collect_again(now);
@@ -271,8 +273,8 @@ CoordinatorMachine::Actions CoordinatorMachine::step(Clock::time_point now) {
   std::vector<diloco::ReportedWork> work(options_.sites.size());
   for (const auto& site : decision.participants) {
     const auto& r = ready_.at(site);
-    const auto index = static_cast<std::uint32_t>(
-        std::find(options_.sites.begin(), options_.sites.end(), site) - options_.sites.begin());
+    const auto index = static_cast<std::uint32_t>(std::find(options_.sites.begin(), options_.sites.end(), site) -
+                                                  options_.sites.begin());
     work[index] = {r.tokens, r.loss};
     contributions.push_back({index, r.anchor_round, r.inner_steps, r.tokens});
   }

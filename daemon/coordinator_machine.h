@@ -41,13 +41,13 @@ using diloco::Clock;
 using diloco::Millis;
 
 struct CoordinatorOptions {
-  std::vector<std::string> sites;       ///< the job's sites
-  std::string self;                     ///< the site this coordinator runs on (counts toward a majority)
-  std::string named;                    ///< the job's named coordinator: the majority's tie-break
-  std::uint64_t epoch = 0;              ///< the office's epoch: every PLAN, COMMITTED and ABORT carries it
-  diloco::QuorumOptions quorum;                 ///< min_sites, deadline, heartbeat timeout
+  std::vector<std::string> sites;  ///< the job's sites
+  std::string self;                ///< the site this coordinator runs on (counts toward a majority)
+  std::string named;               ///< the job's named coordinator: the majority's tie-break
+  std::uint64_t epoch = 0;         ///< the office's epoch: every PLAN, COMMITTED and ABORT carries it
+  diloco::QuorumOptions quorum;    ///< min_sites, deadline, heartbeat timeout
   diloco::Weighting weighting = diloco::Weighting::tokens;
-  diloco::StragglerOptions straggler;    ///< carry (with decay) or drop
+  diloco::StragglerOptions straggler;   ///< carry (with decay) or drop
   std::uint64_t stop_after_round = 0;   ///< the last round; 0: no limit
   std::uint64_t stop_after_tokens = 0;  ///< the job ends with the round that reaches this many tokens; 0: no limit
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
@@ -55,7 +55,8 @@ struct CoordinatorOptions {
   /// others count as silent from the start, not for one more heartbeat
   /// timeout. Empty: every site counts as heard from at the start.
   std::set<std::string> live_at_start;
-  std::uint64_t first_attempt = 0;      ///< the first plan's attempt (a resumed job: past the journal's last; at least first_attempt_of(epoch))
+  std::uint64_t first_attempt =
+      0;  ///< the first plan's attempt (a resumed job: past the journal's last; at least first_attempt_of(epoch))
 };
 
 class CoordinatorMachine {

@@ -48,17 +48,18 @@ Result<std::unique_ptr<CoordinatorRole>> CoordinatorRole::open(const asio::any_i
                          (job.stop_tokens && *job.stop_tokens > 0 && tokens >= *job.stop_tokens);
       GEOLOCO_TRY(journal.append(to_json(CommittedRecord{round, r.complete->anchor_digest, tokens, final,
                                                          r.complete->attempt, start.epoch, "completed"})));
-      note(cat("round ", round, " (attempt ", r.complete->attempt, ") is completed as its participants computed it, anchor ",
-               r.complete->anchor_digest, ": the previous coordinator may have committed it"));
+      note(cat("round ", round, " (attempt ", r.complete->attempt,
+               ") is completed as its participants computed it, anchor ", r.complete->anchor_digest,
+               ": the previous coordinator may have committed it"));
     }
   }
   if (start.recovery) GEOLOCO_TRY(journal.append(office_started_record(start.epoch)));
-  return std::unique_ptr<CoordinatorRole>(new CoordinatorRole(executor, job, heartbeat_timeout, journal, std::move(start),
-                                                              std::move(send), std::move(note)));
+  return std::unique_ptr<CoordinatorRole>(new CoordinatorRole(executor, job, heartbeat_timeout, journal,
+                                                              std::move(start), std::move(send), std::move(note)));
 }
 
-CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job, Millis heartbeat_timeout,
-                                 Journal& journal, Start start, Send send, Note note)
+CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const job::JobSpec& job,
+                                 Millis heartbeat_timeout, Journal& journal, Start start, Send send, Note note)
     : job_(job),
       heartbeat_timeout_(heartbeat_timeout),
       journal_(journal),
@@ -81,10 +82,9 @@ CoordinatorRole::CoordinatorRole(const asio::any_io_executor& executor, const jo
   if (start.recovery) {
     resumed_ = true;
     if (start.recovery->abandon && !start.recovery->complete)
-      in_flight_ = AbortMessage{s.round + 1, *start.recovery->abandon,
-                                cat("coordinator failover: ", start.self, " took office in epoch ", epoch_,
-                                    "; send READY again"),
-                                epoch_};
+      in_flight_ = AbortMessage{
+          s.round + 1, *start.recovery->abandon,
+          cat("coordinator failover: ", start.self, " took office in epoch ", epoch_, "; send READY again"), epoch_};
     note_(cat("coordinator of epoch ", epoch_, " resumes after round ", s.round,
               s.round > 0 ? cat(" (anchor ", s.digest, ")") : std::string(), ", ", s.tokens, " tokens"));
   } else if (s.round > 0 || s.next_attempt > 0 || !s.commits.empty()) {
@@ -112,8 +112,8 @@ bool CoordinatorRole::write_decisions(Clock::time_point now) {
 std::optional<CommittedMessage> CoordinatorRole::committed_message(std::uint64_t round) const {
   auto it = commits_.find(round);
   if (it == commits_.end()) return std::nullopt;
-  return CommittedMessage{round,  it->second.digest, round == committed_round_ && committed_final_,
-                          it->second.attempt, epoch_, it->second.tokens};
+  return CommittedMessage{round,  it->second.digest, round == committed_round_ && committed_final_, it->second.attempt,
+                          epoch_, it->second.tokens};
 }
 
 void CoordinatorRole::greet(const std::string& site) {
@@ -138,8 +138,8 @@ void CoordinatorRole::on_message(const std::string& site, const ControlMessage& 
                  const auto& parts = coordinator_.participants();
                  if (coordinator_.phase() == CoordinatorMachine::Phase::planned &&
                      std::find(parts.begin(), parts.end(), site) != parts.end())
-                   (void)coordinator_.on_failed(
-                       site, FailedMessage{coordinator_.round(), coordinator_.attempt(), "it restarted during the exchange"});
+                   (void)coordinator_.on_failed(site, FailedMessage{coordinator_.round(), coordinator_.attempt(),
+                                                                    "it restarted during the exchange"});
                  return coordinator_.on_heartbeat(site, now);
                },
                [&](const HeartbeatMessage& m) { return coordinator_.on_heartbeat(site, now, m.phase); },
@@ -239,10 +239,10 @@ asio::awaitable<void> CoordinatorRole::run() {
     }
     if (coordinator_.phase() == CoordinatorMachine::Phase::planned && planned_at_ &&
         Clock::now() - *planned_at_ > exchange_limit && !coordinator_.participants().empty())
-      (void)coordinator_.on_failed(coordinator_.participants().front(),
-                                   FailedMessage{coordinator_.round(), coordinator_.attempt(),
-                                                 cat("no COMMIT from every participant within ",
-                                                     exchange_limit.count() / 1000, " s")});
+      (void)coordinator_.on_failed(
+          coordinator_.participants().front(),
+          FailedMessage{coordinator_.round(), coordinator_.attempt(),
+                        cat("no COMMIT from every participant within ", exchange_limit.count() / 1000, " s")});
     const bool collecting = coordinator_.phase() == CoordinatorMachine::Phase::collecting;
     auto actions = coordinator_.step(Clock::now());
     // Standing conditions (a silent site, a paused job) are decided again at
@@ -257,17 +257,16 @@ asio::awaitable<void> CoordinatorRole::run() {
     if (actions.plan) {
       auto record = plan_record(actions.plan->round, actions.plan->attempt, actions.plan->participants,
                                 actions.plan->weights, actions.plan->late, epoch_);
-      decide(std::move(record), cat("the plan of round ", actions.plan->round),
-             [this, plan = *actions.plan] {
-               lagging_ = plan.late;
-               planned_at_ = Clock::now();
-               for (const auto& site : job_.sites) send_(site, plan);
-             });
+      decide(std::move(record), cat("the plan of round ", actions.plan->round), [this, plan = *actions.plan] {
+        lagging_ = plan.late;
+        planned_at_ = Clock::now();
+        for (const auto& site : job_.sites) send_(site, plan);
+      });
     }
     if (actions.committed) {
       const auto& c = *actions.committed;
-      auto record = committed_record(c.round, c.anchor_digest, coordinator_.tokens(), c.final, c.attempt.value_or(0),
-                                     epoch_);
+      auto record =
+          committed_record(c.round, c.anchor_digest, coordinator_.tokens(), c.final, c.attempt.value_or(0), epoch_);
       decide(std::move(record), cat("the commit of round ", c.round), [this, c, tokens = coordinator_.tokens()] {
         commits_[c.round] = {c.anchor_digest, c.attempt, tokens, epoch_};
         committed_round_ = c.round;

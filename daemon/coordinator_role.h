@@ -121,12 +121,12 @@ class CoordinatorRole {
   std::vector<std::string> lagging_;
   asio::steady_timer wake_;
   bool stopped_ = false;
-  bool poked_ = false;  // a message arrived since the last step
+  bool poked_ = false;              // a message arrived since the last step
   std::set<std::string> standing_;  // standing conditions logged already
-  DecisionOutbox decisions_;  // decisions whose journal record is not on disk yet, in order
+  DecisionOutbox decisions_;        // decisions whose journal record is not on disk yet, in order
   std::function<void(const std::string&)> step_down_;
   std::function<void(bool)> journal_refused_;
-  std::optional<Clock::time_point> last_step_;  // the loop's last pass: a long gap is a process that stood still
+  std::optional<Clock::time_point> last_step_;   // the loop's last pass: a long gap is a process that stood still
   std::optional<Clock::time_point> planned_at_;  // the plan in flight went out then
 };
 

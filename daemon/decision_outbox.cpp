@@ -22,16 +22,16 @@ DecisionOutbox::Flushed DecisionOutbox::flush(Clock::time_point now, const Write
       }
       if (!handed_on_ && now - *refused_since_ >= hand_on_after_) {
         handed_on_ = true;
-        out.hand_on_why = cat("its journal refused ", d.what, " for ",
-                              std::chrono::duration_cast<Millis>(now - *refused_since_).count() / 1000, " s: ",
-                              written.message());
+        out.hand_on_why =
+            cat("its journal refused ", d.what, " for ",
+                std::chrono::duration_cast<Millis>(now - *refused_since_).count() / 1000, " s: ", written.message());
       }
       return out;
     }
     if (refused_since_) {
       out.notes.push_back(cat("the journal is written again after ",
-                              std::chrono::duration_cast<Millis>(now - *refused_since_).count() / 1000, " s: ",
-                              d.what, " goes out"));
+                              std::chrono::duration_cast<Millis>(now - *refused_since_).count() / 1000, " s: ", d.what,
+                              " goes out"));
       refused_since_.reset();
       handed_on_ = false;
       out.written_again = true;
@@ -44,8 +44,9 @@ DecisionOutbox::Flushed DecisionOutbox::flush(Clock::time_point now, const Write
 }
 
 nlohmann::json plan_record(std::uint64_t round, std::uint64_t attempt, const std::vector<std::string>& participants,
-                           const std::vector<double>& weights, const std::vector<std::string>& late, std::uint64_t epoch) {
-  return nlohmann::json{{"type", "plan"},   {"round", round}, {"attempt", attempt}, {"participants", participants},
+                           const std::vector<double>& weights, const std::vector<std::string>& late,
+                           std::uint64_t epoch) {
+  return nlohmann::json{{"type", "plan"},     {"round", round}, {"attempt", attempt}, {"participants", participants},
                         {"weights", weights}, {"late", late},   {"epoch", epoch}};
 }
 

@@ -41,9 +41,9 @@ class DecisionOutbox {
 
   /// What one flush did.
   struct Flushed {
-    bool all_written = true;                 ///< false: a record was refused (once per flush); it and those after it wait
-    bool written_again = false;              ///< a refusal ended: the held decisions went out
-    std::vector<std::string> notes;          ///< lines for the log
+    bool all_written = true;         ///< false: a record was refused (once per flush); it and those after it wait
+    bool written_again = false;      ///< a refusal ended: the held decisions went out
+    std::vector<std::string> notes;  ///< lines for the log
     std::optional<std::string> hand_on_why;  ///< leave the office, for this reason (said once per refusal)
   };
   /// Writes the queued records in order and runs each one's `send` once its
@@ -72,7 +72,8 @@ class DecisionOutbox {
 
 /// The journal records of the coordinator's decisions, as summarize_journal reads them.
 nlohmann::json plan_record(std::uint64_t round, std::uint64_t attempt, const std::vector<std::string>& participants,
-                           const std::vector<double>& weights, const std::vector<std::string>& late, std::uint64_t epoch);
+                           const std::vector<double>& weights, const std::vector<std::string>& late,
+                           std::uint64_t epoch);
 nlohmann::json committed_record(std::uint64_t round, const std::string& anchor_digest, std::uint64_t tokens, bool final,
                                 std::uint64_t attempt, std::uint64_t epoch);
 nlohmann::json abort_record(std::uint64_t round, const std::string& reason, std::uint64_t epoch);

@@ -45,8 +45,9 @@ std::string default_trainer() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"geolocod: the geoloco site daemon (docs/design.md §2). Settings come from the site file, then GEOLOCO_* "
-               "environment variables, then these flags (highest precedence)."};
+  CLI::App app{
+      "geolocod: the geoloco site daemon (docs/design.md §2). Settings come from the site file, then GEOLOCO_* "
+      "environment variables, then these flags (highest precedence)."};
   std::string config_path = "/etc/geoloco/site.yaml";
   app.add_option("--config", config_path, "the site file")->capture_default_str();
   std::map<std::string, std::string> overrides;
@@ -78,9 +79,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check_only) {
-    std::printf("%s: site %s is valid (listen %s:%u, %zu peer(s), data %s)\n", config_path.c_str(),
-                site->name.c_str(), site->listen.host.c_str(), site->listen.port, site->peers.size(),
-                site->data_dir.c_str());
+    std::printf("%s: site %s is valid (listen %s:%u, %zu peer(s), data %s)\n", config_path.c_str(), site->name.c_str(),
+                site->listen.host.c_str(), site->listen.port, site->peers.size(), site->data_dir.c_str());
     return 0;
   }
   if (Status l = setup_logging(site->log_format, site->name); !l.ok()) {

@@ -23,10 +23,9 @@ Status JobRun::save_checkpoint() {
   drop_spent_residual();  // the checkpoint keeps no rounding of a round that was not kept
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_seconds();
-  Status saved = save_site_checkpoint(fs::path(dir_) / "checkpoint.safetensors", state_, feedback_.get(), self(),
-                                      config_hash_);
-  after_checkpoint(saved, state_.round,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+  Status saved =
+      save_site_checkpoint(fs::path(dir_) / "checkpoint.safetensors", state_, feedback_.get(), self(), config_hash_);
+  after_checkpoint(saved, state_.round, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                    thread_cpu_seconds() - cpu_start);
   return saved;
 }
@@ -35,9 +34,10 @@ void JobRun::start_checkpoint() {
   if (state_.anchor.empty()) return;
   if (checkpoint_write_) {
     if (checkpoints_skipped_++ == 0)
-      spdlog::warn("[{}] the checkpoint of round {} is still being written: round {}'s is skipped (the round log "
-                   "keeps its rounds); said once",
-                   spec_.name, checkpoint_write_->round, state_.round);
+      spdlog::warn(
+          "[{}] the checkpoint of round {} is still being written: round {}'s is skipped (the round log "
+          "keeps its rounds); said once",
+          spec_.name, checkpoint_write_->round, state_.round);
     return;
   }
   if (state_.job.empty()) state_.job = spec_.name;
@@ -48,19 +48,19 @@ void JobRun::start_checkpoint() {
   std::weak_ptr<JobRun> weak = weak_from_this();
   // Views: valid until finish_checkpoint(), which everything that changes
   // the state calls (or waits for) first.
-  w->thread = std::thread([w, weak, source = site_checkpoint_source(state_, feedback_.get(), self()),
-                           path = fs::path(dir_) / "checkpoint.safetensors", hash = config_hash_,
-                           executor = env_.executor]() {
-    name_this_thread("geoloco-ckpt");
-    const auto start = std::chrono::steady_clock::now();
-    const double cpu_start = thread_cpu_seconds();
-    w->status = outer::save_checkpoint(path, source, hash);
-    w->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    w->cpu_seconds = thread_cpu_seconds() - cpu_start;
-    asio::post(executor, [weak]() {
-      if (auto job = weak.lock()) job->finish_checkpoint();
-    });
-  });
+  w->thread =
+      std::thread([w, weak, source = site_checkpoint_source(state_, feedback_.get(), self()),
+                   path = fs::path(dir_) / "checkpoint.safetensors", hash = config_hash_, executor = env_.executor]() {
+        name_this_thread("geoloco-ckpt");
+        const auto start = std::chrono::steady_clock::now();
+        const double cpu_start = thread_cpu_seconds();
+        w->status = outer::save_checkpoint(path, source, hash);
+        w->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        w->cpu_seconds = thread_cpu_seconds() - cpu_start;
+        asio::post(executor, [weak]() {
+          if (auto job = weak.lock()) job->finish_checkpoint();
+        });
+      });
   checkpoint_write_ = std::move(write);
 }
 

@@ -73,8 +73,8 @@ bool JobRun::execute(SuccessionAction& action) {
                  }
                  stop_role("a new office");
                  if (Status s = start_role(t.recovery, true, t.live); !s.ok()) {
-                   spdlog::error("[{}] cannot take the coordinator's office of epoch {}: {}", spec_.name, t.office.epoch,
-                                 s.message());
+                   spdlog::error("[{}] cannot take the coordinator's office of epoch {}: {}", spec_.name,
+                                 t.office.epoch, s.message());
                    succession_->resign(s.message(), Clock::now());  // another site stands
                    return true;
                  }
@@ -89,8 +89,8 @@ bool JobRun::execute(SuccessionAction& action) {
                    (void)env_.metrics->set("geoloco_coordinator_epoch", {{"job", spec_.name}}, double(f.office.epoch));
                  }
                  if (f.office.coordinator != self())
-                   stop_role(cat("epoch ", f.office.epoch, f.office.coordinator.empty()
-                                                              ? std::string(" is being elected")
+                   stop_role(cat("epoch ", f.office.epoch,
+                                 f.office.coordinator.empty() ? std::string(" is being elected")
                                                               : cat(" belongs to ", f.office.coordinator)));
                  machine_->on_office(f.office.coordinator);
                  changed_.notify_all();
@@ -124,9 +124,9 @@ Status JobRun::start_role(std::optional<Recovery> recovery, bool run_now, std::s
   if (!role.ok()) return role.status();
   role_ = std::shared_ptr<CoordinatorRole>(std::move(*role));
   if (run_now)
-    asio::co_spawn(env_.executor,
-                   [keep = shared_from_this(), role = role_]() -> asio::awaitable<void> { co_await role->run(); },
-                   asio::detached);
+    asio::co_spawn(
+        env_.executor, [keep = shared_from_this(), role = role_]() -> asio::awaitable<void> { co_await role->run(); },
+        asio::detached);
   return {};
 }
 
@@ -138,11 +138,11 @@ void JobRun::stop_role(const std::string& why) {
 }
 
 bool JobRun::admit(const std::string& from, const ControlMessage& message) {
-  const std::uint64_t* epoch = std::visit(Overload{[](const PlanMessage& m) { return &m.epoch; },
-                                                   [](const CommittedMessage& m) { return &m.epoch; },
-                                                   [](const AbortMessage& m) { return &m.epoch; },
-                                                   [](const auto&) -> const std::uint64_t* { return nullptr; }},
-                                          message);
+  const std::uint64_t* epoch = std::visit(
+      Overload{[](const PlanMessage& m) { return &m.epoch; }, [](const CommittedMessage& m) { return &m.epoch; },
+               [](const AbortMessage& m) { return &m.epoch; },
+               [](const auto&) -> const std::uint64_t* { return nullptr; }},
+      message);
   if (!epoch) return true;
   Status admitted = succession_->admit(from, *epoch, Clock::now());
   step_succession();  // a newer office: followed before the message is taken
@@ -175,7 +175,7 @@ bool JobRun::journal_pending_commit(const PendingCommit& p) {
   // The plan it answers, so that a restart that rebuilds the round from the
   // round log before applying it lists and records it as applied.
   if (plan_.round == p.round && plan_.attempt == p.attempt)
-    record.plan = PendingPlan{plan_.participants, plan_.late,  plan_.weights, plan_.tokens_each,
+    record.plan = PendingPlan{plan_.participants,  plan_.late, plan_.weights, plan_.tokens_each,
                               plan_.anchor_rounds, plan_.loss, plan_.epoch,   coordinator()};
   if (Status s = journal_->append(to_json(record)); !s.ok()) {
     // Not sent: a successor could not learn of it. The machine tries the
@@ -203,8 +203,8 @@ void JobRun::journal_committed(const CommittedRecord& record) {
   if (record.round <= journal_->committed_round()) return;  // the role journaled it
   if (Status s = journal_->append(to_json(record)); !s.ok()) {
     spdlog::error("[{}] cannot journal round {}: {}", spec_.name, record.round, s.message());
-    journal_refused(cat("cannot journal that round ", record.round, " committed (",
-                        s.message(), "); a successor this site votes for may not learn it from this site"));
+    journal_refused(cat("cannot journal that round ", record.round, " committed (", s.message(),
+                        "); a successor this site votes for may not learn it from this site"));
   } else {
     journal_written();
   }

@@ -23,8 +23,9 @@
 
 namespace geoloco::daemon {
 
-history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment, const std::string& coordinator,
-                                   std::uint64_t epoch, const std::string& digest, bool final) {
+history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment,
+                                   const std::string& coordinator, std::uint64_t epoch, const std::string& digest,
+                                   bool final) {
   history::Committed h;
   h.round = round;
   h.attempt = plan.attempt;
@@ -135,8 +136,10 @@ Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& dige
   round_costs_.round_log_seconds = seconds_between(start, Clock::now());
   show_round_log_bytes();
   if (kept.ok()) return kept;
-  return Status(kept.code(), cat("round ", plan.round, "'s averaged Δ cannot be kept on disk, so this site does not "
-                                 "vote for it: ", kept.message()));
+  return Status(kept.code(), cat("round ", plan.round,
+                                 "'s averaged Δ cannot be kept on disk, so this site does not "
+                                 "vote for it: ",
+                                 kept.message()));
 }
 
 Result<std::string> JobRun::exchange_digest() {
@@ -157,9 +160,10 @@ void JobRun::drop_spent_residual() {
   residual_spent_.reset();
   if (!feedback_) return;
   feedback_->clear_range(offset, length);
-  spdlog::info("[{}] the residual of values [{}, {}) starts again from zero: the round it was encoded for was not "
-               "kept with this site's pseudo-gradient",
-               spec_.name, offset, offset + length);
+  spdlog::info(
+      "[{}] the residual of values [{}, {}) starts again from zero: the round it was encoded for was not "
+      "kept with this site's pseudo-gradient",
+      spec_.name, offset, offset + length);
 }
 
 void JobRun::forget_delta() {
@@ -188,8 +192,7 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
   // The same cut as the trainer's fragment table (TrainerHost: split_fragments of its layout).
   const std::uint64_t offset = layout_values(state_.layout);
   auto table = inner::protocol::split_fragments(state_.layout, spec_.fragments(), round);
-  if (!table.ok())
-    return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
+  if (!table.ok()) return Status(table.status().code(), cat("streaming.fragments: ", table.status().message()));
   GEOLOCO_RETURN_IF(offset != n, Err::internal, "the layout holds ", offset, " values, the anchor ", n);
   return (*table)[diloco::fragment_of_round(round, spec_.fragments())];
 }
@@ -268,15 +271,16 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
   describe_round(r, plan, c.round, c.anchor_digest);
   state_.round = c.round;
   if (Status kept = rounds_->append(r); !kept.ok())
-    spdlog::error("[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
-                  "next round's): {}",
-                  spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
+    spdlog::error(
+        "[{}] round {}: {} record(s) wait to be written to {} (listed meanwhile; written before the "
+        "next round's): {}",
+        spec_.name, c.round, rounds_->unwritten(), kRoundLogFile, kept.message());
   record(committed_event(plan, c.round, r.fragment, coordinator, c.epoch, c.anchor_digest, c.final));
   // What a successor needs of this round, should this site take the office.
   journal_committed(
       CommittedRecord{c.round, c.anchor_digest, c.tokens, c.final, c.attempt.value_or(plan.attempt), c.epoch, ""});
-  note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(), " committed: ",
-           plan.participants.size(), " site(s)",
+  note(cat("round ", c.round, streaming() ? cat(" (fragment ", r.fragment, ")") : std::string(),
+           " committed: ", plan.participants.size(), " site(s)",
            plan.late.empty() ? std::string() : cat(", late: ", plan.late.size()), ", loss ", plan.loss,
            r.installed_from.empty() ? cat(", sent ", r.bytes_sent, " bytes") : cat(", from the ", r.installed_from),
            ", anchor ", c.anchor_digest));
@@ -292,8 +296,8 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   const auto plan = journaled_plan(journal_->records(), c.round, attempt, voted_to);
   GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
                     " (attempt ", attempt, ")");
-  const LoggedStep step =
-      step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt, spec_.compression, spec_.outer.outer);
+  const LoggedStep step = step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt,
+                                            spec_.compression, spec_.outer.outer);
   if (step.lost) {
     state_lost = true;
     drop_lost_state();

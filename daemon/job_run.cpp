@@ -46,19 +46,27 @@ auto logged(const char* what) {
 
 JobEnd end_of(JobState s) {
   switch (s) {
-    case JobState::cancelled: return JobEnd::cancelled;
-    case JobState::failed: return JobEnd::failed;
-    case JobState::finished: return JobEnd::finished;
-    default: return JobEnd::stopped;
+    case JobState::cancelled:
+      return JobEnd::cancelled;
+    case JobState::failed:
+      return JobEnd::failed;
+    case JobState::finished:
+      return JobEnd::finished;
+    default:
+      return JobEnd::stopped;
   }
 }
 
 JobState state_of(JobEnd e) {
   switch (e) {
-    case JobEnd::finished: return JobState::finished;
-    case JobEnd::cancelled: return JobState::cancelled;
-    case JobEnd::failed: return JobState::failed;
-    case JobEnd::stopped: return JobState::stopped;
+    case JobEnd::finished:
+      return JobState::finished;
+    case JobEnd::cancelled:
+      return JobState::cancelled;
+    case JobEnd::failed:
+      return JobState::failed;
+    case JobEnd::stopped:
+      return JobState::stopped;
   }
   return JobState::failed;
 }
@@ -70,7 +78,8 @@ std::uint64_t job_id_of(const std::string& name) {
   return id == 0 ? 1 : id;
 }
 
-Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file) {
+Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec spec, std::string yaml,
+                                               std::string file) {
   GEOLOCO_RETURN_IF(!contains(spec.sites, env.site.name), Err::invalid_argument, "job '", spec.name,
                     "' does not name this site (", env.site.name, ")");
   const std::string dir = (fs::path(env.site.data_dir) / "jobs" / spec.name).string();
@@ -85,8 +94,7 @@ Result<std::shared_ptr<JobRun>> JobRun::create(JobEnvironment env, job::JobSpec 
   auto history = history::HistoryFile::open((fs::path(dir) / history::kHistoryFile).string());
   if (!history.ok()) return history.status();
   job->history_.emplace(std::move(*history));
-  job->buffered_history_.emplace(
-      [raw = &*job->history_](const history::Record& r) { return raw->append(r); });
+  job->buffered_history_.emplace([raw = &*job->history_](const history::Record& r) { return raw->append(r); });
   auto rounds = RoundLog::open((fs::path(dir) / kRoundLogFile).string(), job->config_hash_);
   if (!rounds.ok()) return rounds.status();
   job->rounds_.emplace(std::move(*rounds));
@@ -134,8 +142,8 @@ JobRun::~JobRun() {
   if (buffered_history_ && buffered_history_->blocked()) {
     (void)buffered_history_->retry(wall_ms());
     if (buffered_history_->blocked())
-      spdlog::error("[{}] {} history record(s) could not be written before geolocod stopped and are lost",
-                    spec_.name, buffered_history_->waiting());
+      spdlog::error("[{}] {} history record(s) could not be written before geolocod stopped and are lost", spec_.name,
+                    buffered_history_->waiting());
   }
 }
 
@@ -157,9 +165,10 @@ void JobRun::record(const history::Event& event) {
   }
   if (change.unblocked) spdlog::info("[{}] {}", spec_.name, change.message);  // the new record flushed the rest
   if (done() && buffered_history_->blocked())
-    spdlog::warn("[{}] the job has ended with {} history record(s) still waiting for disk space; they are written "
-                 "as soon as there is room, and lost if geolocod stops before",
-                 spec_.name, buffered_history_->waiting());
+    spdlog::warn(
+        "[{}] the job has ended with {} history record(s) still waiting for disk space; they are written "
+        "as soon as there is room, and lost if geolocod stops before",
+        spec_.name, buffered_history_->waiting());
 }
 
 asio::awaitable<void> JobRun::retry_history() {
@@ -179,11 +188,12 @@ void JobRun::set_state(JobState state, const std::string& message) {
   message_ = message;
   if (done() && !ended_recorded_) {
     ended_recorded_ = true;
-    record(history::Ended{std::string(job_state_name(state)), state_.round,
-                          state_.anchor.empty() || !anchor_committed_ ? std::string() : digest_hex(state_.anchor_digest()),
-                          message});
+    record(history::Ended{
+        std::string(job_state_name(state)), state_.round,
+        state_.anchor.empty() || !anchor_committed_ ? std::string() : digest_hex(state_.anchor_digest()), message});
   }
-  if (Status s = write_status_file(dir_, {state, file_, message}); !s.ok()) spdlog::warn("[{}] {}", spec_.name, s.message());
+  if (Status s = write_status_file(dir_, {state, file_, message}); !s.ok())
+    spdlog::warn("[{}] {}", spec_.name, s.message());
   changed_.notify_all();
 }
 
@@ -212,7 +222,8 @@ void JobRun::send(const std::string& site, const ControlMessage& message) {
   // after the exchange's first data frames on the same connection, where the
   // peer's reader waits for the operation it has not been told of
   // (transport/mesh.h). The queued copy that follows is a repeat, ignored.
-  if (std::holds_alternative<PlanMessage>(message)) outbox_->send_now(site, control_header(), encode_control(message), false);
+  if (std::holds_alternative<PlanMessage>(message))
+    outbox_->send_now(site, control_header(), encode_control(message), false);
   outbox_->send(site, control_header(), encode_control(message));
 }
 
@@ -260,9 +271,13 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
     step_succession();
   }
   if (const auto* e = std::get_if<ElectMessage>(&message)) {
-    if (done()) send(from, VoteMessage{succession_->epoch(), e->pre, false,
-                                       cat("the job has ended on ", self(), " (", job_state_name(job_state_), ")"),
-                                       coordinator(), {}});
+    if (done())
+      send(from, VoteMessage{succession_->epoch(),
+                             e->pre,
+                             false,
+                             cat("the job has ended on ", self(), " (", job_state_name(job_state_), ")"),
+                             coordinator(),
+                             {}});
     else succession_->on_elect(from, *e, standing(), now);
     drive();
     return;
@@ -317,8 +332,8 @@ void JobRun::deliver(const std::string& from, const ControlMessage& message) {
                  return Status();
                },
                [&](const auto& other) {
-                 return Status(Err::invalid_argument, cat(control_type_name(ControlMessage(other)),
-                                                          " is not for a site's rounds"));
+                 return Status(Err::invalid_argument,
+                               cat(control_type_name(ControlMessage(other)), " is not for a site's rounds"));
                }},
       message);
   if (!s.ok()) spdlog::warn("[{}] refused a message from {}: {}", spec_.name, from, s.message());
@@ -377,7 +392,9 @@ void JobRun::execute(ParticipantAction& action) {
             }
             send(j.to, j.commit);
           },
-          [&](DeclineExchange& d) { env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)}); },
+          [&](DeclineExchange& d) {
+            env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)});
+          },
           [&](CancelExchange& c) {
             env_.mesh->cancel({c.round, static_cast<std::uint32_t>(c.attempt)},
                               Status(Err::io, cat("the exchange of round ", c.round, " attempt ", c.attempt,
@@ -495,8 +512,8 @@ Status JobRun::start() {
 asio::awaitable<void> JobRun::run() {
   auto keep = shared_from_this();
   if (role_)
-    asio::co_spawn(env_.executor, [keep, role = role_]() -> asio::awaitable<void> { co_await role->run(); },
-                   asio::detached);
+    asio::co_spawn(
+        env_.executor, [keep, role = role_]() -> asio::awaitable<void> { co_await role->run(); }, asio::detached);
   phase_started_ = Clock::now();
   drive();  // JOIN, and the anchor: the checkpoint's, or asking a peer for it
   asio::co_spawn(env_.executor, ticker(), logged("the job's ticker"));

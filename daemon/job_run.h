@@ -87,7 +87,6 @@ namespace geoloco::daemon {
 /// The job id frames carry: xxh3 of the job's name, never 0 (0 is the federation).
 std::uint64_t job_id_of(const std::string& name);
 
-
 struct JobEnvironment {
   asio::any_io_executor executor;
   transport::Mesh* mesh = nullptr;  ///< none: the job can only load and save its files (tests)
@@ -98,8 +97,9 @@ struct JobEnvironment {
 
 /// The history's record of round `round` of `plan` as committed (`digest`, `final`)
 /// by `coordinator` in `epoch`: its participants and their contributions.
-history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment, const std::string& coordinator,
-                                   std::uint64_t epoch, const std::string& digest, bool final);
+history::Committed committed_event(const PlanMessage& plan, std::uint64_t round, std::uint32_t fragment,
+                                   const std::string& coordinator, std::uint64_t epoch, const std::string& digest,
+                                   bool final);
 
 class JobRun : public std::enable_shared_from_this<JobRun> {
  public:
@@ -108,7 +108,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// be read is set aside (checkpoint.safetensors.damaged) and the state
   /// comes from a peer. Errors: invalid_argument (this site is not in the
   /// job; a checkpoint of another configuration under the same name), io.
-  static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, job::JobSpec spec, std::string yaml, std::string file);
+  static Result<std::shared_ptr<JobRun>> create(JobEnvironment env, job::JobSpec spec, std::string yaml,
+                                                std::string file);
   ~JobRun();
 
   /// Opens the trainer's socket, starts the trainer (built-in) and the engine.
@@ -309,7 +310,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   struct CheckpointWrite {
     std::thread thread;
     std::uint64_t round = 0;
-    Status status;             ///< set by the thread before it ends
+    Status status;  ///< set by the thread before it ends
     double seconds = 0, cpu_seconds = 0;
   };
   std::unique_ptr<CheckpointWrite> checkpoint_write_;
@@ -319,7 +320,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// decisions, and what any site needs to take the office.
   std::optional<Journal> journal_;
   std::optional<SuccessionMachine> succession_;
-  std::shared_ptr<CoordinatorRole> role_;  ///< while this site holds the office
+  std::shared_ptr<CoordinatorRole> role_;           ///< while this site holds the office
   std::optional<PendingCommit> journaled_pending_;  ///< the pending COMMIT this run journaled
   std::optional<PendingCommit> restored_pending_;   ///< the one the journal held at start (its memory is gone)
   /// What the offers of a state being received said, by the round offered
@@ -332,13 +333,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::unique_ptr<TrainerProcess> process_;
   /// Where this site is in the job's rounds; every decision is its.
   std::optional<ParticipantMachine> machine_;
-  std::optional<HeldState> checkpoint_;  ///< the loaded checkpoint's round and digest
+  std::optional<HeldState> checkpoint_;     ///< the loaded checkpoint's round and digest
   std::optional<asio::steady_timer> wake_;  ///< the ticker's sleep, cut short when the machine wants a step sooner
   std::optional<Clock::time_point> wake_at_;
   bool driving_ = false;  ///< drive() is running: a nested call only asks it to look again
   bool drive_again_ = false;
 
-  outer::OuterState state_;  ///< the held state (round = rounds committed)
+  outer::OuterState state_;       ///< the held state (round = rounds committed)
   bool anchor_committed_ = true;  ///< false after a failed apply, until a state is installed
   /// The anchor the trainer trains from when it is older than state_'s (a
   /// straggler, or a site that caught up while its trainer trained); empty
@@ -355,7 +356,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   std::optional<InnerPhase> phase_;  ///< the trainer's finished phase (its replica), until released
   Clock::time_point phase_started_, phase_at_, plan_at_;
-  std::optional<double> phase_compute_seconds_, phase_loop_seconds_;  ///< the last phase's, as its trainer measured them
+  std::optional<double> phase_compute_seconds_,
+      phase_loop_seconds_;  ///< the last phase's, as its trainer measured them
 
   // The exchange of plan_ (one at a time: the machine starts the next only
   // after this one ended).
@@ -389,7 +391,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
 
   std::optional<history::HistoryFile> history_;
   std::optional<history::BufferedHistory> buffered_history_;
-  RepeatFilter repeats_;  ///< a line repeated within 30 s is counted, not logged again
+  RepeatFilter repeats_;         ///< a line repeated within 30 s is counted, not logged again
   bool ended_recorded_ = false;  ///< the history has this run's `ended`
   /// The rounds this site committed, the job's whole run (rounds.jsonl, across restarts).
   std::optional<RoundLog> rounds_;

@@ -97,7 +97,8 @@ void JobRun::offer_state(const std::string& peer, const std::string& reason, con
   // so the receiver could resume the job as its coordinator.
   if (const nlohmann::json* r = offer.reason.empty() ? journal_->committed_record(offer.round) : nullptr) {
     offer.tokens = r->value("tokens", std::uint64_t{0});
-    if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned()) offer.attempt = (*r)["attempt"].get<std::uint64_t>();
+    if (r->contains("attempt") && (*r)["attempt"].is_number_unsigned())
+      offer.attempt = (*r)["attempt"].get<std::uint64_t>();
   }
   // This site's records of the rounds the asker does not list, so that it lists them too.
   const std::uint64_t listed = listed_round ? *listed_round : asker ? asker->round : 0;
@@ -150,7 +151,8 @@ void JobRun::receive_state(const std::string& peer, const StateOfferMessage& off
   for (const auto& r : offer.rounds) receiving_rounds_.emplace(r.round, r);
   if (!accepts.ok()) {
     // A holder of another state cannot help with this one; the transfer goes on.
-    if (joining && accepts.status().code() == Err::mismatch) machine_->on_state_helper_refused(peer, accepts.status().message());
+    if (joining && accepts.status().code() == Err::mismatch)
+      machine_->on_state_helper_refused(peer, accepts.status().message());
     else machine_->on_state_failed(accepts.status().message());
     return;
   }
@@ -184,8 +186,9 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
   // Only while the machine catches up, so that a complete transfer is
   // installed at once.
   const bool trainer_base = machine_->trainer_round() == state_.round + 1;
-  OwnState own{&state_, machine_->where() == ParticipantMachine::Where::catching_up && !exchange_running_ &&
-                            !checkpoint_write_ && (!trainer_base || late_anchor_.empty()),
+  OwnState own{&state_,
+               machine_->where() == ParticipantMachine::Where::catching_up && !exchange_running_ &&
+                   !checkpoint_write_ && (!trainer_base || late_anchor_.empty()),
                {}};
   if (own.in_place && trainer_base)
     own.before_step = [this] {
@@ -200,9 +203,10 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
       return;
     case StateFrameOutcome::failed:
       if (out.state_lost) {
-        spdlog::error("[{}] this site's own state was stepped to no committed round ({}): it takes the whole state "
-                      "from a peer",
-                      spec_.name, out.error);
+        spdlog::error(
+            "[{}] this site's own state was stepped to no committed round ({}): it takes the whole state "
+            "from a peer",
+            spec_.name, out.error);
         drop_lost_state();
       }
       if (base_kept_for_install_) {  // no install: the copy stands for nothing
@@ -211,7 +215,9 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
       }
       machine_->on_state_failed(out.error, out.state_lost);
       break;
-    case StateFrameOutcome::arrived: machine_->on_state_arrived(HeldState{out.round, out.digest}); break;
+    case StateFrameOutcome::arrived:
+      machine_->on_state_arrived(HeldState{out.round, out.digest});
+      break;
     case StateFrameOutcome::progress:
       machine_->on_state_progress(peer, Clock::now());
       for (const auto& done : out.share_done) machine_->on_state_share_done(done);
@@ -246,8 +252,8 @@ void JobRun::install_state() {
   const auto offered_tokens = receiving_tokens_.find(installed->round);
   const std::uint64_t tokens = offered_tokens == receiving_tokens_.end() ? 0 : offered_tokens->second;
   const bool chained = keep_installed_entries(*installed, tokens);
-  CommittedRecord record{installed->round, installed->digest, tokens, std::nullopt, std::nullopt, std::nullopt,
-                         "state_sync"};
+  CommittedRecord record{installed->round, installed->digest, tokens,      std::nullopt,
+                         std::nullopt,     std::nullopt,      "state_sync"};
   if (auto a = receiving_attempt_.find(installed->round); a != receiving_attempt_.end()) record.attempt = a->second;
   else if (chained) record.attempt = installed->entries.back().attempt;
   journal_committed(record);
@@ -311,9 +317,10 @@ bool JobRun::keep_installed_entries(const InstalledState& installed, std::uint64
   }
   for (const auto& e : entries)
     if (Status kept = round_deltas_->append(e.round, e.attempt, e.offset, e.digest, e.delta); !kept.ok()) {
-      spdlog::warn("[{}] round {} from the installed state cannot be kept in the round log ({}): a checkpoint "
-                   "is written instead",
-                   spec_.name, e.round, kept.message());
+      spdlog::warn(
+          "[{}] round {} from the installed state cannot be kept in the round log ({}): a checkpoint "
+          "is written instead",
+          spec_.name, e.round, kept.message());
       return false;
     }
   for (std::size_t i = 0; i + 1 < entries.size(); ++i) {
@@ -354,8 +361,8 @@ void JobRun::list_installed_rounds(std::uint64_t round, const std::string& diges
   }
   if (records.empty()) return;
   if (Status kept = rounds_->append(std::span<const RoundRecord>(records)); !kept.ok())
-    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name,
-                  records.front().round, records.back().round, kRoundLogFile, kept.message());
+    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name, records.front().round,
+                  records.back().round, kRoundLogFile, kept.message());
 }
 
 // ------------------------------------------------------------- checkpoints
@@ -368,7 +375,8 @@ Status JobRun::load_checkpoint() {
     spdlog::error("[{}] the checkpoint {}; the state comes from a peer", spec_.name, loaded->set_aside);
   if (!loaded->loaded) return {};
   state_ = std::move(loaded->loaded->state);
-  if (loaded->loaded->residual) feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(*loaded->loaded->residual));
+  if (loaded->loaded->residual)
+    feedback_ = std::make_unique<compression::ErrorFeedback>(std::move(*loaded->loaded->residual));
   checkpoint_ = HeldState{state_.round, digest_hex(state_.anchor_digest())};
   checkpoint_checked_ = FileIdentity::of(path);  // every tensor checked against its digest as it was read
   note(cat("checkpoint of round ", state_.round, " loaded from ", path.string()));
@@ -403,8 +411,8 @@ void JobRun::record_rebuilt_rounds(std::uint64_t from, std::uint64_t to, const J
   }
   if (records.empty()) return;
   if (Status kept = rounds_->append(std::span<const RoundRecord>(records)); !kept.ok())
-    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name,
-                  records.front().round, records.back().round, kRoundLogFile, kept.message());
+    spdlog::error("[{}] the records of rounds {}..{} wait to be written to {}: {}", spec_.name, records.front().round,
+                  records.back().round, kRoundLogFile, kept.message());
 }
 
 void JobRun::replay_round_log() {
@@ -412,12 +420,12 @@ void JobRun::replay_round_log() {
   const JournalSummary journal = summarize_journal(journal_->records());
   if (journal.round <= state_.round) return;
   const std::uint64_t from = state_.round;
-  auto replayed = replay_rounds(state_, *round_deltas_, journal.commits, journal.round, spec_.compression,
-                                spec_.outer.outer);
+  auto replayed =
+      replay_rounds(state_, *round_deltas_, journal.commits, journal.round, spec_.compression, spec_.outer.outer);
   if (!replayed.ok()) {
     // Stepped to no committed anchor: nothing of it is used; a peer gives the state.
-    spdlog::error("[{}] the round log cannot rebuild the committed state: {}; the state comes from a peer",
-                  spec_.name, replayed.status().message());
+    spdlog::error("[{}] the round log cannot rebuild the committed state: {}; the state comes from a peer", spec_.name,
+                  replayed.status().message());
     state_ = outer::OuterState();
     feedback_.reset();
     checkpoint_.reset();
@@ -438,8 +446,7 @@ void JobRun::replay_round_log() {
     note(cat("the round log rebuilds round ", replayed->to, ", not the journal's ", journal.round, ": ",
              replayed->stopped));
   if (env_.metrics)
-    (void)env_.metrics->set("geoloco_round_log_replayed_rounds", {{"job", spec_.name}},
-                            double(replayed->to - from));
+    (void)env_.metrics->set("geoloco_round_log_replayed_rounds", {{"job", spec_.name}}, double(replayed->to - from));
 }
 
 // ------------------------------------------------------------------ status

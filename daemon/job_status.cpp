@@ -15,12 +15,18 @@ namespace fs = std::filesystem;
 
 std::string_view job_state_name(JobState s) {
   switch (s) {
-    case JobState::starting: return "starting";
-    case JobState::running: return "running";
-    case JobState::finished: return "finished";
-    case JobState::failed: return "failed";
-    case JobState::cancelled: return "cancelled";
-    case JobState::stopped: return "stopped";
+    case JobState::starting:
+      return "starting";
+    case JobState::running:
+      return "running";
+    case JobState::finished:
+      return "finished";
+    case JobState::failed:
+      return "failed";
+    case JobState::cancelled:
+      return "cancelled";
+    case JobState::stopped:
+      return "stopped";
   }
   return "unknown";
 }
@@ -88,7 +94,8 @@ nlohmann::json status_json(const JobStatusView& v) {
   j["eval_round"] = eval.empty() ? json(nullptr) : json(eval.rbegin()->first);
   j["eval_accuracy"] = nullptr;  // of the latest evaluated anchor, for a classifier
   if (!eval.empty())
-    if (auto it = v.eval.accuracy.find(eval.rbegin()->first); it != v.eval.accuracy.end()) j["eval_accuracy"] = it->second;
+    if (auto it = v.eval.accuracy.find(eval.rbegin()->first); it != v.eval.accuracy.end())
+      j["eval_accuracy"] = it->second;
   j["checkpoint"] = v.checkpoint ? json(*v.checkpoint) : json(nullptr);
   j["anchor_digest"] = v.anchor_digest ? json(*v.anchor_digest) : json(nullptr);
   if (v.liveness) {

@@ -26,18 +26,18 @@ Result<JobState> parse_job_state(std::string_view name);
 /// What one committed round looked like from this site (geoloco watch).
 struct RoundRecord {
   std::uint64_t round = 0;
-  std::uint32_t fragment = 0;      ///< the fragment synced (Streaming DiLoCo; 0: the whole model)
-  std::uint32_t fragments = 1;     ///< the job's F; status shows `fragment` only when > 1
+  std::uint32_t fragment = 0;   ///< the fragment synced (Streaming DiLoCo; 0: the whole model)
+  std::uint32_t fragments = 1;  ///< the job's F; status shows `fragment` only when > 1
   std::vector<std::string> participants;
   std::vector<std::string> late;
-  double loss = 0;                 ///< participants' weighted mean training loss (from the PLAN)
-  std::uint64_t tokens = 0;        ///< tokens of the round's contributions
-  std::uint64_t bytes_sent = 0;    ///< this site, frames of the all-reduce
+  double loss = 0;               ///< participants' weighted mean training loss (from the PLAN)
+  std::uint64_t tokens = 0;      ///< tokens of the round's contributions
+  std::uint64_t bytes_sent = 0;  ///< this site, frames of the all-reduce
   std::uint64_t bytes_received = 0;
-  double compression_ratio = 0;    ///< raw fp32 bytes of the same all-reduce / bytes sent (0: sent nothing)
-  double compute_seconds = 0;      ///< this site's inner phase
-  double waiting_seconds = 0;      ///< READY to PLAN
-  double exchange_seconds = 0;     ///< PLAN to COMMITTED
+  double compression_ratio = 0;  ///< raw fp32 bytes of the same all-reduce / bytes sent (0: sent nothing)
+  double compute_seconds = 0;    ///< this site's inner phase
+  double waiting_seconds = 0;    ///< READY to PLAN
+  double exchange_seconds = 0;   ///< PLAN to COMMITTED
   /// The trainer's own clock over its phase (from its SYNC; absent when it
   /// does not measure it): seconds in inner steps, and its loop's seconds
   /// without evaluations. Their ratio is the site's compute share.
@@ -45,7 +45,7 @@ struct RoundRecord {
   /// trainer_compute_seconds / trainer_loop_seconds, when both are known and the loop took time.
   std::optional<double> compute_share() const;
   std::string digest;
-  bool contributed = false;        ///< this site's Δ was in the round
+  bool contributed = false;  ///< this site's Δ was in the round
   /// Not applied here: the state this round gave came from this site (a
   /// state transfer), which listed the round so (no bytes or timings of this site).
   std::string installed_from;

@@ -24,22 +24,32 @@ enum class Kind { u64, text, boolean, list, object };
 
 bool has_kind(const nlohmann::json& v, Kind k) {
   switch (k) {
-    case Kind::u64: return is_count(v);
-    case Kind::text: return v.is_string();
-    case Kind::boolean: return v.is_boolean();
-    case Kind::list: return v.is_array();
-    case Kind::object: return v.is_object();
+    case Kind::u64:
+      return is_count(v);
+    case Kind::text:
+      return v.is_string();
+    case Kind::boolean:
+      return v.is_boolean();
+    case Kind::list:
+      return v.is_array();
+    case Kind::object:
+      return v.is_object();
   }
   return false;
 }
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::u64: return "an unsigned integer";
-    case Kind::text: return "a string";
-    case Kind::boolean: return "true or false";
-    case Kind::list: return "an array";
-    case Kind::object: return "an object";
+    case Kind::u64:
+      return "an unsigned integer";
+    case Kind::text:
+      return "a string";
+    case Kind::boolean:
+      return "true or false";
+    case Kind::list:
+      return "an array";
+    case Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -49,13 +59,29 @@ const char* kind_name(Kind k) {
 // older versions lack some), but one that is present has its type.
 const std::map<std::string, std::vector<std::pair<const char*, Kind>>>& record_fields() {
   static const std::map<std::string, std::vector<std::pair<const char*, Kind>>> fields{
-      {"plan", {{"round", Kind::u64}, {"attempt", Kind::u64}, {"epoch", Kind::u64}, {"participants", Kind::list},
-                {"weights", Kind::list}, {"late", Kind::list}}},
-      {"committed", {{"round", Kind::u64}, {"anchor_digest", Kind::text}, {"tokens", Kind::u64}, {"final", Kind::boolean},
-                     {"attempt", Kind::u64}, {"epoch", Kind::u64}, {"via", Kind::text}}},
+      {"plan",
+       {{"round", Kind::u64},
+        {"attempt", Kind::u64},
+        {"epoch", Kind::u64},
+        {"participants", Kind::list},
+        {"weights", Kind::list},
+        {"late", Kind::list}}},
+      {"committed",
+       {{"round", Kind::u64},
+        {"anchor_digest", Kind::text},
+        {"tokens", Kind::u64},
+        {"final", Kind::boolean},
+        {"attempt", Kind::u64},
+        {"epoch", Kind::u64},
+        {"via", Kind::text}}},
       {"abort", {{"round", Kind::u64}, {"reason", Kind::text}, {"epoch", Kind::u64}}},
-      {"pending", {{"none", Kind::boolean}, {"round", Kind::u64}, {"attempt", Kind::u64}, {"anchor_digest", Kind::text},
-                   {"tokens", Kind::u64}, {"plan", Kind::object}}},
+      {"pending",
+       {{"none", Kind::boolean},
+        {"round", Kind::u64},
+        {"attempt", Kind::u64},
+        {"anchor_digest", Kind::text},
+        {"tokens", Kind::u64},
+        {"plan", Kind::object}}},
       {"vote", {{"epoch", Kind::u64}, {"for", Kind::text}}},
       {"office", {{"epoch", Kind::u64}, {"coordinator", Kind::text}}},
       {"office_started", {{"epoch", Kind::u64}}},

@@ -62,8 +62,8 @@ class Fields {
 Status check_type(const nlohmann::json& j, const char* type) {
   GEOLOCO_RETURN_IF(!j.is_object(), Err::malformed, "a journal record is ", j.type_name(), ", not an object");
   const auto t = j.find("type");
-  GEOLOCO_RETURN_IF(t == j.end() || !t->is_string() || *t != type, Err::malformed, "a journal record is not a '",
-                    type, "' record");
+  GEOLOCO_RETURN_IF(t == j.end() || !t->is_string() || *t != type, Err::malformed, "a journal record is not a '", type,
+                    "' record");
   return {};
 }
 
@@ -92,10 +92,9 @@ nlohmann::json to_json(const PendingRecord& r) {
                    {"tokens", c.tokens}};
   if (r.plan) {
     const PendingPlan& p = *r.plan;
-    j["plan"] = nlohmann::json{{"participants", p.participants}, {"late", p.late},
-                               {"weights", p.weights},           {"tokens_each", p.tokens_each},
-                               {"anchor_rounds", p.anchor_rounds}, {"loss", p.loss},
-                               {"epoch", p.epoch},               {"coordinator", p.coordinator}};
+    j["plan"] = nlohmann::json{
+        {"participants", p.participants},   {"late", p.late}, {"weights", p.weights}, {"tokens_each", p.tokens_each},
+        {"anchor_rounds", p.anchor_rounds}, {"loss", p.loss}, {"epoch", p.epoch},     {"coordinator", p.coordinator}};
   }
   return j;
 }
@@ -134,8 +133,8 @@ Result<PendingRecord> pending_record_of(const nlohmann::json& j) {
     Fields g(*plan, "pending");
     const bool whole = g.take("participants", p.participants) && g.take("late", p.late) &&
                        g.take("weights", p.weights) && g.take("tokens_each", p.tokens_each) &&
-                       g.take("anchor_rounds", p.anchor_rounds) && g.take("loss", p.loss) &&
-                       g.take("epoch", p.epoch) && g.take("coordinator", p.coordinator);
+                       g.take("anchor_rounds", p.anchor_rounds) && g.take("loss", p.loss) && g.take("epoch", p.epoch) &&
+                       g.take("coordinator", p.coordinator);
     if (whole && g.error().ok()) r.plan = std::move(p);
   }
   return r;

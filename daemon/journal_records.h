@@ -20,10 +20,10 @@ namespace geoloco::daemon {
 struct CommittedRecord {
   std::uint64_t round = 0;
   std::string anchor_digest;
-  std::uint64_t tokens = 0;                ///< tokens of every round through this one
-  std::optional<bool> final;               ///< absent in records of a state installed from a peer
-  std::optional<std::uint64_t> attempt;    ///< absent when the site could not know it
-  std::optional<std::uint64_t> epoch;      ///< absent in records of a state installed from a peer
+  std::uint64_t tokens = 0;              ///< tokens of every round through this one
+  std::optional<bool> final;             ///< absent in records of a state installed from a peer
+  std::optional<std::uint64_t> attempt;  ///< absent when the site could not know it
+  std::optional<std::uint64_t> epoch;    ///< absent in records of a state installed from a peer
   /// "" (its coordinator decided it, or this site applied it), "announced"
   /// (a COMMITTED heard), "recovery" or "completed" (a successor's, from its
   /// voters), "state_sync" (installed from a peer, with the round-log

@@ -17,11 +17,21 @@ std::string json_escape(std::string_view text) {
   out.reserve(text.size() + 8);
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -43,8 +53,7 @@ class JsonFormatter final : public spdlog::formatter {
   explicit JsonFormatter(std::string site) : site_(std::move(site)) {}
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     const auto t = std::chrono::system_clock::to_time_t(msg.time);
-    const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count() % 1000;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count() % 1000;
     std::tm tm{};
     gmtime_r(&t, &tm);
     char when[96];

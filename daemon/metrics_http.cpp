@@ -71,7 +71,8 @@ asio::awaitable<void> MetricsHttpServer::serve(asio::ip::tcp::socket socket) {
   if (ec && ec != asio::error::not_found) co_return;
   const std::string head(asio::buffers_begin(buffer.data()), asio::buffers_end(buffer.data()));
   std::string reply;
-  if (ec == asio::error::not_found) reply = response("431 Request Header Fields Too Large", "text/plain", "too large\n");
+  if (ec == asio::error::not_found)
+    reply = response("431 Request Header Fields Too Large", "text/plain", "too large\n");
   else if (head.rfind("GET /metrics ", 0) == 0) reply = response("200 OK", "text/plain; version=0.0.4", render_());
   else if (head.rfind("GET ", 0) == 0) reply = response("404 Not Found", "text/plain", "try /metrics\n");
   else reply = response("405 Method Not Allowed", "text/plain", "GET only\n");

@@ -23,7 +23,7 @@ class MetricsHttpServer {
   /// `render` produces the body on each scrape (on the executor's thread).
   /// Errors: io (cannot listen).
   static Result<std::unique_ptr<MetricsHttpServer>> open(asio::any_io_executor executor, const std::string& host,
-                                                          std::uint16_t port, std::function<std::string()> render);
+                                                         std::uint16_t port, std::function<std::string()> render);
   ~MetricsHttpServer();
   std::uint16_t port() const { return port_; }
   void close();

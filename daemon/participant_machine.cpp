@@ -28,15 +28,24 @@ ParticipantOptions participant_options(const job::JobSpec& job, const std::strin
 
 std::string_view ParticipantMachine::where_name(Where w) {
   switch (w) {
-    case Where::awaiting_initial: return "awaiting_initial";
-    case Where::catching_up: return "catching_up";
-    case Where::idle: return "idle";
-    case Where::exchanging: return "exchanging";
-    case Where::unwinding: return "unwinding";
-    case Where::committing: return "committing";
-    case Where::applying: return "applying";
-    case Where::finished: return "finished";
-    case Where::ended: return "ended";
+    case Where::awaiting_initial:
+      return "awaiting_initial";
+    case Where::catching_up:
+      return "catching_up";
+    case Where::idle:
+      return "idle";
+    case Where::exchanging:
+      return "exchanging";
+    case Where::unwinding:
+      return "unwinding";
+    case Where::committing:
+      return "committing";
+    case Where::applying:
+      return "applying";
+    case Where::finished:
+      return "finished";
+    case Where::ended:
+      return "ended";
   }
   return "unknown";
 }
@@ -44,7 +53,9 @@ std::string_view ParticipantMachine::where_name(Where w) {
 ParticipantMachine::ParticipantMachine(ParticipantOptions options, std::optional<HeldState> checkpoint,
                                        std::optional<HeldState> journal, std::uint64_t checkpoint_every,
                                        Clock::time_point)
-    : options_(std::move(options)), checkpoint_every_(checkpoint_every), where_(Where::awaiting_initial),
+    : options_(std::move(options)),
+      checkpoint_every_(checkpoint_every),
+      where_(Where::awaiting_initial),
       held_(std::move(checkpoint)) {
   send_coordinator(JoinMessage{options_.job, held_ ? held_->round : 0, held_ ? held_->digest : std::string()});
   if (journal) journal_round_ = journal->round;
@@ -188,7 +199,8 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
                plan_->attempt, " is void"));
       become_idle();
       break;
-    default: break;
+    default:
+      break;
   }
   start_plan(plan);
   return {};
@@ -216,8 +228,8 @@ void ParticipantMachine::start_plan(const PlanMessage& plan) {
     // The plan counts a phase by the READY it heard: one from before a
     // restart, or of a phase since dropped, stands for other work than the
     // Δ this site holds. Its weight and the history's ledger would be wrong.
-    const auto at = std::find(plan.participants.begin(), plan.participants.end(), options_.self) -
-                    plan.participants.begin();
+    const auto at =
+        std::find(plan.participants.begin(), plan.participants.end(), options_.self) - plan.participants.begin();
     const std::uint64_t tokens = diloco::reported_work(phase_->tokens, phase_->loss).tokens;
     const std::uint64_t planned_round = plan.anchor_rounds.at(static_cast<std::size_t>(at));
     const std::uint64_t planned_tokens = plan.tokens_each.at(static_cast<std::size_t>(at));
@@ -241,8 +253,8 @@ void ParticipantMachine::start_plan(const PlanMessage& plan) {
 }
 
 Status ParticipantMachine::on_committed(const std::string& from, const CommittedMessage& c) {
-  GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ",
-                    from, ", which is not the coordinator (", options_.coordinator, ")");
+  GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ", from,
+                    ", which is not the coordinator (", options_.coordinator, ")");
   if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
   if (commit_in_doubt_ && c.round >= commit_in_doubt_->round) commit_in_doubt_.reset();  // its outcome is known
   if (c.final) final_round_ = c.round;
@@ -280,8 +292,8 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
       apply(c);
       return {};
     }
-    catch_up(cat("this site computed anchor ", digest_, " for round ", c.round, ", the committed one is ",
-                 c.anchor_digest));
+    catch_up(
+        cat("this site computed anchor ", digest_, " for round ", c.round, ", the committed one is ", c.anchor_digest));
     return {};
   }
   // A round this site had no part in, or one whose exchange it gave up while
@@ -319,8 +331,8 @@ Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage&
   return {};
 }
 
-void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t attempt,
-                                          const Result<std::string>& digest, bool own_fault) {
+void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t attempt, const Result<std::string>& digest,
+                                          bool own_fault) {
   if (!plan_ || plan_->round != round || plan_->attempt != attempt) return;
   if (where_ == Where::unwinding) {
     const After after = after_;
@@ -378,10 +390,10 @@ void ParticipantMachine::on_trainer_failed(const std::string& why) {
 void ParticipantMachine::on_office(const std::string& coordinator) {
   if (coordinator == options_.coordinator) return;
   options_.coordinator = coordinator;
-  ready_round_ = 0;           // READY again at once
-  commit_sent_at_.reset();    // COMMIT again at once
+  ready_round_ = 0;         // READY again at once
+  commit_sent_at_.reset();  // COMMIT again at once
   doubt_asked_at_.reset();
-  asked_at_.reset();          // and the state, if this site is catching up: from the new holder first
+  asked_at_.reset();  // and the state, if this site is catching up: from the new holder first
   source_.clear();
   asks_of_source_ = 0;
 }
@@ -389,8 +401,10 @@ void ParticipantMachine::on_office(const std::string& coordinator) {
 void ParticipantMachine::on_commit_unjournaled() { commit_journaled_.reset(); }
 
 std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
-  if (where_ == Where::committing && plan_) return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
-  if (commit_in_doubt_ && !(held_ && holds_current() && held_->round >= commit_in_doubt_->round)) return commit_in_doubt_;
+  if (where_ == Where::committing && plan_)
+    return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
+  if (commit_in_doubt_ && !(held_ && holds_current() && held_->round >= commit_in_doubt_->round))
+    return commit_in_doubt_;
   return std::nullopt;
 }
 
@@ -432,7 +446,8 @@ void ParticipantMachine::drop_round() {
 void ParticipantMachine::doubt_commit() {
   if (where_ != Where::committing || !plan_) return;
   commit_in_doubt_ = PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
-  if (participant_) note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt, ")"));
+  if (participant_)
+    note(cat("lost track of round ", plan_->round, " after sending its COMMIT (attempt ", plan_->attempt, ")"));
 }
 
 void ParticipantMachine::settle(std::uint64_t round, std::uint64_t attempt, const std::string& from) {
@@ -464,8 +479,9 @@ void ParticipantMachine::settle(std::uint64_t round, std::uint64_t attempt, cons
 
 std::optional<std::uint64_t> ParticipantMachine::doubted_round() const {
   if (!phase_ || counted_in_ || contributed_.empty()) return std::nullopt;
-  const std::uint64_t round = contributed_.begin()->first;  // the oldest (a phase joins a later round only once settled)
-  if (round > known_committed_) return std::nullopt;        // not committed yet: it can still count the phase
+  const std::uint64_t round =
+      contributed_.begin()->first;                    // the oldest (a phase joins a later round only once settled)
+  if (round > known_committed_) return std::nullopt;  // not committed yet: it can still count the phase
   // The round in hand, whose COMMITTED this site holds: applying it settles it.
   const bool in_hand = where_ == Where::exchanging || where_ == Where::committing || where_ == Where::applying;
   if (in_hand && participant_ && plan_ && plan_->round == round) return std::nullopt;
@@ -551,8 +567,8 @@ void ParticipantMachine::finish() {
   // and says so. Work whose round's fate is in doubt may be counted: it is
   // not dropped, and the log says it is unknown.
   if (const auto doubted = doubted_round(); phase_ && doubted)
-    note(cat("the job finished before any site said whether round ", *doubted, " counted this site's ",
-             phase_->tokens, " tokens"));
+    note(cat("the job finished before any site said whether round ", *doubted, " counted this site's ", phase_->tokens,
+             " tokens"));
   else if (phase_ && !counted_in_)
     drop_phase(cat("the job finished after round ", held_->round, " before this work could join a round"));
   counted_in_.reset();

@@ -75,13 +75,13 @@ using diloco::Clock;
 using diloco::Millis;
 
 struct ParticipantOptions {
-  std::string job;                     ///< the job's name
-  std::string self;                    ///< this site
-  std::string coordinator;             ///< the office holder now (may be self; "" during an election)
-  std::string named = {};              ///< the job's named coordinator: only its trainer initializes a new job ("": `coordinator`)
+  std::string job;          ///< the job's name
+  std::string self;         ///< this site
+  std::string coordinator;  ///< the office holder now (may be self; "" during an election)
+  std::string named = {};   ///< the job's named coordinator: only its trainer initializes a new job ("": `coordinator`)
   std::vector<std::string> sites;      ///< the job's sites, in the job's order
   std::uint32_t fragments = 1;         ///< Streaming DiLoCo's F (1: plain DiLoCo)
-  diloco::StragglerOptions straggler;   ///< carry or drop, max_rounds_late
+  diloco::StragglerOptions straggler;  ///< carry or drop, max_rounds_late
   std::uint64_t inner_steps = 0;       ///< H as READY reports it (0 with a time-based phase)
   Millis ready_resend_ms{300};         ///< READY again after this long without a PLAN (the heartbeat interval)
   Millis state_retry_ms{1000};         ///< ask for the state again after this long without an answer or a frame
@@ -217,8 +217,8 @@ struct DropTransfer {};
 /// Offer the held state to `peer`, or say why there is none (`reason`).
 struct OfferState {
   std::string peer;
-  std::string reason;  ///< empty: offer the state
-  std::optional<HeldState> asker = std::nullopt;  ///< the committed state the asker holds, as it said
+  std::string reason;                                        ///< empty: offer the state
+  std::optional<HeldState> asker = std::nullopt;             ///< the committed state the asker holds, as it said
   std::optional<std::uint64_t> listed_round = std::nullopt;  ///< the last round the asker lists, as it said
 };
 /// Checkpoint the held state (every checkpoint.every_rounds).
@@ -246,18 +246,26 @@ struct EndJob {
 
 using ParticipantAction =
     std::variant<participant::Send, participant::StartExchange, participant::DeclineExchange,
-                 participant::CancelExchange, participant::ForgetExchange, participant::ApplyRound, participant::KeepTrainerAnchor,
-                 participant::MoveTrainer,
-                 participant::ReleaseTrainer, participant::Record,
-                 participant::WelcomeTrainer,
-                 participant::PublishInitial, participant::InstallState, participant::ReceiveState,
-                 participant::DropTransfer, participant::ReleaseDonor, participant::OfferState,
-                 participant::SaveCheckpoint, participant::EndJob, participant::JournalCommit,
-                 participant::ApplyLoggedRound>;
+                 participant::CancelExchange, participant::ForgetExchange, participant::ApplyRound,
+                 participant::KeepTrainerAnchor, participant::MoveTrainer, participant::ReleaseTrainer,
+                 participant::Record, participant::WelcomeTrainer, participant::PublishInitial,
+                 participant::InstallState, participant::ReceiveState, participant::DropTransfer,
+                 participant::ReleaseDonor, participant::OfferState, participant::SaveCheckpoint, participant::EndJob,
+                 participant::JournalCommit, participant::ApplyLoggedRound>;
 
 class ParticipantMachine {
  public:
-  enum class Where { awaiting_initial, catching_up, idle, exchanging, unwinding, committing, applying, finished, ended };
+  enum class Where {
+    awaiting_initial,
+    catching_up,
+    idle,
+    exchanging,
+    unwinding,
+    committing,
+    applying,
+    finished,
+    ended
+  };
 
   /// `checkpoint`: the committed state loaded from this site's checkpoint,
   /// if it is usable. `journal`: this site's journal's last committed round
@@ -422,7 +430,7 @@ class ParticipantMachine {
   Where where_;
   std::optional<HeldState> held_;
   std::uint64_t known_committed_ = 0;
-  std::uint64_t journal_round_ = 0;  ///< this site's journal's last committed round at start
+  std::uint64_t journal_round_ = 0;           ///< this site's journal's last committed round at start
   std::optional<std::uint64_t> final_round_;  ///< the job's last round, once a final COMMITTED named it
   std::uint64_t trainer_round_ = 0;
   std::optional<PhaseReport> phase_;
@@ -433,13 +441,14 @@ class ParticipantMachine {
   std::optional<CommittedMessage> early_commit_;  ///< exchanging: COMMITTED came before the exchange ended
   std::string digest_;                            ///< committing: the next anchor's digest
   std::optional<Clock::time_point> commit_sent_at_;
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> commit_journaled_;  ///< (round, attempt) whose COMMIT is on disk
-  After after_ = After::idle;                     ///< unwinding: what comes next
-  std::optional<PlanMessage> next_plan_;          ///< unwinding, After::plan
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;  ///< (round, attempt) of the newest PLAN taken
+  std::optional<std::pair<std::uint64_t, std::uint64_t>>
+      commit_journaled_;                                                  ///< (round, attempt) whose COMMIT is on disk
+  After after_ = After::idle;                                             ///< unwinding: what comes next
+  std::optional<PlanMessage> next_plan_;                                  ///< unwinding, After::plan
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_plan_;    ///< (round, attempt) of the newest PLAN taken
   std::optional<std::pair<std::uint64_t, std::uint64_t>> declined_plan_;  // the last plan declined (round, attempt)
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_seen_;  ///< of every PLAN, declined ones too
-  std::string catch_up_why_;                      ///< unwinding, After::catch_up
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> newest_seen_;    ///< of every PLAN, declined ones too
+  std::string catch_up_why_;                                              ///< unwinding, After::catch_up
 
   /// A COMMIT this site sent (as a participant or an observer) for a round
   /// it then lost track of (a later round was planned or committed before

@@ -91,8 +91,10 @@ void ParticipantMachine::on_state_offer(const std::string& from, const StateOffe
       return;
     }
     if (offer.round < journal_round_) {
-      note(cat(from, " says this site's round ", offer.round, " is the one it holds, but this site's journal has "
-               "round ", journal_round_, " committed; asking again"));
+      note(cat(from, " says this site's round ", offer.round,
+               " is the one it holds, but this site's journal has "
+               "round ",
+               journal_round_, " committed; asking again"));
       return;
     }
     resume_held(from);

@@ -22,7 +22,8 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
     case diloco::LateWork::drop:
       if (streaming())
         note(cat("dropped this site's late fragment ", phase_->fragment, " of round ", phase_->round, ": ",
-                 phase_->tokens, " tokens (", late, " round(s) late; with streaming a late fragment is always dropped)"));
+                 phase_->tokens, " tokens (", late,
+                 " round(s) late; with streaming a late fragment is always dropped)"));
       else
         note(cat("dropped this site's late work: ", phase_->tokens, " tokens trained from the anchor of round ",
                  phase_->round, " (", late, " round(s) late, policy ",
@@ -33,10 +34,11 @@ void ParticipantMachine::consider_phase(Clock::time_point now, std::optional<Clo
       release_trainer(false);
       return;
     case diloco::LateWork::carry:
-      if (ready_round_ != round) note(cat("late work joins round ", round, ": trained from the anchor of round ",
-                                          phase_->round));
+      if (ready_round_ != round)
+        note(cat("late work joins round ", round, ": trained from the anchor of round ", phase_->round));
       break;
-    case diloco::LateWork::on_time: break;
+    case diloco::LateWork::on_time:
+      break;
   }
   if (ready_round_ != round || !ready_at_ || now - *ready_at_ >= options_.ready_resend_ms) {
     ready_round_ = round;
@@ -65,8 +67,8 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
       ++it;
       continue;
     }
-    note(cat(it->first, " sent no state frame for ",
-             std::chrono::duration_cast<Millis>(now - it->second.at).count(), " ms; its share goes to the others"));
+    note(cat(it->first, " sent no state frame for ", std::chrono::duration_cast<Millis>(now - it->second.at).count(),
+             " ms; its share goes to the others"));
     act(ReleaseDonor{it->first});
     it = donors_.erase(it);
     for (auto& [peer, d] : donors_) {
@@ -113,7 +115,8 @@ void ParticipantMachine::ask_for_state(Clock::time_point now, std::optional<Cloc
       return;
     }
     if (unable_.size() == others.size() && !told_nobody_) {
-      note(cat("no site can give the state of round ", known_committed_, " now: every other site is catching up "
+      note(cat("no site can give the state of round ", known_committed_,
+               " now: every other site is catching up "
                "or holds none; the job waits for one that does"));
       told_nobody_ = true;
     }
@@ -135,8 +138,9 @@ void ParticipantMachine::ask_about(std::uint64_t round, Clock::time_point now, s
     std::string attempts;
     for (const auto& [r, a] : contributed_)
       if (r == round) attempts += cat(attempts.empty() ? "" : ", ", a);
-    note(cat("round ", round, " is committed, and this site does not know whether by the attempt that holds its phase (",
-             attempts, "): the phase is held, and every site is asked"));
+    note(cat("round ", round,
+             " is committed, and this site does not know whether by the attempt that holds its phase (", attempts,
+             "): the phase is held, and every site is asked"));
   }
   // Every site is asked (this one too: its own journal may know): any
   // whose journal records the round answers, and the first answer settles it.

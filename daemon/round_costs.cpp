@@ -33,14 +33,15 @@ nlohmann::json costs_json(const RoundCosts& c) {
   nlohmann::json cpu = nlohmann::json::object();
   for (const auto& stage : kCostStages) cpu[std::string(stage.name)] = c.*stage.seconds;
   cpu["total"] = c.cpu_seconds();
-  return {{"cpu_seconds", cpu},
-          {"decodes_per_chunk", c.decodes_per_chunk()},
-          {"encodes_per_chunk", c.encodes_per_chunk()},
-          {"values", c.values},
-          {"round_log_seconds", c.round_log_seconds},
-          {"checkpoint_wait_seconds", c.checkpoint_wait_seconds},
-          {"checkpoint_seconds", c.checkpoint_seconds ? nlohmann::json(*c.checkpoint_seconds) : nlohmann::json(nullptr)},
-          {"checkpoint_bytes", c.checkpoint_bytes}};
+  return {
+      {"cpu_seconds", cpu},
+      {"decodes_per_chunk", c.decodes_per_chunk()},
+      {"encodes_per_chunk", c.encodes_per_chunk()},
+      {"values", c.values},
+      {"round_log_seconds", c.round_log_seconds},
+      {"checkpoint_wait_seconds", c.checkpoint_wait_seconds},
+      {"checkpoint_seconds", c.checkpoint_seconds ? nlohmann::json(*c.checkpoint_seconds) : nlohmann::json(nullptr)},
+      {"checkpoint_bytes", c.checkpoint_bytes}};
 }
 
 }  // namespace geoloco::daemon

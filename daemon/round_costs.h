@@ -19,20 +19,21 @@
 namespace geoloco::daemon {
 
 struct RoundCosts {
-  double encode = 0;          ///< this site's contributions made (Δ = anchor − replica) and encoded
-  double transfer = 0;        ///< the all-reduce's other CPU, every thread: TLS, frames, sockets
-  double decode_average = 0;  ///< contributions decoded and averaged, the average encoded (owner), every gathered chunk decoded
-  double clip = 0;            ///< the norm of the averaged Δ and its clip scale
-  double digest = 0;          ///< the digest of the anchor the step will give (the COMMIT's)
-  double round_log = 0;       ///< the averaged Δ appended to the round log, fsync'd before the vote
-  double feedback = 0;        ///< the residual of an earlier attempt not kept, zeroed (0 when every round is kept)
-  double outer_step = 0;      ///< the outer step of the anchor and momentum
-  double history = 0;         ///< the round's record, history event and journal record
-  double checkpoint = 0;      ///< the checkpoint saved after this round (0: none)
+  double encode = 0;    ///< this site's contributions made (Δ = anchor − replica) and encoded
+  double transfer = 0;  ///< the all-reduce's other CPU, every thread: TLS, frames, sockets
+  double decode_average =
+      0;              ///< contributions decoded and averaged, the average encoded (owner), every gathered chunk decoded
+  double clip = 0;    ///< the norm of the averaged Δ and its clip scale
+  double digest = 0;  ///< the digest of the anchor the step will give (the COMMIT's)
+  double round_log = 0;   ///< the averaged Δ appended to the round log, fsync'd before the vote
+  double feedback = 0;    ///< the residual of an earlier attempt not kept, zeroed (0 when every round is kept)
+  double outer_step = 0;  ///< the outer step of the anchor and momentum
+  double history = 0;     ///< the round's record, history event and journal record
+  double checkpoint = 0;  ///< the checkpoint saved after this round (0: none)
 
-  double round_log_seconds = 0;                ///< wall time of the round log's append (its fsyncs)
-  double checkpoint_wait_seconds = 0;          ///< the exchange waited this long for the last checkpoint to be written
-  std::optional<double> checkpoint_seconds;    ///< wall time of the checkpoint after this round, if one was saved
+  double round_log_seconds = 0;              ///< wall time of the round log's append (its fsyncs)
+  double checkpoint_wait_seconds = 0;        ///< the exchange waited this long for the last checkpoint to be written
+  std::optional<double> checkpoint_seconds;  ///< wall time of the checkpoint after this round, if one was saved
   std::uint64_t checkpoint_bytes = 0;
 
   std::uint64_t values = 0;                   ///< the round's range: the averaged Δ's values

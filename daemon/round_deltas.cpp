@@ -56,18 +56,18 @@ fs::path RoundDeltas::file_of(std::uint64_t round) const {
   return dir_ / name;
 }
 
-Status RoundDeltas::append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset,
-                           const std::string& digest, const transport::EncodedOutput& d) {
-  GEOLOCO_RETURN_IF(d.ranges.size() != d.chunks.size(), Err::internal, "round ", round, "'s Δ has ",
-                    d.ranges.size(), " ranges for ", d.chunks.size(), " chunks");
+Status RoundDeltas::append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset, const std::string& digest,
+                           const transport::EncodedOutput& d) {
+  GEOLOCO_RETURN_IF(d.ranges.size() != d.chunks.size(), Err::internal, "round ", round, "'s Δ has ", d.ranges.size(),
+                    " ranges for ", d.chunks.size(), " chunks");
   json chunks = json::array();
   for (std::size_t i = 0; i < d.chunks.size(); ++i)
-    chunks.push_back(json::array({d.ranges[i].begin, d.ranges[i].size, d.chunks[i].size(),
-                                  hash_hex(std::span<const std::byte>(d.chunks[i]))}));
-  const std::string text = json{{"format", kFormat}, {"config", config_hash_}, {"round", round},
-                                {"attempt", attempt}, {"offset", offset},        {"values", d.values},
-                                {"digest", digest},   {"chunks", std::move(chunks)}}
-                               .dump();
+    chunks.push_back(json::array(
+        {d.ranges[i].begin, d.ranges[i].size, d.chunks[i].size(), hash_hex(std::span<const std::byte>(d.chunks[i]))}));
+  const std::string text =
+      json{{"format", kFormat}, {"config", config_hash_}, {"round", round},   {"attempt", attempt},
+           {"offset", offset},  {"values", d.values},     {"digest", digest}, {"chunks", std::move(chunks)}}
+          .dump();
   const std::string line = hash_hex(std::as_bytes(std::span(text))) + " " + text + "\n";
   return write_file_durably(file_of(round), [&](const FileSink& put) -> Status {
     GEOLOCO_TRY(put(std::as_bytes(std::span(line))));
@@ -183,8 +183,8 @@ Result<std::optional<RoundDeltaHeader>> RoundDeltas::header(std::uint64_t round)
   std::ifstream in(path, std::ios::binary);
   GEOLOCO_RETURN_IF(!in, Err::io, "cannot open ", path.string());
   std::string line;
-  GEOLOCO_RETURN_IF(!std::getline(in, line) || in.eof() || line.size() > kMaxHeaderBytes, Err::mismatch,
-                    path.string(), " is damaged (no complete first line): it is not replayed");
+  GEOLOCO_RETURN_IF(!std::getline(in, line) || in.eof() || line.size() > kMaxHeaderBytes, Err::mismatch, path.string(),
+                    " is damaged (no complete first line): it is not replayed");
   auto h = parse_header_line(line, round, config_hash_, path.string());
   if (!h.ok()) return h.status();
   out.attempt = (*h)["attempt"].get<std::uint64_t>();

@@ -41,8 +41,8 @@ inline constexpr const char* kRoundDeltasFolder = "deltas";
 struct RoundDelta {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;
-  std::uint64_t offset = 0;   ///< where the round's range starts in the anchor (a streaming fragment)
-  std::string digest;         ///< the anchor digest this site computed from it, and voted
+  std::uint64_t offset = 0;  ///< where the round's range starts in the anchor (a streaming fragment)
+  std::string digest;        ///< the anchor digest this site computed from it, and voted
   /// values, ranges and chunks; the pipeline is the job's (the entry names its configuration).
   transport::EncodedOutput delta;
 };

@@ -92,7 +92,8 @@ std::optional<RoundRecord> stored_record(const json& j) {
     r.trainer_compute_seconds = it->get<double>();
   if (const auto it = j.find("trainer_loop_seconds"); it != j.end() && it->is_number())
     r.trainer_loop_seconds = it->get<double>();
-  if (const auto it = j.find("installed_from"); it != j.end() && it->is_string()) r.installed_from = it->get<std::string>();
+  if (const auto it = j.find("installed_from"); it != j.end() && it->is_string())
+    r.installed_from = it->get<std::string>();
   return r;
 }
 

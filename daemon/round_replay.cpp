@@ -33,7 +33,8 @@ LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, s
     return out;
   }
   if (!*read) {
-    out.why = cat("the round log has no Δ of round ", round, " (this site did not vote for it, or installed it from a peer)");
+    out.why =
+        cat("the round log has no Δ of round ", round, " (this site did not vote for it, or installed it from a peer)");
     return out;
   }
   RoundDelta& entry = **read;

@@ -29,11 +29,11 @@
 namespace geoloco::daemon {
 
 struct ReplayOutcome {
-  std::uint64_t from = 0;     ///< the round the state held before
-  std::uint64_t to = 0;       ///< the round it holds now
-  std::string digest;         ///< its anchor digest
-  std::string stopped;        ///< why it stopped short of the target (empty: it reached it)
-  std::uint64_t bytes = 0;    ///< the entries' encoded bytes read
+  std::uint64_t from = 0;   ///< the round the state held before
+  std::uint64_t to = 0;     ///< the round it holds now
+  std::string digest;       ///< its anchor digest
+  std::string stopped;      ///< why it stopped short of the target (empty: it reached it)
+  std::uint64_t bytes = 0;  ///< the entries' encoded bytes read
 };
 
 /// Steps `state` (of round entry.round - 1) through `entry` with the live

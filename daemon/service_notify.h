@@ -1,7 +1,8 @@
 // Telling systemd how the daemon is doing (Type=notify units, docs/design.md §7):
 // READY=1 once the site listens, STATUS= lines a user sees in
 // `systemctl status`, WATCHDOG=1 pings within WatchdogSec, RELOADING=1
-// while a SIGHUP is applied (`systemctl reload`), STOPPING=1 on shutdown. Outside systemd (no NOTIFY_SOCKET) every call does nothing.
+// while a SIGHUP is applied (`systemctl reload`), STOPPING=1 on shutdown. Outside systemd (no NOTIFY_SOCKET) every call
+// does nothing.
 #pragma once
 
 #include <chrono>

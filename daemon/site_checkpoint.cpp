@@ -30,8 +30,9 @@ Result<SiteCheckpointLoad> load_site_checkpoint(const fs::path& path, const std:
     aside += ".damaged";
     std::error_code ec;
     fs::rename(path, aside, ec);
-    out.set_aside = cat(path.string(), " cannot be used (", loaded.status().message(), "); ",
-                        ec ? cat("it could not be moved aside: ", ec.message()) : cat("it is kept as ", aside.string()));
+    out.set_aside =
+        cat(path.string(), " cannot be used (", loaded.status().message(), "); ",
+            ec ? cat("it could not be moved aside: ", ec.message()) : cat("it is kept as ", aside.string()));
     return out;
   }
   GEOLOCO_RETURN_IF(loaded->config_hash != config_hash, Err::invalid_argument,

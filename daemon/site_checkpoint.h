@@ -38,7 +38,7 @@ Status save_site_checkpoint(const std::filesystem::path& path, const outer::Oute
                             const std::string& config_hash);
 
 struct LoadedSiteCheckpoint {
-  outer::OuterState state;                ///< residuals cleared
+  outer::OuterState state;                     ///< residuals cleared
   std::optional<std::vector<float>> residual;  ///< `site`'s, when saved and of the anchor's size
 };
 struct SiteCheckpointLoad {

@@ -166,8 +166,9 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
         if (k == "connections_per_peer") yaml::read_number(t.second, what, o.connections_per_peer, p);
         else if (k == "rate_limit") mbit(t.second, what, o.rate_limit_mbit);
         else if (k == "rate_limit_mbit")
-          p.add(t.first, "transport.rate_limit_mbit is now transport.rate_limit, in bit/s with a suffix "
-                         "(rate_limit_mbit: 900 is rate_limit: 900M)");
+          p.add(t.first,
+                "transport.rate_limit_mbit is now transport.rate_limit, in bit/s with a suffix "
+                "(rate_limit_mbit: 900 is rate_limit: 900M)");
         else if (k == "io_threads") yaml::read_number(t.second, what, o.io_threads, p);
         else if (k == "read_timeout") millis(t.second, what, o.read_timeout_ms);
         else if (k == "write_timeout") millis(t.second, what, o.write_timeout_ms);

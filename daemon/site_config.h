@@ -49,20 +49,19 @@ using geoloco::HostPort;
 using geoloco::parse_host_port;
 
 struct SiteConfig {
-  std::string name;                                 ///< required; the name in this site's certificate
-  HostPort listen{"0.0.0.0", 7400};                 ///< where peers connect
-  std::vector<transport::PeerAddress> peers;        ///< every other site of the federation
-  transport::tls::TlsFiles tls{"/etc/geoloco/tls/ca.pem", "/etc/geoloco/tls/site.pem", "/etc/geoloco/tls/site.key",
-                               ""};
+  std::string name;                           ///< required; the name in this site's certificate
+  HostPort listen{"0.0.0.0", 7400};           ///< where peers connect
+  std::vector<transport::PeerAddress> peers;  ///< every other site of the federation
+  transport::tls::TlsFiles tls{"/etc/geoloco/tls/ca.pem", "/etc/geoloco/tls/site.pem", "/etc/geoloco/tls/site.key", ""};
   /// Warn this long before the site's certificate, the CA, a peer's
   /// certificate or the CRL's next update runs out.
   std::int64_t tls_expiry_warning_s = 30 * 86400;
-  std::string data_dir = "/var/lib/geoloco";        ///< checkpoints, journals
-  HostPort metrics{"127.0.0.1", 9400};              ///< Prometheus text on http://metrics/metrics
+  std::string data_dir = "/var/lib/geoloco";                  ///< checkpoints, journals
+  HostPort metrics{"127.0.0.1", 9400};                        ///< Prometheus text on http://metrics/metrics
   std::string control_socket = "/run/geoloco/geolocod.sock";  ///< `geoloco submit/status/...` talk here
-  std::vector<int> gpus;                            ///< local GPU ids for the built-in trainer; empty: CPU
-  std::string log_format = "text";                  ///< text | json
-  transport::TransportOptions transport;            ///< connections, rate cap, timeouts
+  std::vector<int> gpus;                                      ///< local GPU ids for the built-in trainer; empty: CPU
+  std::string log_format = "text";                            ///< text | json
+  transport::TransportOptions transport;                      ///< connections, rate cap, timeouts
   /// Control-plane liveness (docs/design.md §4's hierarchy: read timeout < heartbeat
   /// timeout < round deadline): a site says "still here" every interval; the
   /// coordinator counts it dead after `heartbeat_timeout_ms` of silence.

@@ -47,7 +47,8 @@ std::string SiteDaemon::render_metrics() {
   for (const auto& p : site_.peers) {
     auto& last = peer_bytes_[p.name];
     const std::uint64_t sent = mesh_->bytes_sent(p.name), received = mesh_->bytes_received(p.name);
-    if (sent >= last.first) (void)metrics_.add("geoloco_peer_sent_bytes_total", {{"peer", p.name}}, double(sent - last.first));
+    if (sent >= last.first)
+      (void)metrics_.add("geoloco_peer_sent_bytes_total", {{"peer", p.name}}, double(sent - last.first));
     if (received >= last.second)
       (void)metrics_.add("geoloco_peer_received_bytes_total", {{"peer", p.name}}, double(received - last.second));
     last = {sent, received};
@@ -92,9 +93,9 @@ Status SiteDaemon::start() {
   std::error_code ec;
   fs::create_directories(fs::path(site_.control_socket).parent_path(), ec);
   auto control = control::ControlServer::open(io_.get_executor(), site_.control_socket, options_.control_group,
-                                     [this](const nlohmann::json& request, control::ReplyFn reply) {
-                                       return handle_request(request, std::move(reply));
-                                     });
+                                              [this](const nlohmann::json& request, control::ReplyFn reply) {
+                                                return handle_request(request, std::move(reply));
+                                              });
   if (!control.ok()) return control.status();
   control_ = std::move(*control);
 
@@ -214,7 +215,8 @@ void SiteDaemon::distribute(const job::JobSpec& spec, const std::string& yaml, c
 Status SiteDaemon::on_mesh_frame(const std::string& peer, const transport::FrameHeader& h, Buffer payload) {
   const std::span<const std::byte> bytes(payload.data(), payload.size());
   if (h.job == 0) {
-    GEOLOCO_RETURN_IF(h.type != transport::FrameType::control, Err::malformed, "a state frame outside a job from ", peer);
+    GEOLOCO_RETURN_IF(h.type != transport::FrameType::control, Err::malformed, "a state frame outside a job from ",
+                      peer);
     auto message = decode_control(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     if (!message.ok()) return message.status();
     on_federation_message(peer, *message);
@@ -291,8 +293,9 @@ Result<nlohmann::json> SiteDaemon::submit(const std::string& yaml, const std::st
 
 asio::awaitable<Status> SiteDaemon::cancel(const std::string& name, const std::string& reason, bool tell_sites) {
   auto job = find(name);
-  if (!job) co_return GEOLOCO_ERROR(Err::invalid_argument, "no job named '", name, "' on ", site_.name,
-                                    " (geoloco status lists the jobs)");
+  if (!job)
+    co_return GEOLOCO_ERROR(Err::invalid_argument, "no job named '", name, "' on ", site_.name,
+                            " (geoloco status lists the jobs)");
   if (tell_sites)
     for (const auto& site : job->spec().sites)
       if (site != site_.name) send_federation(site, JobCancelMessage{name, reason});

@@ -62,7 +62,8 @@ void SiteDaemon::check_certificates(bool peers) {
                          {{"certificate", item.what == "CA certificate" ? "ca" : "site"}}, double(item.at));
   }
   if (peers) {
-    for (const auto& [peer, at] : mesh_->peer_certificate_expiries()) items->push_back({"certificate of " + peer, "", at});
+    for (const auto& [peer, at] : mesh_->peer_certificate_expiries())
+      items->push_back({"certificate of " + peer, "", at});
   }
   for (const auto& line : transport::tls::expiry_warnings(unix_now(), *items, site_.tls_expiry_warning_s))
     spdlog::warn("{}", line);
@@ -75,8 +76,7 @@ void SiteDaemon::show_peer_certificates() {
     const Labels labels{{"certificate", "peer"}, {"peer", p.name}};
     if (auto it = expiries.find(p.name); it != expiries.end())
       (void)metrics_.set("geoloco_tls_certificate_expiry_timestamp_seconds", labels, double(it->second));
-    else
-      metrics_.remove("geoloco_tls_certificate_expiry_timestamp_seconds", labels);
+    else metrics_.remove("geoloco_tls_certificate_expiry_timestamp_seconds", labels);
   }
   const std::uint64_t replaced = mesh_->replaced_connections();
   (void)metrics_.add("geoloco_tls_connections_replaced_total", {}, double(replaced - replaced_seen_));

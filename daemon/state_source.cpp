@@ -76,8 +76,7 @@ MappedCheckpoint::~MappedCheckpoint() {
 
 // ------------------------------------------------------------- the entries
 
-Result<std::shared_ptr<const OpenDelta>> OpenDelta::open(const std::filesystem::path& path,
-                                                         const RoundDeltaHeader& h) {
+Result<std::shared_ptr<const OpenDelta>> OpenDelta::open(const std::filesystem::path& path, const RoundDeltaHeader& h) {
   std::shared_ptr<OpenDelta> d(new OpenDelta());
   d->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (d->fd_ < 0) return errno_error("cannot open", path);

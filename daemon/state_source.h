@@ -51,8 +51,8 @@ class MappedCheckpoint {
   /// the disk for that pass, 4 bytes a parameter. Errors: io, and the
   /// checkpoint's own (malformed, mismatch...).
   static Result<std::shared_ptr<const MappedCheckpoint>> open(const std::filesystem::path& path,
-                                                               const std::string& config_hash,
-                                                               const std::optional<FileIdentity>& checked = {});
+                                                              const std::string& config_hash,
+                                                              const std::optional<FileIdentity>& checked = {});
   ~MappedCheckpoint();
   MappedCheckpoint(const MappedCheckpoint&) = delete;
   MappedCheckpoint& operator=(const MappedCheckpoint&) = delete;

@@ -171,8 +171,8 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   // entries (state_source.h): more is refused before anything is allocated.
   std::uint64_t entry_bytes = 0;
   for (const auto& d : offer.deltas) entry_bytes += d.bytes;  // each at most 2^40, at most 4096 of them
-  GEOLOCO_RETURN_IF(entry_bytes > 2 * offer.values * sizeof(float) * 2, Err::invalid_argument, peer,
-                    " offers ", entry_bytes, " bytes of round-log entries for a state of ", offer.values,
+  GEOLOCO_RETURN_IF(entry_bytes > 2 * offer.values * sizeof(float) * 2, Err::invalid_argument, peer, " offers ",
+                    entry_bytes, " bytes of round-log entries for a state of ", offer.values,
                     " values: more than twice the state");
   StateReceiver r;
   r.frames_ = offer_frames(offer);
@@ -200,14 +200,15 @@ Result<StateReceiver> StateReceiver::start(const std::string& peer, const StateO
   return r;
 }
 
-Status StateReceiver::add(const std::string& peer, const transport::FrameHeader& h, std::span<const std::byte> payload) {
+Status StateReceiver::add(const std::string& peer, const transport::FrameHeader& h,
+                          std::span<const std::byte> payload) {
   GEOLOCO_RETURN_IF(!was_donor(peer), Err::mismatch, "state frame from ", peer, ", which is not sending this state");
   GEOLOCO_RETURN_IF(complete(), Err::mismatch, "state frame from ", peer, " after the transfer was complete");
   GEOLOCO_RETURN_IF(h.round != offer_.round, Err::mismatch, "state frame of round ", h.round, " from ", peer,
                     ", the offer was for round ", offer_.round);
   const auto place = frames_.place(h.chunk, offer_);
-  GEOLOCO_RETURN_IF(!place, Err::mismatch, "state frame ", h.chunk, " from ", peer, ": the state has ",
-                    frames_.total, " frames");
+  GEOLOCO_RETURN_IF(!place, Err::mismatch, "state frame ", h.chunk, " from ", peer, ": the state has ", frames_.total,
+                    " frames");
   GEOLOCO_RETURN_IF(payload.size() != place->size, Err::mismatch, "state frame ", h.chunk, " from ", peer, " holds ",
                     payload.size(), " bytes, expected ", place->size);
   if (have_[h.chunk] && shared_) return {};  // sent by two donors while shares changed: the first copy stays
@@ -287,8 +288,7 @@ StateReceiver::Shares StateReceiver::share_all(const std::string& peer, std::siz
   return {{peer, as_ranges(share_of(peer), max_ranges)}};
 }
 
-StateReceiver::Shares StateReceiver::share_first(const std::string& peer, std::size_t holders,
-                                                 std::size_t max_ranges) {
+StateReceiver::Shares StateReceiver::share_first(const std::string& peer, std::size_t holders, std::size_t max_ranges) {
   std::uint64_t left = 0;
   for (std::uint64_t i = 0; i < have_.size(); ++i) left += have_[i] ? 0 : 1;
   const std::uint64_t part = (left + holders - 1) / std::max<std::size_t>(holders, 1);

@@ -109,8 +109,8 @@ asio::awaitable<Result<std::uint64_t>> send_state_frames(transport::Mesh& mesh, 
 /// each round-log entry's bytes, `chunk_bytes()` a frame.
 struct OfferFrames {
   std::uint64_t chunk_values = 0;
-  std::uint64_t chunks = 0;           ///< frames per tensor
-  std::vector<std::uint64_t> first;   ///< per entry: its first frame
+  std::uint64_t chunks = 0;          ///< frames per tensor
+  std::vector<std::uint64_t> first;  ///< per entry: its first frame
   std::uint64_t total = 0;
   std::uint64_t chunk_bytes() const { return chunk_values * sizeof(float); }
   /// Where frame `i` goes: entry -1 and tensor 0 (anchor) or 1 (momentum),
@@ -213,13 +213,13 @@ class StateReceiver {
   std::vector<std::string> senders_;
   StateOfferMessage offer_;
   OfferFrames frames_;
-  std::vector<bool> have_;        ///< per frame (OfferFrames' numbering)
+  std::vector<bool> have_;  ///< per frame (OfferFrames' numbering)
   std::uint64_t received_ = 0;
   std::uint64_t bytes_ = 0;
-  bool shared_ = false;           ///< had a second donor: a frame taken already may come again
+  bool shared_ = false;  ///< had a second donor: a frame taken already may come again
   std::vector<std::uint64_t> share_of(const std::string& peer) const;
   void count_shares();
-  std::vector<std::string> owner_;                 ///< per frame: whose share it is ("" none)
+  std::vector<std::string> owner_;                    ///< per frame: whose share it is ("" none)
   std::map<std::string, std::uint64_t> outstanding_;  ///< per donor: frames of its share not in yet
   std::vector<std::string> share_done_;
   std::vector<float> anchor_;

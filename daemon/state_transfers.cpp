@@ -24,8 +24,7 @@ std::string offer_route(const StateOfferMessage& offer) {
   return cat(" (as the state of round ", base, " and ", rounds, " of the round log)");
 }
 
-StateTransfers::StateTransfers(std::string job, std::uint64_t job_id, transport::Mesh& mesh,
-                               std::uint64_t chunk_values)
+StateTransfers::StateTransfers(std::string job, std::uint64_t job_id, transport::Mesh& mesh, std::uint64_t chunk_values)
     : job_(std::move(job)), job_id_(job_id), mesh_(mesh), chunk_values_(chunk_values) {}
 
 StateOfferMessage StateTransfers::offer(const std::string& peer, std::shared_ptr<const StateSource> source,
@@ -135,7 +134,8 @@ Result<std::vector<AcceptTo>> StateTransfers::receive(const std::string& peer, c
     return accepts(receiving_->share_with(peer));
   }
   GEOLOCO_RETURN_IF(!offer.deltas.empty() && !steps_, Err::invalid_argument, peer, " offers rounds ",
-                    offer_base_round(offer) + 1, "..", offer.round, " as round-log entries, which this site cannot step");
+                    offer_base_round(offer) + 1, "..", offer.round,
+                    " as round-log entries, which this site cannot step");
   receiving_.reset();
   stepped_.clear();
   kept_frames_ = 0;
@@ -266,8 +266,8 @@ Status StateTransfers::step_entries(OwnState own, bool& lost) {
                       "the rounds from ", r.peer(), " start at round ", base, ", this site holds round ",
                       held ? held->round : 0, " now");
     const std::string digest = digest_hex(held->anchor_digest());
-    GEOLOCO_RETURN_IF(digest != offer.base_digest, Err::mismatch, "the rounds from ", r.peer(),
-                      " start at round ", base, "'s anchor ", offer.base_digest, ", this site's is ", digest);
+    GEOLOCO_RETURN_IF(digest != offer.base_digest, Err::mismatch, "the rounds from ", r.peer(), " start at round ",
+                      base, "'s anchor ", offer.base_digest, ", this site's is ", digest);
   }
   // Every entry is checked against the offer before anything is stepped:
   // a damaged or unoffered one leaves this site's own state as it was.

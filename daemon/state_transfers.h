@@ -59,8 +59,8 @@ struct StateFrameOutcome {
   };
   Kind kind = dropped;
   std::string error;
-  std::uint64_t round = 0;   ///< arrived: the state's round
-  std::string digest;        ///< arrived: its anchor digest (as offered, and checked)
+  std::uint64_t round = 0;  ///< arrived: the state's round
+  std::string digest;       ///< arrived: its anchor digest (as offered, and checked)
   /// failed: this site's own state was being stepped in place when the
   /// transfer failed, and is no committed round's now (never so with an
   /// honest holder: its entries are checked before the first step).
@@ -94,16 +94,15 @@ struct RoundSteps {
   diloco::OuterOptimizerOptions outer;
 };
 
-
 /// A received state put in place.
 struct InstalledState {
   std::uint64_t round = 0;
-  std::string digest;       ///< its anchor's (checked against the offer's)
-  std::string peer;         ///< who sent it (the first donor)
+  std::string digest;                ///< its anchor's (checked against the offer's)
+  std::string peer;                  ///< who sent it (the first donor)
   std::vector<std::string> senders;  ///< every holder that sent frames of it
-  std::uint64_t bytes = 0;  ///< frame bytes received (headers included)
-  double seconds = 0;       ///< from this site's request to the state in place
-  std::string note;         ///< the line for the job's log
+  std::uint64_t bytes = 0;           ///< frame bytes received (headers included)
+  double seconds = 0;                ///< from this site's request to the state in place
+  std::string note;                  ///< the line for the job's log
   std::uint64_t resumed_frames = 0;  ///< frames kept from an earlier donor (0: one donor sent all)
   std::uint64_t base_round = 0;      ///< the round of the state the frames carried (or this site's own)
   std::uint64_t rounds_stepped = 0;  ///< committed rounds stepped on it from the holder's round log
@@ -195,7 +194,9 @@ class StateTransfers {
   Result<InstalledState> install(outer::OuterState& state, const Layout& known, Clock::time_point now);
   /// The holders of the transfer whose shares were completed since the
   /// last call (by frames, or by a change of shares that left them none).
-  std::vector<std::string> shares_done() { return receiving_ ? receiving_->take_share_done() : std::vector<std::string>{}; }
+  std::vector<std::string> shares_done() {
+    return receiving_ ? receiving_->take_share_done() : std::vector<std::string>{};
+  }
   /// Forgets the transfer being received, if any.
   void drop() {
     receiving_.reset();
@@ -219,7 +220,7 @@ class StateTransfers {
     std::uint64_t round = 0;
     std::shared_ptr<FrameWants> wants;
   };
-  std::map<std::string, Sending> sending_;        ///< peer -> the frames sent and being sent to it, for its offer's round
+  std::map<std::string, Sending> sending_;  ///< peer -> the frames sent and being sent to it, for its offer's round
   std::optional<StateReceiver> receiving_;
   Clock::time_point requested_at_;
   std::uint64_t kept_frames_ = 0;  ///< the transfer in progress went on from another donor with these

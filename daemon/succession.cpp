@@ -26,10 +26,8 @@ OfficeRecords office_records(const std::vector<nlohmann::json>& records) {
     const std::string type = r.value("type", "");
     if (type == "office")
       out.office = Office{r.value("epoch", std::uint64_t{0}), r.value("coordinator", std::string())};
-    else if (type == "vote")
-      out.vote = Office{r.value("epoch", std::uint64_t{0}), r.value("for", std::string())};
-    else if (type == "office_started")
-      out.started = r.value("epoch", std::uint64_t{0});
+    else if (type == "vote") out.vote = Office{r.value("epoch", std::uint64_t{0}), r.value("for", std::string())};
+    else if (type == "office_started") out.started = r.value("epoch", std::uint64_t{0});
   }
   return out;
 }
@@ -183,8 +181,7 @@ void SuccessionMachine::learn(const Office& office, const std::string& from, Clo
   if (was_acting)
     note(cat("this site no longer coordinates the job: ", office.coordinator, " holds the office of epoch ",
              office.epoch, " (learned from ", from, ")"));
-  else
-    note(cat(office.coordinator, " coordinates the job in epoch ", office.epoch, " (learned from ", from, ")"));
+  else note(cat(office.coordinator, " coordinates the job in epoch ", office.epoch, " (learned from ", from, ")"));
 }
 
 void SuccessionMachine::adopt_epoch(std::uint64_t epoch, const std::string& from, Clock::time_point now) {
@@ -200,8 +197,7 @@ void SuccessionMachine::adopt_epoch(std::uint64_t epoch, const std::string& from
   undo_.reset();
   note(cat(from, " is in epoch ", epoch, ", whose election is open: epoch ", before.epoch,
            was_acting ? std::string(" is over and this site no longer coordinates the job")
-                      : cat(" (coordinator ",
-                            before.coordinator.empty() ? std::string("none") : before.coordinator,
+                      : cat(" (coordinator ", before.coordinator.empty() ? std::string("none") : before.coordinator,
                             ") is over here")));
 }
 
@@ -261,10 +257,9 @@ void SuccessionMachine::on_heartbeat(const std::string& from, const HeartbeatMes
 
 Status SuccessionMachine::admit(const std::string& from, std::uint64_t epoch, Clock::time_point now) {
   if (epoch < office_.epoch)
-    return Status(Err::mismatch,
-                  cat("epoch ", epoch, " of ", from, " is over: this site is in epoch ", office_.epoch,
-                      office_.coordinator.empty() ? std::string(" (an election)")
-                                                  : cat(" (coordinator ", office_.coordinator, ")")));
+    return Status(Err::mismatch, cat("epoch ", epoch, " of ", from, " is over: this site is in epoch ", office_.epoch,
+                                     office_.coordinator.empty() ? std::string(" (an election)")
+                                                                 : cat(" (coordinator ", office_.coordinator, ")")));
   if (epoch == office_.epoch && !office_.coordinator.empty()) {
     if (office_.coordinator != from)
       return Status(Err::invalid_argument, cat(from, " sent a coordinator's message of epoch ", epoch,
@@ -304,14 +299,15 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
   // for the timeout: a live holder is not deposed by one site's lost link.
   if (const Millis quiet = silence(now);
       e.epoch > office_.epoch && quiet < options_.heartbeat_timeout && !office_unheard_since_start_)
-    return refuse(from, e,
-                  office_.coordinator.empty()
-                      ? cat(options_.self, " is in epoch ", office_.epoch, ", whose election opened ", quiet.count(),
-                            " ms ago")
-                      : cat(options_.self, " heard coordinator ", office_.coordinator, " ", quiet.count(), " ms ago"));
+    return refuse(
+        from, e,
+        office_.coordinator.empty()
+            ? cat(options_.self, " is in epoch ", office_.epoch, ", whose election opened ", quiet.count(), " ms ago")
+            : cat(options_.self, " heard coordinator ", office_.coordinator, " ", quiet.count(), " ms ago"));
   if (e.committed_round < mine.committed_round)
-    return refuse(from, e, cat(from, " has committed round ", e.committed_round, ", ", options_.self, " round ",
-                               mine.committed_round));
+    return refuse(
+        from, e,
+        cat(from, " has committed round ", e.committed_round, ", ", options_.self, " round ", mine.committed_round));
   // Two sites may ask for pre-votes at once (both saw the holder close its
   // connections, each ranked first by heartbeats a round old): the one that
   // ranks after backs the other, so that they do not split the votes.
@@ -320,7 +316,8 @@ void SuccessionMachine::on_elect(const std::string& from, const ElectMessage& e,
       return std::find(options_.sites.begin(), options_.sites.end(), s) - options_.sites.begin();
     };
     if (e.committed_round == mine.committed_round && place(options_.self) < place(from))
-      return refuse(from, e, cat(options_.self, " stands for epoch ", candidacy_->epoch, " too, and ranks before ", from));
+      return refuse(from, e,
+                    cat(options_.self, " stands for epoch ", candidacy_->epoch, " too, and ranks before ", from));
     note(cat("backs ", from, ", which stands too and ranks before this site"));
     candidacy_.reset();
   }
@@ -361,9 +358,8 @@ void SuccessionMachine::on_vote(const std::string& from, const VoteMessage& v, C
 
 void SuccessionMachine::send_elect(Clock::time_point now) {
   candidacy_->sent = now;
-  const std::uint64_t committed = candidacy_->standings.count(options_.self)
-                                      ? candidacy_->standings.at(options_.self).committed_round
-                                      : 0;
+  const std::uint64_t committed =
+      candidacy_->standings.count(options_.self) ? candidacy_->standings.at(options_.self).committed_round : 0;
   for (const auto& s : options_.sites)
     if (s != options_.self && !candidacy_->granted.count(s))
       act(Send{s, ElectMessage{candidacy_->epoch, candidacy_->pre, committed}});
@@ -405,8 +401,8 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
           candidacy_.reset();
         }
       } else if (now - c.began >= options_.heartbeat_timeout) {
-        note(cat("the ", c.pre ? "pre-vote" : "election", " for epoch ", c.epoch, " lapsed with ",
-                 c.granted.size(), " of ", majority_words(options_.sites, options_.named)));
+        note(cat("the ", c.pre ? "pre-vote" : "election", " for epoch ", c.epoch, " lapsed with ", c.granted.size(),
+                 " of ", majority_words(options_.sites, options_.named)));
         candidacy_.reset();
         // Again after the timeout, times this site's place: the others stand in turn meanwhile.
         const auto place = rank(mine, now).value_or(0);
@@ -414,7 +410,8 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
       } else if (now - c.sent >= options_.resend) {
         send_elect(now);
       }
-      if (candidacy_) wake = std::min(candidacy_->sent + options_.resend, candidacy_->began + options_.heartbeat_timeout);
+      if (candidacy_)
+        wake = std::min(candidacy_->sent + options_.resend, candidacy_->began + options_.heartbeat_timeout);
     }
     if (!candidacy_ && !acting()) {
       const auto place = rank(mine, now);
@@ -430,8 +427,8 @@ SuccessionMachine::Actions SuccessionMachine::step(const Standing& mine, Clock::
             not_before_ = now + options_.heartbeat_timeout;
           } else {
             note(office_.coordinator.empty()
-                     ? cat("nobody took the office of epoch ", office_.epoch, " within ",
-                           silence(now).count() / 1000.0, " s; asking for pre-votes for epoch ", epoch)
+                     ? cat("nobody took the office of epoch ", office_.epoch, " within ", silence(now).count() / 1000.0,
+                           " s; asking for pre-votes for epoch ", epoch)
                  : lost_.count(office_.coordinator)
                      ? cat("coordinator ", office_.coordinator, " (epoch ", office_.epoch,
                            ") closed its connections; asking for pre-votes for epoch ", epoch)

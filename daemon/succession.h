@@ -83,13 +83,13 @@ struct SuccessionOptions {
   std::string named;               ///< the job's named coordinator (epoch 0's, and the majority's tie-break)
   std::string self;
   Millis heartbeat_timeout{60000};
-  Millis resend{2000};             ///< ELECT again to those that did not answer (the heartbeat interval)
+  Millis resend{2000};  ///< ELECT again to those that did not answer (the heartbeat interval)
 };
 
 /// What the journal says about the office: the last office record and the last vote.
 struct OfficeRecords {
   std::optional<Office> office;
-  std::optional<Office> vote;  ///< epoch voted in, for whom
+  std::optional<Office> vote;            ///< epoch voted in, for whom
   std::optional<std::uint64_t> started;  ///< the last epoch whose coordinator role journaled its start (office_started)
 };
 /// The journal records of an office taken or learned, and of a vote.
@@ -123,7 +123,8 @@ struct Follow {
 };
 }  // namespace succession
 
-using SuccessionAction = std::variant<succession::Persist, succession::Send, succession::TakeOffice, succession::Follow>;
+using SuccessionAction =
+    std::variant<succession::Persist, succession::Send, succession::TakeOffice, succession::Follow>;
 
 class SuccessionMachine {
  public:
@@ -212,27 +213,27 @@ class SuccessionMachine {
 
   SuccessionOptions options_;
   Office office_;
-  std::optional<Office> vote_;              // the last vote: its epoch and the candidate
-  Clock::time_point office_heard_;          // the holder's last sign of life (or when the office fell vacant)
+  std::optional<Office> vote_;      // the last vote: its epoch and the candidate
+  Clock::time_point office_heard_;  // the holder's last sign of life (or when the office fell vacant)
   /// True from the start until the office's clock is set by an event (the
   /// holder heard, an office learned, a vote): the start is no sign of life.
   bool office_unheard_since_start_ = true;
   std::map<std::string, Clock::time_point> heard_;
-  std::set<std::string> lost_;              // sites whose connections closed, until heard from again
+  std::set<std::string> lost_;                      // sites whose connections closed, until heard from again
   std::map<std::string, std::uint64_t> committed_;  // each peer's committed round, by its heartbeats
-  std::uint64_t highest_epoch_ = 0;         // the highest epoch seen anywhere
+  std::uint64_t highest_epoch_ = 0;                 // the highest epoch seen anywhere
   /// The epoch whose office this site left (resign()): a peer's heartbeat
   /// that still names this site for it is not taken as an office to hold again.
   std::optional<std::uint64_t> resigned_epoch_;
   std::optional<Candidacy> candidacy_;
-  Clock::time_point not_before_{};          // no new candidacy before then (after one lapsed)
+  Clock::time_point not_before_{};  // no new candidacy before then (after one lapsed)
   struct Undo {
     Office office;
     std::optional<Office> vote;
     Clock::time_point office_heard;
   };
-  std::optional<Undo> undo_;                // before the last Persist
-  bool epochs_spent_ = false;               // said once: no epoch is left to stand for
+  std::optional<Undo> undo_;   // before the last Persist
+  bool epochs_spent_ = false;  // said once: no epoch is left to stand for
   std::uint64_t failovers_ = 0;
   std::vector<SuccessionAction> actions_;
   std::vector<std::string> notes_;

@@ -35,8 +35,8 @@ Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::spa
                       ", past the round's ", n, " values");
     const std::uint64_t from = at + begin;
     a.resize(d.size());
-    GEOLOCO_TRY(outer_stepped_anchor(all.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale,
-                                     a));
+    GEOLOCO_TRY(
+        outer_stepped_anchor(all.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale, a));
     digest.update(std::span<const float>(a));
     return Status();
   }));
@@ -50,8 +50,8 @@ Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint
     const std::uint64_t from = offset + begin;
     GEOLOCO_RETURN_IF(offset > anchor.size() || begin > anchor.size() - offset || d.size() > anchor.size() - from ||
                           momentum.size() != anchor.size(),
-                      Err::invalid_argument,
-                      "a chunk of Δ at ", from, " lies outside the anchor's ", anchor.size(), " values");
+                      Err::invalid_argument, "a chunk of Δ at ", from, " lies outside the anchor's ", anchor.size(),
+                      " values");
     return outer_step(anchor.subspan(from, d.size()), momentum.subspan(from, d.size()), d, options, scale);
   });
 }
@@ -62,7 +62,8 @@ Result<std::uint64_t> step_chunks_digest(std::span<float> anchor, std::span<floa
   GEOLOCO_RETURN_IF(momentum.size() != anchor.size(), Err::invalid_argument, "the momentum has ", momentum.size(),
                     " values, the anchor ", anchor.size());
   GEOLOCO_RETURN_IF(offset > anchor.size() || length > anchor.size() - offset, Err::invalid_argument,
-                    "the round's values [", offset, ", ", offset + length, ") lie outside the anchor's ", anchor.size());
+                    "the round's values [", offset, ", ", offset + length, ") lie outside the anchor's ",
+                    anchor.size());
   StreamingDigest digest;
   digest.update(std::span<const float>(anchor.first(offset)));
   std::uint64_t next = 0;

@@ -86,7 +86,8 @@ Status merge_fragment(std::span<float> local, std::span<const float> global, dou
     return {};
   }
   for (std::size_t i = 0; i < local.size(); ++i)
-    local[i] = static_cast<float>(alpha * static_cast<double>(local[i]) + (1.0 - alpha) * static_cast<double>(global[i]));
+    local[i] =
+        static_cast<float>(alpha * static_cast<double>(local[i]) + (1.0 - alpha) * static_cast<double>(global[i]));
   return {};
 }
 

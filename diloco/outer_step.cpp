@@ -34,8 +34,8 @@ namespace {
 Status check_step(std::size_t anchor, std::size_t momentum, std::span<const float> delta,
                   const OuterOptimizerOptions& options, float scale) {
   GEOLOCO_TRY(options.validate());
-  GEOLOCO_RETURN_IF(anchor != momentum || anchor != delta.size(), Err::invalid_argument, "outer step: anchor (",
-                    anchor, "), momentum (", momentum, ") and delta (", delta.size(), ") must have the same length");
+  GEOLOCO_RETURN_IF(anchor != momentum || anchor != delta.size(), Err::invalid_argument, "outer step: anchor (", anchor,
+                    "), momentum (", momentum, ") and delta (", delta.size(), ") must have the same length");
   GEOLOCO_RETURN_IF(!(scale > 0.0f && scale <= 1.0f), Err::invalid_argument,
                     "outer step: the clipping scale must be in (0, 1], got ", scale);
   // Check first so that a bad Δ changes nothing (all sites must stay equal).

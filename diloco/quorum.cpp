@@ -20,8 +20,7 @@ std::string majority_words(const std::vector<std::string>& sites, const std::str
 Status QuorumOptions::validate() const {
   GEOLOCO_RETURN_IF(min_sites < 1, Err::invalid_argument, "straggler.min_sites must be at least 1, got ", min_sites);
   GEOLOCO_RETURN_IF(deadline_ms.count() < 0, Err::invalid_argument, "straggler.deadline must not be negative");
-  GEOLOCO_RETURN_IF(heartbeat_timeout_ms.count() <= 0, Err::invalid_argument,
-                    "the heartbeat timeout must be positive");
+  GEOLOCO_RETURN_IF(heartbeat_timeout_ms.count() <= 0, Err::invalid_argument, "the heartbeat timeout must be positive");
   return {};
 }
 
@@ -34,7 +33,7 @@ std::string join(const std::vector<std::string>& names) {
 }  // namespace
 
 QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, SiteReport>& sites,
-                           const QuorumOptions& o) {
+                             const QuorumOptions& o) {
   QuorumDecision d;
   std::vector<std::string> live, ready, waiting, joining;
   std::vector<Clock::time_point> ready_times;
@@ -79,8 +78,8 @@ QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, 
   }
   if (static_cast<int>(ready.size()) < o.min_sites) {
     d.kind = QuorumDecision::Kind::wait;
-    d.reason = cat("waiting: ", ready.size(), " of ", o.min_sites, " required sites ready (waiting for ",
-                   join(waiting), ")", dead_note);
+    d.reason = cat("waiting: ", ready.size(), " of ", o.min_sites, " required sites ready (waiting for ", join(waiting),
+                   ")", dead_note);
     // Only a message (READY) or a heartbeat lapsing can change this; wake for the latter.
     std::optional<Clock::time_point> next_lapse;
     for (const auto& name : live) {
@@ -103,9 +102,9 @@ QuorumDecision decide_quorum(Clock::time_point now, const std::map<std::string, 
   }
   d.kind = QuorumDecision::Kind::wait;
   d.wake_at = closes_at;
-  d.reason = cat("quorum of ", o.min_sites, " reached; waiting up to ",
-                 std::chrono::duration_cast<Millis>(closes_at - now).count(), " ms more for ", join(waiting),
-                 dead_note);
+  d.reason =
+      cat("quorum of ", o.min_sites, " reached; waiting up to ",
+          std::chrono::duration_cast<Millis>(closes_at - now).count(), " ms more for ", join(waiting), dead_note);
   return d;
 }
 

@@ -7,10 +7,10 @@
 namespace geoloco::diloco {
 
 Status StragglerOptions::validate() const {
-  GEOLOCO_RETURN_IF(!(decay > 0.0 && decay <= 1.0), Err::invalid_argument,
-                    "straggler.decay must be in (0, 1], got ", decay);
-  GEOLOCO_RETURN_IF(max_rounds_late < 1, Err::invalid_argument,
-                    "straggler.max_rounds_late must be at least 1, got ", max_rounds_late);
+  GEOLOCO_RETURN_IF(!(decay > 0.0 && decay <= 1.0), Err::invalid_argument, "straggler.decay must be in (0, 1], got ",
+                    decay);
+  GEOLOCO_RETURN_IF(max_rounds_late < 1, Err::invalid_argument, "straggler.max_rounds_late must be at least 1, got ",
+                    max_rounds_late);
   return {};
 }
 
@@ -41,8 +41,8 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
   if (fate == LateWork::on_time) {
     d.included = true;
     d.weight = base;
-    d.reason = cat("site ", c.site, ": on time, weight ", base,
-                   weighting == Weighting::tokens ? " (tokens)" : " (uniform)");
+    d.reason =
+        cat("site ", c.site, ": on time, weight ", base, weighting == Weighting::tokens ? " (tokens)" : " (uniform)");
     return d;
   }
   const std::string work = cat(c.inner_steps, " inner steps, ", c.tokens, " tokens");
@@ -52,8 +52,8 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
     return d;
   }
   if (fate == LateWork::drop) {
-    d.reason = cat("site ", c.site, ": ", d.rounds_late, " rounds late, over max_rounds_late ",
-                   options.max_rounds_late, ": discarding ", work, "; the site restarts from anchor ", round);
+    d.reason = cat("site ", c.site, ": ", d.rounds_late, " rounds late, over max_rounds_late ", options.max_rounds_late,
+                   ": discarding ", work, "; the site restarts from anchor ", round);
     return d;
   }
   // decay^k by repeated multiplication: the same bits on every machine,
@@ -67,9 +67,8 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
   return d;
 }
 
-Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribution> contributions,
-                                                       std::uint64_t round, Weighting weighting,
-                                                       const StragglerOptions& options) {
+Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribution> contributions, std::uint64_t round,
+                                                       Weighting weighting, const StragglerOptions& options) {
   std::vector<Contribution> sorted(contributions.begin(), contributions.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.site < b.site; });
   std::vector<ContributionDecision> out;

@@ -63,9 +63,9 @@ struct Contribution {
 struct ContributionDecision {
   std::uint32_t site = 0;
   bool included = false;
-  double weight = 0.0;             ///< 0 when not included
-  std::uint64_t rounds_late = 0;   ///< round − anchor_round
-  std::string reason;              ///< for the log: why this weight
+  double weight = 0.0;            ///< 0 when not included
+  std::uint64_t rounds_late = 0;  ///< round − anchor_round
+  std::string reason;             ///< for the log: why this weight
 };
 
 /// The decision for one contribution to round `round`. Errors:
@@ -77,9 +77,8 @@ Result<ContributionDecision> decide_contribution(const Contribution& c, std::uin
 /// The decisions for every contribution of a round, in site order. Errors:
 /// as decide_contribution, and invalid_argument when a site appears twice or
 /// nothing is included (a round needs at least one weight > 0).
-Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribution> contributions,
-                                                       std::uint64_t round, Weighting weighting,
-                                                       const StragglerOptions& options);
+Result<std::vector<ContributionDecision>> decide_round(std::span<const Contribution> contributions, std::uint64_t round,
+                                                       Weighting weighting, const StragglerOptions& options);
 
 /// What a site reports of its inner phase, as its READY carries it: at least
 /// one token (token weighting never sees zero) and a finite loss (0 when the

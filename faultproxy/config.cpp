@@ -9,9 +9,7 @@
 
 namespace geoloco::faultproxy {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 namespace {
 
@@ -79,8 +77,10 @@ Result<ProxyConfig> parse_root(const YAML::Node& root, std::string_view source) 
         }
       if (!ok) continue;
       if (yaml::read_string(l["name"], what + ".name", link.name, p)) {
-        if (link.name.empty() || link.name == "*") p.add(l["name"], cat(what, ".name: '", link.name, "' is not a link name"));
-        else if (!names.insert(link.name).second) p.add(l["name"], cat(what, ".name: '", link.name, "' is named twice"));
+        if (link.name.empty() || link.name == "*")
+          p.add(l["name"], cat(what, ".name: '", link.name, "' is not a link name"));
+        else if (!names.insert(link.name).second)
+          p.add(l["name"], cat(what, ".name: '", link.name, "' is named twice"));
       }
       read_address(l["listen"], what + ".listen", link.listen, p);
       read_address(l["connect"], what + ".connect", link.connect, p);

@@ -71,9 +71,8 @@ std::string FaultProxy::handle_request(std::string_view line) {
 
 asio::awaitable<void> FaultProxy::control_loop() {
   std::atomic<std::uint64_t> errors{0};
-  co_await accept_until_closed(*control_, running_, errors, [this](asio::ip::tcp::socket socket) {
-    return control_session(std::move(socket));
-  });
+  co_await accept_until_closed(*control_, running_, errors,
+                               [this](asio::ip::tcp::socket socket) { return control_session(std::move(socket)); });
 }
 
 asio::awaitable<void> FaultProxy::control_session(asio::ip::tcp::socket socket) {
@@ -83,7 +82,8 @@ asio::awaitable<void> FaultProxy::control_session(asio::ip::tcp::socket socket) 
     auto [ec, n] = co_await asio::async_read_until(socket, asio::dynamic_buffer(buffer, kMaxRequestBytes), '\n', tuple);
     if (ec) {
       if (ec == asio::error::not_found) {  // a line longer than any request
-        const std::string reply = error_reply(cat("a request is one line of at most ", kMaxRequestBytes, " bytes")) + "\n";
+        const std::string reply =
+            error_reply(cat("a request is one line of at most ", kMaxRequestBytes, " bytes")) + "\n";
         co_await asio::async_write(socket, asio::buffer(reply), tuple);
       }
       break;

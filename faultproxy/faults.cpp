@@ -57,8 +57,9 @@ bool read_bytes_or_off(const YAML::Node& v, const std::string& what, std::uint64
 void parse_direction(const YAML::Node& node, const std::string& what, const std::vector<Pick>& picks,
                      FaultChange& change, yaml::Problems& p) {
   if (!node.IsMap()) {
-    p.add(node, cat(what, ": expected a mapping of latency, jitter, rate, slice, slice_delay, close_after, "
-                          "blackhole, partition"));
+    p.add(node, cat(what,
+                    ": expected a mapping of latency, jitter, rate, slice, slice_delay, close_after, "
+                    "blackhole, partition"));
     return;
   }
   for (const auto& kv : node) {
@@ -96,8 +97,9 @@ void parse_direction(const YAML::Node& node, const std::string& what, const std:
       if (key == "blackhole") each([b](DirectionFaults& d) { d.blackhole = b; });
       else each([b](DirectionFaults& d) { d.partition = b; });
     } else {
-      p.add(kv.first, cat(field, ": unknown fault (expected latency, jitter, rate, slice, slice_delay, close_after, "
-                                 "blackhole or partition)"));
+      p.add(kv.first, cat(field,
+                          ": unknown fault (expected latency, jitter, rate, slice, slice_delay, close_after, "
+                          "blackhole or partition)"));
       continue;
     }
     change.text += cat(change.text.empty() ? "" : " ", field, "=", word);

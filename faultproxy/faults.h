@@ -24,24 +24,24 @@ namespace geoloco::faultproxy {
 /// One direction of a link: "up" from the side that connects to the proxy
 /// toward the target, "down" back.
 struct DirectionFaults {
-  double latency_s = 0;                ///< one-way delay of every byte
-  double jitter_s = 0;                 ///< ± uniform on top of the delay; the byte order is kept
-  double rate_bps = 0;                 ///< bit/s, shared by the link's connections; 0: no cap
-  std::uint64_t slice_bytes = 0;       ///< writes cut into pieces of at most this; 0: as read
-  double slice_delay_s = 0;            ///< between two pieces
-  std::uint64_t close_after_bytes = 0; ///< a connection is reset after this many bytes; 0: never
-  bool blackhole = false;              ///< bytes read and dropped
-  bool partition = false;              ///< bytes held until the partition ends
+  double latency_s = 0;                 ///< one-way delay of every byte
+  double jitter_s = 0;                  ///< ± uniform on top of the delay; the byte order is kept
+  double rate_bps = 0;                  ///< bit/s, shared by the link's connections; 0: no cap
+  std::uint64_t slice_bytes = 0;        ///< writes cut into pieces of at most this; 0: as read
+  double slice_delay_s = 0;             ///< between two pieces
+  std::uint64_t close_after_bytes = 0;  ///< a connection is reset after this many bytes; 0: never
+  bool blackhole = false;               ///< bytes read and dropped
+  bool partition = false;               ///< bytes held until the partition ends
   bool operator==(const DirectionFaults&) const = default;
 };
 
 struct LinkFaults {
   DirectionFaults up;
   DirectionFaults down;
-  bool refuse = false;        ///< a new connection is reset as soon as it is accepted
-  double flap_period_s = 0;   ///< every period from flap_since_s: connections reset, new ones refused
-  double flap_down_s = 0;     ///< for this long
-  double flap_since_s = 0;    ///< when the flapping was set
+  bool refuse = false;       ///< a new connection is reset as soon as it is accepted
+  double flap_period_s = 0;  ///< every period from flap_since_s: connections reset, new ones refused
+  double flap_down_s = 0;    ///< for this long
+  double flap_since_s = 0;   ///< when the flapping was set
   bool operator==(const LinkFaults&) const = default;
   /// Whether the link is in a flap's down window at `t`.
   bool flapping_down(double t) const;

@@ -78,7 +78,8 @@ int run_proxy(const std::string& config_path, const std::string& stats_path, con
   });
   asio::steady_timer limit(io);
   if (for_s > 0) {
-    limit.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(for_s)));
+    limit.expires_after(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(for_s)));
     limit.async_wait([&](const std::error_code& ec) {
       if (!ec) shut();
     });
@@ -90,9 +91,9 @@ int run_proxy(const std::string& config_path, const std::string& stats_path, con
     return 1;
   }
   for (const auto& [name, s] : stats["links"].items())
-    std::cerr << "geoloco-faultproxy: " << name << ": " << s["accepted"] << " connection(s), up "
-              << s["up"]["written"] << " bytes, down " << s["down"]["written"] << " bytes, " << s["resets"]
-              << " reset(s), " << s["cuts"] << " cut(s), " << s["refused"] << " refused\n";
+    std::cerr << "geoloco-faultproxy: " << name << ": " << s["accepted"] << " connection(s), up " << s["up"]["written"]
+              << " bytes, down " << s["down"]["written"] << " bytes, " << s["resets"] << " reset(s), " << s["cuts"]
+              << " cut(s), " << s["refused"] << " refused\n";
   return 0;
 }
 

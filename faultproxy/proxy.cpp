@@ -34,7 +34,7 @@ struct FaultProxy::Link {
   LinkClock clock_up, clock_down;
   std::set<std::shared_ptr<Conn>> conns;    ///< connected to the target, pumping
   std::set<std::shared_ptr<Conn>> pending;  ///< accepted, held by a partition or still connecting
-  Signal changed;  ///< for connections held by a partition before they reach the target
+  Signal changed;                           ///< for connections held by a partition before they reach the target
 };
 
 struct FaultProxy::Conn {
@@ -383,11 +383,8 @@ nlohmann::json FaultProxy::link_stats(const Link& link) const {
       // A close (or reset) read from the sender and not yet passed on.
       if (conn->pump(up).eof && !conn->pump(up).done) ++closes_held;
     }
-    return nlohmann::json{{"read", d.read},
-                          {"written", d.written},
-                          {"dropped", d.dropped},
-                          {"held", held},
-                          {"closes_held", closes_held}};
+    return nlohmann::json{
+        {"read", d.read}, {"written", d.written}, {"dropped", d.dropped}, {"held", held}, {"closes_held", closes_held}};
   };
   const auto& s = link.stats;
   return {{"accepted", s.accepted},

@@ -81,12 +81,12 @@ class FaultProxy {
     bool up;
     Shaper shaper;
     std::deque<Pending> queue;
-    std::size_t queued = 0;     ///< bytes in `queue`
-    std::size_t in_flight = 0;  ///< bytes of the piece being written (taken off `queue`)
-    bool eof = false;           ///< the sending side finished (or reset: see reset_pending)
-    bool reset_pending = false; ///< the sender reset: reset the receiver once what is queued is written
-    bool cut_pending = false;   ///< close_after reached: reset once what is queued is written
-    bool done = false;          ///< the receiving side was told (shutdown)
+    std::size_t queued = 0;      ///< bytes in `queue`
+    std::size_t in_flight = 0;   ///< bytes of the piece being written (taken off `queue`)
+    bool eof = false;            ///< the sending side finished (or reset: see reset_pending)
+    bool reset_pending = false;  ///< the sender reset: reset the receiver once what is queued is written
+    bool cut_pending = false;    ///< close_after reached: reset once what is queued is written
+    bool done = false;           ///< the receiving side was told (shutdown)
     std::size_t held() const { return queued + in_flight; }
     asio::steady_timer reader_wake, writer_wake;
   };

@@ -28,7 +28,8 @@ ShapedRead Shaper::shape(const DirectionFaults& f, double now, std::size_t bytes
       out.dropped = bytes - allowed;
     }
   }
-  const std::size_t slice = f.slice_bytes > 0 ? static_cast<std::size_t>(f.slice_bytes) : std::max<std::size_t>(allowed, 1);
+  const std::size_t slice =
+      f.slice_bytes > 0 ? static_cast<std::size_t>(f.slice_bytes) : std::max<std::size_t>(allowed, 1);
   for (std::size_t offset = 0; offset < allowed; offset += slice) {
     const std::size_t length = std::min(slice, allowed - offset);
     double ready = now;

@@ -29,8 +29,8 @@ BufferedHistory::Change BufferedHistory::flush(std::int64_t now_ms) {
   }
   if (blocked_since_ms_) {
     change.unblocked = true;
-    change.message = cat("the history is written again after ", (now_ms - *blocked_since_ms_) / 1000.0, " s (",
-                         written, " waiting record(s) written)");
+    change.message = cat("the history is written again after ", (now_ms - *blocked_since_ms_) / 1000.0, " s (", written,
+                         " waiting record(s) written)");
     blocked_since_ms_.reset();
   }
   return change;

@@ -96,84 +96,85 @@ class Checker {
       if (!violation_.empty()) return;
       first_t_ = first_t_ ? std::min(*first_t_, rec.t_ms) : rec.t_ms;
       const std::string who = cat(site, " (", event_name(rec.event), ")");
-      std::visit(
-          Overload{
-              [&](const Started& e) {
-                if (e.site != site) return fail(cat(h.source, ": a 'started' of ", e.site, " in the history of ", site));
-                if (!lives.empty()) ++s_.restarts;
-                // A checkpoint of a round this site never held (damaged, or
-                // from elsewhere) may be loaded, but nothing may be built on
-                // it: the site must take the committed state from a peer.
-                // Rounds rebuilt on it from the site's round log are claimed
-                // with their digests, as a commit would claim them.
-                const std::uint64_t base = e.rebuilt.empty() ? e.round : e.rebuilt.front().round - 1;
-                unverified = !lives.empty() && base > highest ? std::optional<std::uint64_t>(e.round) : std::nullopt;
-                if (unverified) {
-                  ++s_.checkpoints_ahead;
-                } else {
-                  for (const auto& r : e.rebuilt) {
-                    if (!claim(r.round, r.digest, cat(who, " rebuilt from its round log"))) return;
-                    held_without_commit_.insert(r.round);
-                  }
-                  highest = std::max(highest, e.round);
-                }
-                lives.emplace_back();
-                // Not claimed as the round's digest: the site may refuse the
-                // checkpoint it loaded (its next commit or state sync is checked).
-                held = e.round;
-              },
-              [&](const TrainerTokens& e) {
-                phases_.push_back({site, lives.size() - 1, e.round, e.fragment, e.tokens, false});
-                s_.tokens_reported += e.tokens;
-              },
-              [&](const Committed& e) {
-                if (unverified)
-                  return fail(cat(site, " applied round ", e.round, " on top of round ", *unverified,
-                                  " from its checkpoint, a round it never held and took from no peer"));
-                if (held && e.round <= *held)
-                  return fail(cat(site, " applied round ", e.round, " twice (it held round ", *held, ")"));
-                if (!held || e.round != *held + 1)
-                  return fail(cat(site, " applied round ", e.round, " while holding round ",
-                                  held ? cat(*held) : std::string("none"),
-                                  ": no state taken from a peer covers the rounds between"));
-                if (!claim(e.round, e.digest, who)) return;
-                // This site's own work in the round was reported before it applied it.
-                applied_after_.try_emplace({site, e.round}, phases_.size());
-                auto [it, fresh] = rounds_.try_emplace(e.round, RoundSeen{e, site, rec.t_ms});
-                if (!fresh) {
-                  const Committed& first = it->second.committed;
-                  if (first.attempt != e.attempt || first.participants != e.participants ||
-                      first.contributions != e.contributions)
-                    return fail(cat("round ", e.round, ": ", it->second.site, " committed attempt ", first.attempt,
-                                    " of ", names(first.participants), ", ", site, " attempt ", e.attempt, " of ",
-                                    names(e.participants)));
-                  it->second.t_ms = std::min(it->second.t_ms, rec.t_ms);
-                }
-                if (e.final) final_round(e.round);
-                held = e.round;
-                highest = std::max(highest, e.round);
-              },
-              [&](const StateSyncApplied& e) {
-                ++s_.state_syncs;
-                if (!claim(e.round, e.digest, cat(who, " from ", e.from))) return;
-                held_without_commit_.insert(e.round);
-                held = e.round;
-                unverified.reset();
-                highest = std::max(highest, e.round);
-              },
-              [&](const Dropped& e) {
-                drops_.push_back({e, phases_.size()});
-                ++s_.drops;
-              },
-              [&](const Aborted&) { ++s_.aborts; },
-              [&](const Ended& e) {
-                // A state never verified (a checkpoint ahead of the history,
-                // not yet replaced by a peer's) claims no digest.
-                if (!unverified && e.round > 0 && !e.digest.empty() && !claim(e.round, e.digest, who)) return;
-                lives.back().end = e;
-              },
-          },
-          rec.event);
+      std::visit(Overload{
+                     [&](const Started& e) {
+                       if (e.site != site)
+                         return fail(cat(h.source, ": a 'started' of ", e.site, " in the history of ", site));
+                       if (!lives.empty()) ++s_.restarts;
+                       // A checkpoint of a round this site never held (damaged, or
+                       // from elsewhere) may be loaded, but nothing may be built on
+                       // it: the site must take the committed state from a peer.
+                       // Rounds rebuilt on it from the site's round log are claimed
+                       // with their digests, as a commit would claim them.
+                       const std::uint64_t base = e.rebuilt.empty() ? e.round : e.rebuilt.front().round - 1;
+                       unverified =
+                           !lives.empty() && base > highest ? std::optional<std::uint64_t>(e.round) : std::nullopt;
+                       if (unverified) {
+                         ++s_.checkpoints_ahead;
+                       } else {
+                         for (const auto& r : e.rebuilt) {
+                           if (!claim(r.round, r.digest, cat(who, " rebuilt from its round log"))) return;
+                           held_without_commit_.insert(r.round);
+                         }
+                         highest = std::max(highest, e.round);
+                       }
+                       lives.emplace_back();
+                       // Not claimed as the round's digest: the site may refuse the
+                       // checkpoint it loaded (its next commit or state sync is checked).
+                       held = e.round;
+                     },
+                     [&](const TrainerTokens& e) {
+                       phases_.push_back({site, lives.size() - 1, e.round, e.fragment, e.tokens, false});
+                       s_.tokens_reported += e.tokens;
+                     },
+                     [&](const Committed& e) {
+                       if (unverified)
+                         return fail(cat(site, " applied round ", e.round, " on top of round ", *unverified,
+                                         " from its checkpoint, a round it never held and took from no peer"));
+                       if (held && e.round <= *held)
+                         return fail(cat(site, " applied round ", e.round, " twice (it held round ", *held, ")"));
+                       if (!held || e.round != *held + 1)
+                         return fail(cat(site, " applied round ", e.round, " while holding round ",
+                                         held ? cat(*held) : std::string("none"),
+                                         ": no state taken from a peer covers the rounds between"));
+                       if (!claim(e.round, e.digest, who)) return;
+                       // This site's own work in the round was reported before it applied it.
+                       applied_after_.try_emplace({site, e.round}, phases_.size());
+                       auto [it, fresh] = rounds_.try_emplace(e.round, RoundSeen{e, site, rec.t_ms});
+                       if (!fresh) {
+                         const Committed& first = it->second.committed;
+                         if (first.attempt != e.attempt || first.participants != e.participants ||
+                             first.contributions != e.contributions)
+                           return fail(cat("round ", e.round, ": ", it->second.site, " committed attempt ",
+                                           first.attempt, " of ", names(first.participants), ", ", site, " attempt ",
+                                           e.attempt, " of ", names(e.participants)));
+                         it->second.t_ms = std::min(it->second.t_ms, rec.t_ms);
+                       }
+                       if (e.final) final_round(e.round);
+                       held = e.round;
+                       highest = std::max(highest, e.round);
+                     },
+                     [&](const StateSyncApplied& e) {
+                       ++s_.state_syncs;
+                       if (!claim(e.round, e.digest, cat(who, " from ", e.from))) return;
+                       held_without_commit_.insert(e.round);
+                       held = e.round;
+                       unverified.reset();
+                       highest = std::max(highest, e.round);
+                     },
+                     [&](const Dropped& e) {
+                       drops_.push_back({e, phases_.size()});
+                       ++s_.drops;
+                     },
+                     [&](const Aborted&) { ++s_.aborts; },
+                     [&](const Ended& e) {
+                       // A state never verified (a checkpoint ahead of the history,
+                       // not yet replaced by a peer's) claims no digest.
+                       if (!unverified && e.round > 0 && !e.digest.empty() && !claim(e.round, e.digest, who)) return;
+                       lives.back().end = e;
+                     },
+                 },
+                 rec.event);
     }
   }
 
@@ -181,13 +182,15 @@ class Checker {
   void check_end() {
     if (!final_) {
       std::uint64_t top = rounds_.empty() ? 0 : rounds_.rbegin()->first;
-      return fail(cat("the job did not reach its stop condition: no round was committed as its last (the highest "
-                      "committed is ",
-                      top, ")"));
+      return fail(
+          cat("the job did not reach its stop condition: no round was committed as its last (the highest "
+              "committed is ",
+              top, ")"));
     }
     for (const auto& site : in_.job_sites)
       if (!incarnations_.count(site))
-        return fail(cat("no history of ", site, ", a site of the job, was given: every site's folder is needed, a "
+        return fail(cat("no history of ", site,
+                        ", a site of the job, was given: every site's folder is needed, a "
                         "site that is down too"));
     for (const auto& [site, lives] : incarnations_) {
       if (in_.allowed_down.count(site)) continue;
@@ -323,8 +326,7 @@ std::string summary_text(const CheckSummary& s) {
   if (s.rounds_unrecorded > 0)
     o << "rounds committed with no site's record of their work: " << s.rounds_unrecorded << " (" << s.tokens_unrecorded
       << " tokens, by the journal; every site took them from its round log or a peer)\n";
-  o
-    << "longest without a commit: " << s.longest_without_commit_ms / 1000.0 << " s\n";
+  o << "longest without a commit: " << s.longest_without_commit_ms / 1000.0 << " s\n";
   return o.str();
 }
 

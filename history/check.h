@@ -55,17 +55,17 @@ struct CheckInput {
 
 struct CheckSummary {
   std::size_t sites = 0;
-  std::uint64_t rounds = 0;             ///< the job's last committed round
-  std::uint64_t digests_compared = 0;   ///< (site or journal, round) digests checked against each other
-  std::uint64_t restarts = 0;           ///< `started` events after a site's first
-  std::uint64_t aborts = 0;             ///< attempts abandoned, as sites saw them (one per site)
+  std::uint64_t rounds = 0;            ///< the job's last committed round
+  std::uint64_t digests_compared = 0;  ///< (site or journal, round) digests checked against each other
+  std::uint64_t restarts = 0;          ///< `started` events after a site's first
+  std::uint64_t aborts = 0;            ///< attempts abandoned, as sites saw them (one per site)
   std::uint64_t state_syncs = 0;
   std::uint64_t torn_tails = 0;         ///< histories whose last line was cut by a kill
   std::uint64_t checkpoints_ahead = 0;  ///< restarts from a round the site never held (then refused)
   std::uint64_t tokens_reported = 0;
   std::uint64_t tokens_committed = 0;
   std::uint64_t tokens_dropped = 0;
-  std::uint64_t tokens_in_memory = 0;   ///< reported, then lost with a killed or stopped site's memory
+  std::uint64_t tokens_in_memory = 0;  ///< reported, then lost with a killed or stopped site's memory
   std::uint64_t drops = 0;
   /// Journal rounds that every site took from its round log or a peer, none
   /// recording them as applied: their work is not checked (see rule 1).

@@ -153,13 +153,12 @@ Result<Event> parse_event(const std::string& name, Reader& f) {
 }  // namespace
 
 std::string_view event_name(const Event& event) {
-  return std::visit(Overload{[](const Started&) { return "started"; },
-                             [](const TrainerTokens&) { return "trainer_tokens"; },
-                             [](const Committed&) { return "committed"; },
-                             [](const StateSyncApplied&) { return "state_sync_applied"; },
-                             [](const Dropped&) { return "dropped"; }, [](const Aborted&) { return "aborted"; },
-                             [](const Ended&) { return "ended"; }},
-                    event);
+  return std::visit(
+      Overload{[](const Started&) { return "started"; }, [](const TrainerTokens&) { return "trainer_tokens"; },
+               [](const Committed&) { return "committed"; },
+               [](const StateSyncApplied&) { return "state_sync_applied"; }, [](const Dropped&) { return "dropped"; },
+               [](const Aborted&) { return "aborted"; }, [](const Ended&) { return "ended"; }},
+      event);
 }
 
 std::string encode_record(const Record& record) {
@@ -173,7 +172,9 @@ std::string encode_record(const Record& record) {
             }
             return j;
           },
-          [](const TrainerTokens& e) { return json{{"round", e.round}, {"fragment", e.fragment}, {"tokens", e.tokens}}; },
+          [](const TrainerTokens& e) {
+            return json{{"round", e.round}, {"fragment", e.fragment}, {"tokens", e.tokens}};
+          },
           [](const Committed& e) {
             json contributions = json::array();
             for (const auto& c : e.contributions)
@@ -181,16 +182,19 @@ std::string encode_record(const Record& record) {
                   {{"site", c.site}, {"anchor_round", c.anchor_round}, {"tokens", c.tokens}, {"weight", c.weight}});
             return json{{"round", e.round},       {"attempt", e.attempt},
                         {"fragment", e.fragment}, {"coordinator", e.coordinator},
-                        {"epoch", e.epoch},
-                        {"participants", e.participants}, {"late", e.late},
-                        {"contributions", contributions}, {"digest", e.digest},
-                        {"final", e.final}};
+                        {"epoch", e.epoch},       {"participants", e.participants},
+                        {"late", e.late},         {"contributions", contributions},
+                        {"digest", e.digest},     {"final", e.final}};
           },
-          [](const StateSyncApplied& e) { return json{{"round", e.round}, {"digest", e.digest}, {"from", e.from}}; },
+          [](const StateSyncApplied& e) {
+            return json{{"round", e.round}, {"digest", e.digest}, {"from", e.from}};
+          },
           [](const Dropped& e) {
             return json{{"round", e.round}, {"site", e.site}, {"tokens", e.tokens}, {"reason", e.reason}};
           },
-          [](const Aborted& e) { return json{{"round", e.round}, {"attempt", e.attempt}, {"reason", e.reason}}; },
+          [](const Aborted& e) {
+            return json{{"round", e.round}, {"attempt", e.attempt}, {"reason", e.reason}};
+          },
           [](const Ended& e) {
             return json{{"state", e.state}, {"round", e.round}, {"digest", e.digest}, {"reason", e.reason}};
           }},

@@ -72,8 +72,8 @@ struct Committed {
   std::vector<std::string> participants;  ///< the all-reduce's order
   std::vector<std::string> late;
   std::vector<Contribution> contributions;  ///< one per participant, same order
-  std::string digest;                        ///< the anchor after the round
-  bool final = false;                        ///< the job's last round
+  std::string digest;                       ///< the anchor after the round
+  bool final = false;                       ///< the job's last round
 };
 
 struct StateSyncApplied {

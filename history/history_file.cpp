@@ -17,9 +17,7 @@ std::int64_t now_ms() {
 Result<HistoryFile> HistoryFile::open(const std::string& path) {
   // Only a crash's torn line is cut: a complete line this version cannot
   // read is kept (the checker names it), so nothing written is ever lost.
-  auto log = LineLog::open(path, "history", [](std::string_view line) {
-    return nlohmann::json::accept(line);
-  });
+  auto log = LineLog::open(path, "history", [](std::string_view line) { return nlohmann::json::accept(line); });
   if (!log.ok()) return log.status();
   HistoryFile h(std::move(*log));
   for (const auto& line : h.log_.lines())

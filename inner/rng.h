@@ -20,9 +20,7 @@ class Rng {
     state_ = next() ^ (stream * 0xd1342543de82ef95ull + 0x632be59bd9b4e019ull);
   }
 
-  std::uint64_t next() {
-    return mix64(state_ += 0x9e3779b97f4a7c15ull);
-  }
+  std::uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
   /// Uniform in [0, 1) with 53 bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }
   /// Uniform integer in [0, n), n > 0 (modulo bias is negligible for our n).

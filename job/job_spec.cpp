@@ -50,9 +50,8 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
     return p.status();
   }
   std::vector<std::string> extra;  // messages that carry their own position
-  static const std::set<std::string> top{"name",      "sites",       "coordinator", "seed",      "trainer",
-                                         "inner",     "outer",       "compression", "streaming", "straggler",
-                                         "checkpoint", "stop"};
+  static const std::set<std::string> top{"name",  "sites",       "coordinator", "seed",      "trainer",    "inner",
+                                         "outer", "compression", "streaming",   "straggler", "checkpoint", "stop"};
   for (const auto& kv : doc) {
     const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
     if (!top.count(key)) {
@@ -92,45 +91,50 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
   if (doc["seed"]) yaml::read_number(doc["seed"], "seed", j.seed, p);
 
   auto& t = j.trainer;
-  read_map(doc["trainer"], "trainer",
-           {{"kind", [&](const YAML::Node& v, const std::string& w) {
-               yaml::read_enum(v, w, std::map<std::string, TrainerSpec::Kind>{{"builtin", TrainerSpec::Kind::builtin},
-                                                                               {"external", TrainerSpec::Kind::external},
-                                                                               {"command", TrainerSpec::Kind::command}},
-                               t.kind, p);
-             }},
-            {"command", [&](const YAML::Node& v, const std::string& w) {
-               if (!v.IsSequence() || v.size() == 0) {
-                 p.add(v, w + ": expected the program and its arguments as a list, e.g. [python3, train.py]");
-                 return;
-               }
-               for (const auto& arg : v) {
-                 std::string s;
-                 if (yaml::read_string(arg, w, s, p)) t.command.push_back(s);
-               }
-               if (!t.command.empty() && t.command.front().empty()) p.add(v, w + ": the program is empty");
-             }},
-            {"model", [&](const YAML::Node& v, const std::string& w) {
-               yaml::read_enum(v, w, std::map<std::string, std::string>{{"mlp", "mlp"}, {"gpt", "gpt"}}, t.model, p);
-             }},
-            {"layers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.layers, p); }},
-            {"width", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.width, p); }},
-            {"heads", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.heads, p); }},
-            {"context", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.context, p); }},
-            {"workers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.workers, p); }},
-            {"data", [&](const YAML::Node& v, const std::string& w) {
-               yaml::read_enum(v, w, std::map<std::string, std::string>{{"contiguous", "contiguous"},
-                                                                        {"interleaved", "interleaved"}},
-                               t.data, p);
-             }},
-            {"eval_rounds", [&](const YAML::Node& v, const std::string& w) {
-               if (yaml::read_number(v, w, t.eval_rounds, p) && t.eval_rounds < 1)
-                 p.add(v, w + ": must be at least 1 (1 evaluates every round's anchor)");
-             }},
-            {"eval_items", [&](const YAML::Node& v, const std::string& w) {
-               yaml::read_number(v, w, t.eval_items, p);
-             }}},
-           {}, p);
+  read_map(
+      doc["trainer"], "trainer",
+      {{"kind",
+        [&](const YAML::Node& v, const std::string& w) {
+          yaml::read_enum(v, w,
+                          std::map<std::string, TrainerSpec::Kind>{{"builtin", TrainerSpec::Kind::builtin},
+                                                                   {"external", TrainerSpec::Kind::external},
+                                                                   {"command", TrainerSpec::Kind::command}},
+                          t.kind, p);
+        }},
+       {"command",
+        [&](const YAML::Node& v, const std::string& w) {
+          if (!v.IsSequence() || v.size() == 0) {
+            p.add(v, w + ": expected the program and its arguments as a list, e.g. [python3, train.py]");
+            return;
+          }
+          for (const auto& arg : v) {
+            std::string s;
+            if (yaml::read_string(arg, w, s, p)) t.command.push_back(s);
+          }
+          if (!t.command.empty() && t.command.front().empty()) p.add(v, w + ": the program is empty");
+        }},
+       {"model",
+        [&](const YAML::Node& v, const std::string& w) {
+          yaml::read_enum(v, w, std::map<std::string, std::string>{{"mlp", "mlp"}, {"gpt", "gpt"}}, t.model, p);
+        }},
+       {"layers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.layers, p); }},
+       {"width", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.width, p); }},
+       {"heads", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.heads, p); }},
+       {"context", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.context, p); }},
+       {"workers", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.workers, p); }},
+       {"data",
+        [&](const YAML::Node& v, const std::string& w) {
+          yaml::read_enum(
+              v, w, std::map<std::string, std::string>{{"contiguous", "contiguous"}, {"interleaved", "interleaved"}},
+              t.data, p);
+        }},
+       {"eval_rounds",
+        [&](const YAML::Node& v, const std::string& w) {
+          if (yaml::read_number(v, w, t.eval_rounds, p) && t.eval_rounds < 1)
+            p.add(v, w + ": must be at least 1 (1 evaluates every round's anchor)");
+        }},
+       {"eval_items", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, t.eval_items, p); }}},
+      {}, p);
   if (doc["trainer"]) {
     const YAML::Node& at = doc["trainer"];
     // Only a map has keys to look up (yaml-cpp throws on a scalar's operator[]); read_map reported the rest.
@@ -147,17 +151,21 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
 
   auto& in = j.inner;
   read_map(doc["inner"], "inner",
-           {{"optimizer", [&](const YAML::Node& v, const std::string& w) {
+           {{"optimizer",
+             [&](const YAML::Node& v, const std::string& w) {
                yaml::read_enum(v, w, std::map<std::string, std::string>{{"adamw", "adamw"}}, in.optimizer, p);
              }},
-            {"lr", [&](const YAML::Node& v, const std::string& w) {
+            {"lr",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, in.lr, p) && !(in.lr > 0)) p.add(v, w + ": must be > 0");
              }},
-            {"batch", [&](const YAML::Node& v, const std::string& w) {
+            {"batch",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, in.batch, p) && in.batch == 0) p.add(v, w + ": must be at least 1");
              }},
             {"warmup", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.warmup, p); }},
-            {"weight_decay", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.weight_decay, p); }},
+            {"weight_decay",
+             [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.weight_decay, p); }},
             {"clip", [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.clip, p); }},
             {"phase_warmup",
              [&](const YAML::Node& v, const std::string& w) { yaml::read_number(v, w, in.phase_warmup, p); }}},
@@ -176,7 +184,8 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
   double deadline_s = j.quorum.deadline_ms.count() / 1000.0;
   read_map(doc["straggler"], "straggler",
            {{"deadline", [&](const YAML::Node& v, const std::string& w) { yaml::read_duration(v, w, deadline_s, p); }},
-            {"min_sites", [&](const YAML::Node& v, const std::string& w) {
+            {"min_sites",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, j.quorum.min_sites, p) && j.quorum.min_sites < 1)
                  p.add(v, w + ": must be at least 1");
                else if (!j.sites.empty() && j.quorum.min_sites > static_cast<int>(j.sites.size()))
@@ -186,7 +195,8 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
   j.quorum.deadline_ms = diloco::Millis(static_cast<long long>(deadline_s * 1000 + 0.5));
 
   read_map(doc["checkpoint"], "checkpoint",
-           {{"every_rounds", [&](const YAML::Node& v, const std::string& w) {
+           {{"every_rounds",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, j.checkpoint_every_rounds, p) && j.checkpoint_every_rounds == 0)
                  p.add(v, w + ": must be at least 1");
              }}},
@@ -194,10 +204,12 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
 
   std::uint64_t rounds = 0, tokens = 0;
   read_map(doc["stop"], "stop",
-           {{"rounds", [&](const YAML::Node& v, const std::string& w) {
+           {{"rounds",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, rounds, p)) j.stop_rounds = rounds;
              }},
-            {"tokens", [&](const YAML::Node& v, const std::string& w) {
+            {"tokens",
+             [&](const YAML::Node& v, const std::string& w) {
                if (yaml::read_number(v, w, tokens, p)) j.stop_tokens = tokens;
              }}},
            {}, p);
@@ -208,8 +220,8 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
     if (j.outer.inner.duration_s > 0)
       p.add(at, "inner.phase_warmup: needs inner.steps (phases of H steps), not inner.duration");
     else if (in.phase_warmup > j.outer.inner.steps)
-      p.add(at, cat("inner.phase_warmup: ", in.phase_warmup, " steps is more than a phase (inner.steps = ",
-                    j.outer.inner.steps, ")"));
+      p.add(at, cat("inner.phase_warmup: ", in.phase_warmup,
+                    " steps is more than a phase (inner.steps = ", j.outer.inner.steps, ")"));
   }
   if (!doc["stop"]) p.add(doc, "stop: missing; say when the job ends, e.g. stop: {rounds: 20}");
   else if (!j.stop_rounds && !j.stop_tokens && doc["stop"].IsMap())
@@ -224,12 +236,13 @@ Result<JobSpec> parse_job_yaml(const YAML::Node& doc, std::string_view source, c
       p.add(doc["streaming"], cat("streaming: ", st.fragments, " fragments need inner.steps: a fragment syncs every ",
                                   "H/F inner steps, and inner.duration does not say how many steps a round has"));
     else if (st.fragments > 1 && h > 0 && st.overlap_steps > h / st.fragments)
-      p.add(doc["streaming"], cat("streaming: overlap ", st.overlap_steps, " is more than H/F = ", h, "/",
-                                  st.fragments, " = ", h / st.fragments,
-                                  " steps; a fragment's exchange must end before the next fragment syncs"));
+      p.add(doc["streaming"],
+            cat("streaming: overlap ", st.overlap_steps, " is more than H/F = ", h, "/", st.fragments, " = ",
+                h / st.fragments, " steps; a fragment's exchange must end before the next fragment syncs"));
     if (st.delayed && j.outer.inner.duration_s > 0)
-      p.add(doc["streaming"], "streaming: merge: delayed needs inner.steps: the exchange overlaps the next phase's "
-                              "steps, and inner.duration does not say how many it has");
+      p.add(doc["streaming"],
+            "streaming: merge: delayed needs inner.steps: the exchange overlaps the next phase's "
+            "steps, and inner.duration does not say how many it has");
     // An external trainer streams too: WELCOME carries the plan (geoloco.torch follows it).
   }
 

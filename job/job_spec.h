@@ -57,7 +57,7 @@ struct TrainerSpec {
   int width = 128;
   int heads = 4;
   int context = 64;
-  int workers = 1;            ///< data-parallel workers per site
+  int workers = 1;  ///< data-parallel workers per site
   /// How the sites' shards lie over the training data (inner/data/sampler.h):
   /// contiguous | interleaved.
   std::string data = "contiguous";
@@ -73,11 +73,11 @@ struct TrainerSpec {
 struct InnerSpec {
   std::string optimizer = "adamw";
   double lr = 1e-3;
-  std::uint64_t batch = 32;      ///< samples (mlp) or sequences (gpt) per step per worker
-  std::uint64_t warmup = 0;      ///< steps of linear warmup
+  std::uint64_t batch = 32;        ///< samples (mlp) or sequences (gpt) per step per worker
+  std::uint64_t warmup = 0;        ///< steps of linear warmup
   std::uint64_t phase_warmup = 0;  ///< steps of linear warmup at the start of every inner phase (0 = none)
   double weight_decay = 0.01;
-  double clip = 1.0;             ///< global gradient-norm clip, 0 = off
+  double clip = 1.0;  ///< global gradient-norm clip, 0 = off
 };
 
 struct JobSpec {
@@ -87,9 +87,9 @@ struct JobSpec {
   std::uint64_t seed = 1;
   TrainerSpec trainer;
   InnerSpec inner;
-  outer::OuterJobConfig outer;     ///< inner.steps/duration, outer, streaming, straggler policy
+  outer::OuterJobConfig outer;            ///< inner.steps/duration, outer, streaming, straggler policy
   compression::PipelineSpec compression;  ///< empty: raw fp32
-  diloco::QuorumOptions quorum;            ///< straggler.deadline and min_sites (heartbeat timeout is the site's)
+  diloco::QuorumOptions quorum;           ///< straggler.deadline and min_sites (heartbeat timeout is the site's)
   std::uint64_t checkpoint_every_rounds = 5;
   std::optional<std::uint64_t> stop_rounds;
   std::optional<std::uint64_t> stop_tokens;

@@ -9,8 +9,7 @@ std::string sync_socket_path(const std::string& job_dir) {
   return (std::filesystem::path(job_dir) / "sync.sock").string();
 }
 
-Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
-                                                      const TrainerPaths& paths) {
+Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site, const TrainerPaths& paths) {
   GEOLOCO_RETURN_IF(job.trainer.kind != TrainerSpec::Kind::builtin, Err::invalid_argument, "job '", job.name,
                     "' has an external trainer: the daemon starts none, it waits for one to attach");
   const auto it = std::find(job.sites.begin(), job.sites.end(), site);

@@ -14,7 +14,7 @@ namespace geoloco::job {
 
 struct TrainerPaths {
   std::string program = "geoloco-train";  ///< the trainer binary
-  std::string job_dir;                     ///< <data_dir>/jobs/<job>
+  std::string job_dir;                    ///< <data_dir>/jobs/<job>
   /// The site file's `gpus`: with any, the trainer runs on them (--backend
   /// cuda, one worker per GPU, CUDA_VISIBLE_DEVICES); without, on the CPU
   /// with the job's `workers`.
@@ -31,8 +31,7 @@ std::string sync_socket_path(const std::string& job_dir);
 /// (<job_dir>/eval.jsonl) and its AdamW state (<job_dir>/trainer-state)
 /// in the job's folder. Errors: invalid_argument (the job's trainer is
 /// external, or `site` is not one of the job's sites).
-Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site,
-                                                      const TrainerPaths& paths);
+Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::string& site, const TrainerPaths& paths);
 
 /// The process options for `site`'s trainer of kind command: the job's
 /// command as it is, its log (<job_dir>/trainer.log), the job's socket and

@@ -116,8 +116,8 @@ Result<std::string> meta_string(const json& meta, const char* key, std::string_v
 Result<std::uint64_t> parse_u64(const std::string& text, std::string_view what, std::string_view source) {
   std::uint64_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  GEOLOCO_RETURN_IF(text.empty() || ec != std::errc() || end != text.data() + text.size(), Err::malformed, source,
-                    ": ", what, " '", text, "' is not an unsigned decimal integer");
+  GEOLOCO_RETURN_IF(text.empty() || ec != std::errc() || end != text.data() + text.size(), Err::malformed, source, ": ",
+                    what, " '", text, "' is not an unsigned decimal integer");
   return v;
 }
 
@@ -140,7 +140,8 @@ Result<Layout> parse_layout(const std::string& text, std::string_view source) {
                         "' has a dimension that is not an unsigned integer");
       info.shape.push_back(d.get<std::uint64_t>());
     }
-    offset += info.size();  // may wrap: check_layout refuses the first tensor past its bound before any such offset is used
+    offset +=
+        info.size();  // may wrap: check_layout refuses the first tensor past its bound before any such offset is used
     layout.push_back(std::move(info));
   }
   Status valid = check_layout(layout);
@@ -298,7 +299,8 @@ Result<LoadedCheckpoint> parse(Source& src, std::string_view source, const Check
   }
   GEOLOCO_RETURN_IF(!have_anchor || !have_momentum, Err::malformed, source,
                     ": a checkpoint needs both 'anchor' and 'momentum' tensors");
-  std::sort(state.residuals.begin(), state.residuals.end(), [](const auto& a, const auto& b) { return a.site < b.site; });
+  std::sort(state.residuals.begin(), state.residuals.end(),
+            [](const auto& a, const auto& b) { return a.site < b.site; });
   Status valid = state.validate();
   GEOLOCO_RETURN_IF(!valid.ok(), Err::malformed, source, ": ", valid.message());
   return out;
@@ -406,8 +408,8 @@ Result<CheckpointView> view_checkpoint(std::span<const std::byte> bytes, std::st
     GEOLOCO_RETURN_IF(r.count != n, Err::malformed, source, ": tensor '", r.name, "' has ", r.count,
                       " values but the layout has ", n);
     const std::byte* at = bytes.data() + indexed->data_start + r.begin;
-    GEOLOCO_RETURN_IF(reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0, Err::malformed, source,
-                      ": tensor '", r.name, "' is not aligned for float values");
+    GEOLOCO_RETURN_IF(reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0, Err::malformed, source, ": tensor '",
+                      r.name, "' is not aligned for float values");
     auto digest = meta_string(indexed->meta, cat("digest.", r.name).c_str(), source);
     if (!digest.ok()) return digest.status();
     const std::span<const float> values(reinterpret_cast<const float*>(at), r.count);

@@ -83,9 +83,9 @@ struct CheckpointView {
   std::string config_hash;
   std::uint64_t round = 0;
   Layout layout;
-  std::span<const float> anchor;   ///< into the bytes viewed
+  std::span<const float> anchor;  ///< into the bytes viewed
   std::span<const float> momentum;
-  std::string anchor_digest;       ///< as the file's metadata says; not checked here
+  std::string anchor_digest;  ///< as the file's metadata says; not checked here
   std::string momentum_digest;
 };
 

@@ -66,55 +66,58 @@ Result<OuterJobConfig> parse_outer_job_yaml(const YAML::Node& job, std::string_v
     return p.status();
   }
   // inner: shared with the trainer, so its other keys are not ours to refuse.
-  read_section(job, "inner",
-               {{"steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.steps, p); }},
-                {"duration", [&](const YAML::Node& v, const std::string& w) { read_duration(v, w, c.inner.duration_s, p); }},
-                {"min_steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.min_steps, p); }}},
-               {}, /*strict=*/false, p);
-  read_section(job, "outer",
-               {{"optimizer",
-                 [&](const YAML::Node& v, const std::string& w) {
-                   read_enum<OuterAlgorithm>(v, w, {{"nesterov", OuterAlgorithm::nesterov}, {"sgd", OuterAlgorithm::sgd}},
-                                             c.outer.algorithm, p);
-                 }},
-                {"lr", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.learning_rate, p); }},
-                {"momentum", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.momentum, p); }},
-                {"clip", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.clip_norm, p); }},
-                {"weighting",
-                 [&](const YAML::Node& v, const std::string& w) {
-                   read_enum<Weighting>(v, w, {{"tokens", Weighting::tokens}, {"uniform", Weighting::uniform}},
-                                        c.weighting, p);
-                 }}},
-               {}, /*strict=*/true, p);
-  read_section(job, "streaming",
-               {{"fragments", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.fragments, p); }},
-                {"overlap", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.overlap_steps, p); }},
-                {"alpha", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.alpha, p); }},
-                {"merge",
-                 [&](const YAML::Node& v, const std::string& w) {
-                   read_enum<bool>(v, w, {{"replace", false}, {"delayed", true}}, c.streaming.delayed, p);
-                 }}},
-               {}, /*strict=*/true, p);
+  read_section(
+      job, "inner",
+      {{"steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.steps, p); }},
+       {"duration", [&](const YAML::Node& v, const std::string& w) { read_duration(v, w, c.inner.duration_s, p); }},
+       {"min_steps", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.inner.min_steps, p); }}},
+      {}, /*strict=*/false, p);
+  read_section(
+      job, "outer",
+      {{"optimizer",
+        [&](const YAML::Node& v, const std::string& w) {
+          read_enum<OuterAlgorithm>(v, w, {{"nesterov", OuterAlgorithm::nesterov}, {"sgd", OuterAlgorithm::sgd}},
+                                    c.outer.algorithm, p);
+        }},
+       {"lr", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.learning_rate, p); }},
+       {"momentum", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.momentum, p); }},
+       {"clip", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.outer.clip_norm, p); }},
+       {"weighting",
+        [&](const YAML::Node& v, const std::string& w) {
+          read_enum<Weighting>(v, w, {{"tokens", Weighting::tokens}, {"uniform", Weighting::uniform}}, c.weighting, p);
+        }}},
+      {}, /*strict=*/true, p);
+  read_section(
+      job, "streaming",
+      {{"fragments", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.fragments, p); }},
+       {"overlap", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.overlap_steps, p); }},
+       {"alpha", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.streaming.alpha, p); }},
+       {"merge",
+        [&](const YAML::Node& v, const std::string& w) {
+          read_enum<bool>(v, w, {{"replace", false}, {"delayed", true}}, c.streaming.delayed, p);
+        }}},
+      {}, /*strict=*/true, p);
   // The delayed outer step without an overlap: the longest one, so the
   // exchange has the whole next phase (H − 1 steps; H/F with fragments).
   if (c.streaming.delayed && !(job["streaming"] && job["streaming"]["overlap"]) && c.inner.steps > 1)
     c.streaming.overlap_steps = diloco::delayed_overlap(c.inner.steps, c.streaming.fragments);
-  read_section(job, "straggler",
-               {{"policy",
-                 [&](const YAML::Node& v, const std::string& w) {
-                   read_enum<StragglerPolicy>(v, w, {{"carry", StragglerPolicy::carry}, {"drop", StragglerPolicy::drop}},
-                                              c.straggler.policy, p);
-                 }},
-                {"decay", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.decay, p); }},
-                {"max_rounds_late",
-                 [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.max_rounds_late, p); }}},
-               {"deadline", "min_sites"}, /*strict=*/true, p);
+  read_section(
+      job, "straggler",
+      {{"policy",
+        [&](const YAML::Node& v, const std::string& w) {
+          read_enum<StragglerPolicy>(v, w, {{"carry", StragglerPolicy::carry}, {"drop", StragglerPolicy::drop}},
+                                     c.straggler.policy, p);
+        }},
+       {"decay", [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.decay, p); }},
+       {"max_rounds_late",
+        [&](const YAML::Node& v, const std::string& w) { read_number(v, w, c.straggler.max_rounds_late, p); }}},
+      {"deadline", "min_sites"}, /*strict=*/true, p);
   if (!p.empty()) return p.status();
   // Range rules, reported at the section they concern.
   Status valid = c.validate();
   if (!valid.ok()) {
     const std::string& m = valid.message();
-    const char* section = m.starts_with("outer") ? "outer"
+    const char* section = m.starts_with("outer")       ? "outer"
                           : m.starts_with("streaming") ? "streaming"
                           : m.starts_with("straggler") ? "straggler"
                                                        : "inner";

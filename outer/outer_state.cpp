@@ -29,8 +29,8 @@ Status OuterState::validate() const {
     GEOLOCO_RETURN_IF(r.site.empty(), Err::invalid_argument, "outer state: a residual has an empty site name");
     GEOLOCO_RETURN_IF(!sites.insert(r.site).second, Err::invalid_argument, "outer state: site '", r.site,
                       "' has two residuals");
-    GEOLOCO_RETURN_IF(r.values.size() != n, Err::invalid_argument, "outer state: residual of site '", r.site,
-                      "' has ", r.values.size(), " values but the layout has ", n);
+    GEOLOCO_RETURN_IF(r.values.size() != n, Err::invalid_argument, "outer state: residual of site '", r.site, "' has ",
+                      r.values.size(), " values but the layout has ", n);
   }
   return {};
 }

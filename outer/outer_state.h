@@ -18,16 +18,16 @@ namespace geoloco::outer {
 
 /// One site's error-feedback residual e_s (docs/design.md §1 step 3).
 struct SiteResidual {
-  std::string site;          ///< the site's name, as in the job
-  std::vector<float> values; ///< one per parameter
+  std::string site;           ///< the site's name, as in the job
+  std::vector<float> values;  ///< one per parameter
 };
 
 struct OuterState {
-  std::string job;                   ///< the job's name
-  std::uint64_t round = 0;           ///< r: rounds committed so far
-  Layout layout;                     ///< the flat anchor's tensors
-  std::vector<float> anchor;         ///< θ_r, identical on every site
-  std::vector<float> momentum;       ///< m, identical on every site
+  std::string job;              ///< the job's name
+  std::uint64_t round = 0;      ///< r: rounds committed so far
+  Layout layout;                ///< the flat anchor's tensors
+  std::vector<float> anchor;    ///< θ_r, identical on every site
+  std::vector<float> momentum;  ///< m, identical on every site
   std::vector<SiteResidual> residuals;
 
   /// A fresh state: anchor = initial, momentum and no residuals, round 0.

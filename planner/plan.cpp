@@ -111,8 +111,8 @@ Status PlanInput::validate() const {
   for (const auto& p : pairs) {
     GEOLOCO_RETURN_IF(!names.contains(p.a) || !names.contains(p.b) || p.a == p.b, Err::invalid_argument,
                       "plan: the path ", p.a, " - ", p.b, " does not join two of the sites");
-    GEOLOCO_RETURN_IF(!seen.insert(std::minmax(p.a, p.b)).second, Err::invalid_argument, "plan: the path ", p.a,
-                      " - ", p.b, " is given twice");
+    GEOLOCO_RETURN_IF(!seen.insert(std::minmax(p.a, p.b)).second, Err::invalid_argument, "plan: the path ", p.a, " - ",
+                      p.b, " is given twice");
     GEOLOCO_RETURN_IF(!(p.rtt_ms >= 0 && p.bandwidth >= 0 && std::isfinite(p.rtt_ms) && std::isfinite(p.bandwidth)),
                       Err::invalid_argument, "plan: the path ", p.a, " - ", p.b,
                       " needs a finite RTT and bandwidth, neither negative");
@@ -123,7 +123,8 @@ Status PlanInput::validate() const {
   GEOLOCO_RETURN_IF(overlap >= h, Err::invalid_argument, "plan: the overlap (", overlap,
                     " steps) must be smaller than H (", h, ")");
   GEOLOCO_RETURN_IF(fragments > 1 && overlap > h / fragments, Err::invalid_argument, "plan: the overlap (", overlap,
-                    " steps) must be at most H/F = ", h / fragments, ": a fragment's exchange ends before the next syncs");
+                    " steps) must be at most H/F = ", h / fragments,
+                    ": a fragment's exchange ends before the next syncs");
   GEOLOCO_RETURN_IF(!(compression >= 1 && std::isfinite(compression)), Err::invalid_argument,
                     "plan: the compression ratio (fp32 bytes over wire bytes) must be at least 1, got ", compression);
   GEOLOCO_RETURN_IF(!(target > 0 && target <= 1), Err::invalid_argument,
@@ -165,13 +166,13 @@ Result<Plan> make_plan(const PlanInput& in) {
   const Bottleneck& b = plan.bottleneck;
   const double rtt_s = kRoundTrips * plan.rtt_ms / 1000;
   const double hidden = static_cast<double>(in.overlap) * in.step_seconds;
-  plan.warnings.push_back(cat(
-      "DiLoCo computes ", percent_down(d.utilization), "% of the time, below the target ",
-      std::round(in.target * 1000) / 10, "%: ", b.link, " (", rate_text(b.bandwidth), ") needs ",
-      seconds_text(b.transfer_seconds), " a round for ", bytes_text(b.link.starts_with("the path") ? d.bytes_per_pair
-                                                                                                   : d.bytes_per_site),
-      ", plus ", kRoundTrips, " x RTT = ", seconds_text(rtt_s), ", and ", hidden > 0 ? seconds_text(hidden) : "none",
-      " of it hides behind the next round's compute"));
+  plan.warnings.push_back(cat("DiLoCo computes ", percent_down(d.utilization), "% of the time, below the target ",
+                              std::round(in.target * 1000) / 10, "%: ", b.link, " (", rate_text(b.bandwidth),
+                              ") needs ", seconds_text(b.transfer_seconds), " a round for ",
+                              bytes_text(b.link.starts_with("the path") ? d.bytes_per_pair : d.bytes_per_site),
+                              ", plus ", kRoundTrips, " x RTT = ", seconds_text(rtt_s), ", and ",
+                              hidden > 0 ? seconds_text(hidden) : "none",
+                              " of it hides behind the next round's compute"));
 
   // A round of compute c keeps the target u when its stall is at most
   // c·(1/u − 1); the stall does not depend on H. At u = 1 nothing may stall.
@@ -180,8 +181,9 @@ Result<Plan> make_plan(const PlanInput& in) {
   if (u < 1) {
     const double h_needed = std::ceil(f * d.stall_seconds * u / ((1 - u) * in.step_seconds));
     if (h_needed < 1e15)
-      plan.warnings.push_back(cat("a larger H: ", static_cast<std::uint64_t>(std::max(h_needed, static_cast<double>(in.h) + 1)),
-                                  " inner steps or more"));
+      plan.warnings.push_back(
+          cat("a larger H: ", static_cast<std::uint64_t>(std::max(h_needed, static_cast<double>(in.h) + 1)),
+              " inner steps or more"));
   } else {
     plan.warnings.push_back("no H is enough for a target of 100%: only overlap hides an exchange completely");
   }
@@ -216,8 +218,8 @@ Result<Plan> make_plan(const PlanInput& in) {
       }
     }
     if (!found && most > in.fragments)
-      plan.warnings.push_back(cat("no number of fragments up to ", most, " reaches the target with overlap ",
-                                  in.overlap));
+      plan.warnings.push_back(
+          cat("no number of fragments up to ", most, " reaches the target with overlap ", in.overlap));
   }
   return plan;
 }

@@ -45,18 +45,18 @@ struct PairPlan {
 };
 
 struct PlanInput {
-  double parameters = 0;          ///< P, the model's parameter count
-  double step_seconds = 0;        ///< the slowest site's seconds per inner step
-  double tokens_per_step = 0;     ///< tokens one site trains on per inner step (0: no token figures)
-  std::vector<SitePlan> sites;    ///< at least 2
-  double rtt_ms = 100.0;          ///< RTT of every pair not listed in pairs
-  std::vector<PairPlan> pairs;    ///< per-pair RTT and bandwidth, overriding rtt_ms
-  std::uint64_t h = 500;          ///< inner steps per phase (F rounds of H/F steps with Streaming DiLoCo)
-  std::uint32_t fragments = 1;    ///< Streaming DiLoCo's F (1: plain DiLoCo)
-  std::uint64_t overlap = 0;      ///< τ: steps an exchange overlaps (< H; at most H/F when F > 1)
-  double compression = 4.0;       ///< fp32 bytes over wire bytes (int8 + zstd: about 4)
-  double tokens = 0;              ///< tokens to train (0: no time-to-train figure)
-  double target = 0.95;           ///< compute utilization below which the plan warns
+  double parameters = 0;        ///< P, the model's parameter count
+  double step_seconds = 0;      ///< the slowest site's seconds per inner step
+  double tokens_per_step = 0;   ///< tokens one site trains on per inner step (0: no token figures)
+  std::vector<SitePlan> sites;  ///< at least 2
+  double rtt_ms = 100.0;        ///< RTT of every pair not listed in pairs
+  std::vector<PairPlan> pairs;  ///< per-pair RTT and bandwidth, overriding rtt_ms
+  std::uint64_t h = 500;        ///< inner steps per phase (F rounds of H/F steps with Streaming DiLoCo)
+  std::uint32_t fragments = 1;  ///< Streaming DiLoCo's F (1: plain DiLoCo)
+  std::uint64_t overlap = 0;    ///< τ: steps an exchange overlaps (< H; at most H/F when F > 1)
+  double compression = 4.0;     ///< fp32 bytes over wire bytes (int8 + zstd: about 4)
+  double tokens = 0;            ///< tokens to train (0: no time-to-train figure)
+  double target = 0.95;         ///< compute utilization below which the plan warns
 
   /// Errors: invalid_argument naming the first bad input.
   Status validate() const;
@@ -64,22 +64,22 @@ struct PlanInput {
 
 /// The figures of one way of training (DiLoCo or data parallelism).
 struct Figures {
-  double round_seconds = 0;       ///< one round (data parallelism: one step)
-  double compute_seconds = 0;     ///< compute in it
-  double exchange_seconds = 0;    ///< the exchange's duration (hidden or not)
-  double stall_seconds = 0;       ///< what of it the compute does not hide
-  double utilization = 0;         ///< compute / round
-  double bytes_per_site = 0;      ///< sent by each site per round
-  double bytes_per_pair = 0;      ///< carried each way by each pair per round
-  double bytes_per_token = 0;     ///< a site's bytes over the tokens all sites train in a round (0: unknown)
+  double round_seconds = 0;             ///< one round (data parallelism: one step)
+  double compute_seconds = 0;           ///< compute in it
+  double exchange_seconds = 0;          ///< the exchange's duration (hidden or not)
+  double stall_seconds = 0;             ///< what of it the compute does not hide
+  double utilization = 0;               ///< compute / round
+  double bytes_per_site = 0;            ///< sent by each site per round
+  double bytes_per_pair = 0;            ///< carried each way by each pair per round
+  double bytes_per_token = 0;           ///< a site's bytes over the tokens all sites train in a round (0: unknown)
   std::optional<double> train_seconds;  ///< wall-clock to train PlanInput::tokens
 };
 
 /// The link that sets an exchange's duration.
 struct Bottleneck {
-  std::string link;               ///< "site-3's link" or "the path site-1 - site-4"
-  double bandwidth = 0;           ///< its bit/s
-  double transfer_seconds = 0;    ///< its bytes at that rate
+  std::string link;             ///< "site-3's link" or "the path site-1 - site-4"
+  double bandwidth = 0;         ///< its bit/s
+  double transfer_seconds = 0;  ///< its bytes at that rate
 };
 
 /// The daemon's CPU per round per GB of the fp32 values a round syncs, as
@@ -96,20 +96,20 @@ inline constexpr const char* kDaemonCostSource =
 
 /// What geolocod needs at each site for this model (docs/design.md §10).
 struct SiteResources {
-  double ram_bytes_between_rounds = 0;  ///< anchor, momentum and, with compression, the residual: 12 (8) B/param
-  double ram_bytes_in_round = 0;        ///< + the averaged Δ held as its wire bytes until it commits
-  double checkpoint_bytes = 0;          ///< a checkpoint: the state between rounds
-  double round_log_bytes_per_round = 0; ///< the averaged Δ each round appends to the round log
+  double ram_bytes_between_rounds = 0;    ///< anchor, momentum and, with compression, the residual: 12 (8) B/param
+  double ram_bytes_in_round = 0;          ///< + the averaged Δ held as its wire bytes until it commits
+  double checkpoint_bytes = 0;            ///< a checkpoint: the state between rounds
+  double round_log_bytes_per_round = 0;   ///< the averaged Δ each round appends to the round log
   double cpu_core_seconds_per_round = 0;  ///< from the measured per-GB cost
-  double cores_to_keep_up = 0;          ///< that CPU over the exchange's transfer on its bottleneck link
+  double cores_to_keep_up = 0;            ///< that CPU over the exchange's transfer on its bottleneck link
 };
 
 struct Plan {
   Figures diloco;
-  SiteResources site;             ///< geolocod's host RAM, disk and CPU
+  SiteResources site;  ///< geolocod's host RAM, disk and CPU
   Figures data_parallel;
-  Bottleneck bottleneck;          ///< of DiLoCo's exchange
-  double rtt_ms = 0;              ///< the slowest pair's RTT
+  Bottleneck bottleneck;              ///< of DiLoCo's exchange
+  double rtt_ms = 0;                  ///< the slowest pair's RTT
   std::vector<std::string> warnings;  ///< each names the link and what to change
 };
 

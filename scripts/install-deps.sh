@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsystemd-dev
   libgloo-dev prometheus-cpp-dev zlib1g-dev python3 python3-numpy python3-torch python3-pip python3-setuptools
   python3-matplotlib dataset-fashion-mnist bible-kjv
-  clang libclang-rt-14-dev strace
+  clang libclang-rt-14-dev clang-format strace
 )
 
 missing=()

@@ -17,9 +17,9 @@
 namespace geoloco::sim {
 
 struct DataParallelOptions {
-  inner::TrainCommand command;     ///< one site's trainer command (the job's); its shard is ignored
-  std::uint32_t sites = 1;         ///< k
-  std::uint64_t rounds = 1;        ///< periods of `steps_per_round` steps, for the report
+  inner::TrainCommand command;  ///< one site's trainer command (the job's); its shard is ignored
+  std::uint32_t sites = 1;      ///< k
+  std::uint64_t rounds = 1;     ///< periods of `steps_per_round` steps, for the report
   std::uint64_t steps_per_round = 1;
   double bandwidth_bits_per_s = 1e9;
   double rtt_ms = 100;
@@ -27,16 +27,16 @@ struct DataParallelOptions {
 
 struct DataParallelRound {
   std::uint64_t round = 0;
-  double eval_loss = 0;           ///< of the parameters after the round's steps
-  double accuracy = -1;           ///< mlp; -1 for gpt
+  double eval_loss = 0;              ///< of the parameters after the round's steps
+  double accuracy = -1;              ///< mlp; -1 for gpt
   std::uint64_t bytes_per_site = 0;  ///< computed: the round's gradient all-reduces
-  double exchange_seconds = 0;    ///< modelled: an all-reduce per step (common/wan_model.h)
+  double exchange_seconds = 0;       ///< modelled: an all-reduce per step (common/wan_model.h)
 };
 
 struct DataParallelReport {
   std::vector<DataParallelRound> rounds;
   std::uint64_t parameters = 0;
-  std::string digest;             ///< of the final parameters
+  std::string digest;  ///< of the final parameters
 };
 
 /// Errors: invalid_argument, the trainer's and the data's.

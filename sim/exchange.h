@@ -27,19 +27,19 @@ struct ExchangeInput {
 struct ExchangeSpec {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;
-  std::uint64_t seed = 0;                ///< the job's seed (stochastic rounding)
+  std::uint64_t seed = 0;                  ///< the job's seed (stochastic rounding)
   std::uint64_t chunk_elements = 1 << 18;  ///< the sites' transport.chunk_elements
-  std::uint64_t feedback_offset = 0;     ///< where the round's values start in the model (streaming: a fragment)
-  compression::PipelineSpec pipeline;   ///< the job's codec chain ({} = raw fp32)
-  std::vector<double> weights;          ///< per participant, the plan's
-  std::size_t observers = 0;            ///< sites left out that receive the average too (bytes only)
+  std::uint64_t feedback_offset = 0;       ///< where the round's values start in the model (streaming: a fragment)
+  compression::PipelineSpec pipeline;      ///< the job's codec chain ({} = raw fp32)
+  std::vector<double> weights;             ///< per participant, the plan's
+  std::size_t observers = 0;               ///< sites left out that receive the average too (bytes only)
 };
 
 struct ExchangeResult {
-  std::vector<float> delta;                  ///< the averaged Δ every site decodes
-  std::vector<std::uint64_t> bytes_sent;     ///< per participant: frame bytes (headers and payloads)
-  std::uint64_t payload_bytes = 0;           ///< Σ participants' encoded contributions (phase 1, all chunks)
-  std::uint64_t raw_bytes = 0;               ///< the same contributions as fp32
+  std::vector<float> delta;               ///< the averaged Δ every site decodes
+  std::vector<std::uint64_t> bytes_sent;  ///< per participant: frame bytes (headers and payloads)
+  std::uint64_t payload_bytes = 0;        ///< Σ participants' encoded contributions (phase 1, all chunks)
+  std::uint64_t raw_bytes = 0;            ///< the same contributions as fp32
 };
 
 /// Runs the exchange. Each participant's residual is updated as a kept

@@ -34,8 +34,8 @@ Status run_trainer(const SimulatedSiteOptions& site, SimulatedSite& channel, con
   c.train.micro_batches *= static_cast<std::size_t>(std::max(c.workers, 1));
   inner::SingleCollective collective;
   std::ostringstream out;  // what rank 0 would print: not needed here
-  auto started = inner::SyncedTraining::start(c.train, c.sync, collective, std::move(data), out,
-                                              inner::Trainer::factory());
+  auto started =
+      inner::SyncedTraining::start(c.train, c.sync, collective, std::move(data), out, inner::Trainer::factory());
   if (!started.ok()) return started.status();
   inner::TrainHooks hooks;
   // The modelled clock: it moves by the site's step time with every step.
@@ -137,9 +137,9 @@ class Federation {
     Status early;
     monitor_.changed.wait(lock, [&] {
       early = ended_early();
-      return (coordinator->initialized() && std::all_of(sites_.begin(), sites_.end(), [](const auto& s) {
-               return s->connected();
-             })) || !early.ok();
+      return (coordinator->initialized() &&
+              std::all_of(sites_.begin(), sites_.end(), [](const auto& s) { return s->connected(); })) ||
+             !early.ok();
     });
     if (!early.ok()) {
       lock.unlock();
@@ -212,16 +212,16 @@ class Federation {
     if (!ex.ok()) return Status(ex.status().code(), cat("round ", r, ": ", ex.status().message()));
 
     const float scale = diloco::clip_scale(std::sqrt(diloco::add_squares(0.0, ex->delta)), o_.outer.clip_norm);
-    Status stepped = diloco::outer_step(std::span<float>(anchor_).subspan(desc.offset, desc.length),
-                                        std::span<float>(momentum_).subspan(desc.offset, desc.length), ex->delta,
-                                        o_.outer, scale);
+    Status stepped =
+        diloco::outer_step(std::span<float>(anchor_).subspan(desc.offset, desc.length),
+                           std::span<float>(momentum_).subspan(desc.offset, desc.length), ex->delta, o_.outer, scale);
     if (!stepped.ok()) return Status(stepped.code(), cat("round ", r, ": ", stepped.message()));
     rep.bytes_sent = ex->bytes_sent;
     rep.payload_bytes = ex->payload_bytes;
     rep.raw_bytes = ex->raw_bytes;
-    rep.exchange_seconds = modelled_exchange_seconds(
-        static_cast<double>(*std::max_element(ex->bytes_sent.begin(), ex->bytes_sent.end())), o_.bandwidth_bits_per_s,
-        o_.rtt_ms, kRoundTrips);
+    rep.exchange_seconds =
+        modelled_exchange_seconds(static_cast<double>(*std::max_element(ex->bytes_sent.begin(), ex->bytes_sent.end())),
+                                  o_.bandwidth_bits_per_s, o_.rtt_ms, kRoundTrips);
     rep.anchor_digest = digest_hex(digest_f32(anchor_));
     if (std::find(o_.residual_lost_after.begin(), o_.residual_lost_after.end(), r) != o_.residual_lost_after.end())
       for (auto& f : feedback_) f = std::make_unique<compression::ErrorFeedback>(anchor_.size());
@@ -246,8 +246,8 @@ class Federation {
 }  // namespace
 
 Status FederationOptions::validate() const {
-  GEOLOCO_RETURN_IF(sites.empty() || sites.size() > 1024, Err::invalid_argument,
-                    "simulation: 1 to 1024 sites, got ", sites.size());
+  GEOLOCO_RETURN_IF(sites.empty() || sites.size() > 1024, Err::invalid_argument, "simulation: 1 to 1024 sites, got ",
+                    sites.size());
   GEOLOCO_RETURN_IF(std::none_of(sites.begin(), sites.end(), [&](const auto& s) { return s.name == coordinator; }),
                     Err::invalid_argument, "simulation: the coordinator '", coordinator, "' is not one of the sites");
   GEOLOCO_RETURN_IF(rounds < 1, Err::invalid_argument, "simulation: rounds must be at least 1");

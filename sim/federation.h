@@ -32,8 +32,8 @@
 namespace geoloco::sim {
 
 struct SimulatedSiteOptions {
-  std::string name;              ///< as in the job's `sites`
-  inner::TrainCommand command;   ///< its trainer's command line, parsed (geoloco-train's parser)
+  std::string name;             ///< as in the job's `sites`
+  inner::TrainCommand command;  ///< its trainer's command line, parsed (geoloco-train's parser)
   /// Modelled seconds per inner step: the trainer's clock, which ends
   /// time-based phases (inner.duration); unused with step-based ones.
   double seconds_per_step = 1.0;
@@ -49,11 +49,11 @@ struct FederationOptions {
   diloco::OuterOptimizerOptions outer;
   diloco::Weighting weighting = diloco::Weighting::tokens;
   diloco::StragglerOptions straggler;
-  compression::PipelineSpec pipeline;       ///< the job's codec chain
-  std::uint64_t seed = 0;                   ///< the job's seed
-  std::uint64_t chunk_elements = 1 << 18;   ///< the sites' transport.chunk_elements
-  double bandwidth_bits_per_s = 1e9;        ///< each site's link, > 0
-  double rtt_ms = 100;                      ///< between sites, >= 0
+  compression::PipelineSpec pipeline;      ///< the job's codec chain
+  std::uint64_t seed = 0;                  ///< the job's seed
+  std::uint64_t chunk_elements = 1 << 18;  ///< the sites' transport.chunk_elements
+  double bandwidth_bits_per_s = 1e9;       ///< each site's link, > 0
+  double rtt_ms = 100;                     ///< between sites, >= 0
   /// Where the coordinator's trainer logs the evaluation of every anchor
   /// (its --eval-log); empty: no evaluation.
   std::string eval_log;
@@ -70,15 +70,15 @@ struct FederationOptions {
 struct RoundReport {
   std::uint64_t round = 0;
   std::uint32_t fragment = 0;
-  std::vector<std::string> participants;     ///< plan order (by name)
-  std::vector<double> weights;               ///< same order
-  std::uint64_t tokens = 0;                  ///< of the round's contributions
-  double train_loss = 0;                     ///< the participants' weighted mean training loss (the plan's)
-  std::vector<std::uint64_t> bytes_sent;     ///< per participant (plan order), frame bytes of the exchange
-  std::uint64_t payload_bytes = 0;           ///< encoded contributions, all participants
-  std::uint64_t raw_bytes = 0;               ///< the same as fp32
-  double exchange_seconds = 0;               ///< modelled on the link
-  std::string anchor_digest;                 ///< after the round, 16 hex digits (as geolocod shows it)
+  std::vector<std::string> participants;  ///< plan order (by name)
+  std::vector<double> weights;            ///< same order
+  std::uint64_t tokens = 0;               ///< of the round's contributions
+  double train_loss = 0;                  ///< the participants' weighted mean training loss (the plan's)
+  std::vector<std::uint64_t> bytes_sent;  ///< per participant (plan order), frame bytes of the exchange
+  std::uint64_t payload_bytes = 0;        ///< encoded contributions, all participants
+  std::uint64_t raw_bytes = 0;            ///< the same as fp32
+  double exchange_seconds = 0;            ///< modelled on the link
+  std::string anchor_digest;              ///< after the round, 16 hex digits (as geolocod shows it)
 };
 
 struct FederationReport {
@@ -88,10 +88,10 @@ struct FederationReport {
   std::map<std::uint64_t, double> eval_loss;
   std::map<std::uint64_t, double> accuracy;  ///< mlp only
   std::uint64_t parameters = 0;
-  std::string initial_digest;                ///< the coordinator's initialization
-  std::string anchor_digest;                 ///< after the last round
-  std::vector<float> anchor;                 ///< the final anchor
-  std::uint64_t total_bytes_sent = 0;        ///< Σ sites Σ rounds
+  std::string initial_digest;          ///< the coordinator's initialization
+  std::string anchor_digest;           ///< after the last round
+  std::vector<float> anchor;           ///< the final anchor
+  std::uint64_t total_bytes_sent = 0;  ///< Σ sites Σ rounds
   double total_exchange_seconds = 0;
 };
 

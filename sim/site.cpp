@@ -74,8 +74,7 @@ Status SimulatedSite::sync(const inner::protocol::SyncMsg& m) {
   return {};
 }
 
-void SimulatedSite::answer(std::uint32_t fragment, std::span<const float> anchor, std::uint64_t next_round,
-                           bool stop) {
+void SimulatedSite::answer(std::uint32_t fragment, std::span<const float> anchor, std::uint64_t next_round, bool stop) {
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const SiteSync& s) { return s.fragment == fragment; });
   if (it == pending_.end()) return;
   const std::uint64_t round = it->round;

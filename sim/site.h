@@ -87,8 +87,8 @@ class SimulatedSite final : public inner::SyncChannel {
   std::vector<inner::protocol::FragmentDesc> table_;
   bool connected_ = false;
   bool anchor_ready_ = false;
-  bool initial_ready_ = false;   ///< the trainer's INIT is in the segment
-  bool published_ = false;       ///< the anchor is in the segment
+  bool initial_ready_ = false;  ///< the trainer's INIT is in the segment
+  bool published_ = false;      ///< the anchor is in the segment
   std::vector<SiteSync> pending_;
   std::vector<inner::protocol::ResultMsg> results_;  ///< posted, not yet taken by wait_result
   bool done_ = false;

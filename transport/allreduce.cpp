@@ -20,8 +20,8 @@ namespace geoloco::transport {
 
 namespace {
 
-using asio::experimental::as_tuple;
 using asio::use_awaitable;
+using asio::experimental::as_tuple;
 
 // The tensor's length: what the output holds, or will hold encoded.
 std::uint64_t total_values(const AllReduceRequest& r) {
@@ -30,8 +30,8 @@ std::uint64_t total_values(const AllReduceRequest& r) {
 
 Status validate(const Mesh& mesh, const AllReduceRequest& r) {
   GEOLOCO_RETURN_IF(r.participants.empty(), Err::invalid_argument, "all-reduce: no participants");
-  GEOLOCO_RETURN_IF(r.weights.size() != r.participants.size(), Err::invalid_argument, "all-reduce: ",
-                    r.weights.size(), " weights for ", r.participants.size(), " participants");
+  GEOLOCO_RETURN_IF(r.weights.size() != r.participants.size(), Err::invalid_argument, "all-reduce: ", r.weights.size(),
+                    " weights for ", r.participants.size(), " participants");
   std::set<std::string> seen;
   for (std::size_t i = 0; i < r.participants.size(); ++i) {
     GEOLOCO_RETURN_IF(!seen.insert(r.participants[i]).second, Err::invalid_argument, "all-reduce: participant '",
@@ -66,8 +66,7 @@ using diloco::chunk_range;
 using diloco::chunks_in;
 
 // The seed of one encode (diloco/exchange.h: the simulator seeds its encodes so too).
-std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c,
-                          int phase) {
+std::uint64_t encode_seed(const AllReduceRequest& r, std::size_t site, std::size_t shard, std::uint64_t c, int phase) {
   return diloco::encode_seed(r.seed, r.key.round, r.key.attempt, site, shard, c, phase);
 }
 
@@ -133,9 +132,9 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     if (r_.timeout.count() > 0) {
       deadline.emplace(ex, r_.timeout);
       deadline->async_wait([self](std::error_code ec) {
-        if (!ec) self->fail(GEOLOCO_ERROR(Err::timeout, "all-reduce of round ", self->r_.key.round, " attempt ",
-                                          self->r_.key.attempt, " did not finish within ", self->r_.timeout.count(),
-                                          " ms"));
+        if (!ec)
+          self->fail(GEOLOCO_ERROR(Err::timeout, "all-reduce of round ", self->r_.key.round, " attempt ",
+                                   self->r_.key.attempt, " did not finish within ", self->r_.timeout.count(), " ms"));
       });
     }
     check_done();
@@ -183,7 +182,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     // or check its header and keep its bytes.
     const Range c = chunk_range(shard_range(total_, n_parts_, from), h.chunk);
     Status s = decode_gathered(payload, c);
-    if (s.ok() && r_.encoded_output != nullptr) r_.encoded_output->chunks[first_chunk_[from] + h.chunk] = std::move(payload);
+    if (s.ok() && r_.encoded_output != nullptr)
+      r_.encoded_output->chunks[first_chunk_[from] + h.chunk] = std::move(payload);
     else mesh_.pool().release(std::move(payload));
     if (!s.ok()) return GEOLOCO_ERROR(s.code(), "gather chunk ", h.chunk, " from ", peer, ": ", s.message());
     gathered_[from][h.chunk] = true;
@@ -260,8 +260,8 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   static asio::awaitable<std::shared_ptr<Connection>> connection_to(std::shared_ptr<AllReduceOp> self,
                                                                     const std::string& peer, int k) {
     auto conn = self->mesh_.connection(peer, k);
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(self->mesh_.options().transport.connect_timeout_ms);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(self->mesh_.options().transport.connect_timeout_ms);
     asio::steady_timer pause(self->mesh_.executor());
     while (!conn && !self->finished_ && std::chrono::steady_clock::now() < until) {
       pause.expires_after(std::chrono::milliseconds(20));
@@ -345,18 +345,19 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     parts.clear();
     // The averaged chunk goes back to the pool once the last peer has it.
     BufferPool* pool = &mesh_.pool();
-    auto payload = std::shared_ptr<Buffer>(new Buffer(pool->acquire(pipeline_.max_encoded_size(range.size))),
-                                           [pool](Buffer* b) {
-                                             pool->release(std::move(*b));
-                                             delete b;
-                                           });
+    auto payload =
+        std::shared_ptr<Buffer>(new Buffer(pool->acquire(pipeline_.max_encoded_size(range.size))), [pool](Buffer* b) {
+          pool->release(std::move(*b));
+          delete b;
+        });
     auto size = pipeline_.encode(sum_, *payload, seed(me_, me_, c, 2));
     stats_.reduce_cpu_seconds += thread_cpu_seconds() - cpu_start;
     if (!size.ok()) return size.status();
     payload->resize(*size);
     Status own = decode_gathered(*payload, range);
     if (!own.ok()) return own;
-    if (r_.encoded_output != nullptr) r_.encoded_output->chunks[first_chunk_[me_] + c] = Buffer(payload->begin(), payload->end());
+    if (r_.encoded_output != nullptr)
+      r_.encoded_output->chunks[first_chunk_[me_] + c] = Buffer(payload->begin(), payload->end());
     gathered_[me_][c] = true;
     ++gathers_received_;
     auto self = shared_from_this();
@@ -399,16 +400,16 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::size_t n_parts_ = 0;
   std::size_t me_ = 0;
   std::uint64_t chunk_ = 0;
-  std::uint64_t total_ = 0;              // the tensor's length
+  std::uint64_t total_ = 0;                 // the tensor's length
   std::vector<std::uint64_t> first_chunk_;  // per shard: the index of its first chunk among all
-  std::vector<float> difference_;  // one chunk of input_base − input
+  std::vector<float> difference_;           // one chunk of input_base − input
   int conns_ = 1;
   std::map<std::string, std::size_t> index_;
   bool observer_ = false;
   std::set<std::string> observer_names_;
   std::vector<float> normalized_;
   std::vector<std::map<std::size_t, Buffer>> contributions_;  // per chunk of my shard
-  std::vector<std::vector<bool>> gathered_;                                  // per shard, per chunk
+  std::vector<std::vector<bool>> gathered_;                   // per shard, per chunk
   std::uint64_t gathers_expected_ = 0;
   std::uint64_t gathers_received_ = 0;
   std::vector<float> sum_, decoded_;

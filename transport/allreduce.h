@@ -45,11 +45,11 @@ using diloco::shard_range;
 /// averaged Δ this way until the round commits). for_each() decodes the
 /// chunks again, one at a time, to the same values bit for bit.
 struct EncodedOutput {
-  std::uint64_t values = 0;               ///< the tensor's length; set by the caller
-  compression::PipelineSpec pipeline;     ///< the chunks' codec chain (set by all_reduce)
-  std::vector<Range> ranges;              ///< chunk i's values, in order, covering [0, values)
-  std::vector<Buffer> chunks;             ///< chunk i's encoded bytes
-  std::vector<std::string> sources;       ///< the site that averaged chunk i (its shard's owner)
+  std::uint64_t values = 0;            ///< the tensor's length; set by the caller
+  compression::PipelineSpec pipeline;  ///< the chunks' codec chain (set by all_reduce)
+  std::vector<Range> ranges;           ///< chunk i's values, in order, covering [0, values)
+  std::vector<Buffer> chunks;          ///< chunk i's encoded bytes
+  std::vector<std::string> sources;    ///< the site that averaged chunk i (its shard's owner)
   /// Values for_each() has decoded since the last clear(): what the passes
   /// over the averaged Δ cost (geolocod's decodes per chunk).
   mutable std::uint64_t values_decoded = 0;
@@ -73,13 +73,13 @@ struct AllReduceRequest {
   /// observer. Sending to an observer is best effort: a lost observer does
   /// not fail the participants' operation.
   std::vector<std::string> observers;
-  compression::PipelineSpec pipeline;     ///< the job's codec chain ({} = raw fp32)
-  std::span<const float> input;           ///< this site's contribution (empty for an observer)
+  compression::PipelineSpec pipeline;  ///< the job's codec chain ({} = raw fp32)
+  std::span<const float> input;        ///< this site's contribution (empty for an observer)
   /// When set (as long as `input`): the contribution is input_base − input,
   /// computed one chunk at a time as it is encoded, so the caller never
   /// holds it whole (geolocod: Δ = anchor − replica, docs/design.md §3's memory bound).
   std::span<const float> input_base;
-  std::span<float> output;                ///< receives the weighted average
+  std::span<float> output;  ///< receives the weighted average
   /// Instead of `output` (which must then be empty): keep the average as
   /// its encoded chunks. Only each chunk's header is checked on arrival
   /// (its chain and length): the caller's first pass over the chunks decodes
@@ -89,8 +89,8 @@ struct AllReduceRequest {
   /// Where `input` starts in the feedback's tensor (a Streaming DiLoCo
   /// fragment of the model); the residual covers at least offset + input.size().
   std::uint64_t feedback_offset = 0;
-  std::uint64_t seed = 0;                 ///< job seed, for stochastic rounding
-  std::chrono::milliseconds timeout{0};   ///< whole-operation limit; 0: only the connections' timeouts
+  std::uint64_t seed = 0;                ///< job seed, for stochastic rounding
+  std::chrono::milliseconds timeout{0};  ///< whole-operation limit; 0: only the connections' timeouts
 };
 
 struct AllReduceStats {
@@ -104,8 +104,9 @@ struct AllReduceStats {
   /// is the process's CPU over the operation, every thread (the TLS and
   /// socket work of the connections' threads included).
   double encode_cpu_seconds = 0, reduce_cpu_seconds = 0, cpu_seconds = 0;
-  std::uint64_t values_encoded = 0;   ///< of this site's contributions
-  std::uint64_t gathered_values_decoded = 0;  ///< averaged values decoded on arrival (into the output; none for encoded output)
+  std::uint64_t values_encoded = 0;  ///< of this site's contributions
+  std::uint64_t gathered_values_decoded =
+      0;  ///< averaged values decoded on arrival (into the output; none for encoded output)
 };
 
 /// Runs the all-reduce on the mesh's executor. Errors: invalid_argument
@@ -113,6 +114,5 @@ struct AllReduceStats {
 /// b for 2000 ms"), or the error of a refused frame from a participant. On
 /// error `output` holds no meaningful values and is no longer touched.
 asio::awaitable<Result<AllReduceStats>> all_reduce(Mesh& mesh, AllReduceRequest request);
-
 
 }  // namespace geoloco::transport

@@ -72,8 +72,8 @@ Result<X509Ptr> make_cert(EVP_PKEY* subject_key, const std::string& cn, X509* is
   }
   GEOLOCO_TRY(add_extension(cert.get(), effective_issuer, NID_subject_key_identifier, "hash"));
   if (issuer) GEOLOCO_TRY(add_extension(cert.get(), effective_issuer, NID_authority_key_identifier, "keyid:always"));
-  GEOLOCO_RETURN_IF(X509_sign(cert.get(), issuer_key, EVP_sha256()) == 0, Err::internal, "signing failed: ",
-                    openssl_error());
+  GEOLOCO_RETURN_IF(X509_sign(cert.get(), issuer_key, EVP_sha256()) == 0, Err::internal,
+                    "signing failed: ", openssl_error());
   return cert;
 }
 

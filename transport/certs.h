@@ -44,5 +44,4 @@ Result<bool> revoke_cert(const std::string& ca_dir, const std::string& cert_file
 /// Returns how many certificates it lists. Errors: invalid_argument, io.
 Result<int> refresh_crl(const std::string& ca_dir, int crl_days);
 
-
 }  // namespace geoloco::transport

@@ -24,8 +24,8 @@ namespace geoloco::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using asio::experimental::as_tuple;
 using asio::use_awaitable;
+using asio::experimental::as_tuple;
 
 // Writes and reads go in slices so that deadlines refresh on progress and
 // the rate limit is smooth across connections.
@@ -67,8 +67,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         keepalive_timer_(stream_.get_executor()) {
     std::error_code ec;
     auto endpoint = socket().remote_endpoint(ec);
-    const std::string host = endpoint.address().is_v6() ? cat("[", endpoint.address().to_string(), "]")
-                                                         : endpoint.address().to_string();
+    const std::string host =
+        endpoint.address().is_v6() ? cat("[", endpoint.address().to_string(), "]") : endpoint.address().to_string();
     peer_ = ec ? "unknown peer" : cat(host, ":", endpoint.port());
     socket().set_option(asio::ip::tcp::no_delay(true), ec);
   }
@@ -150,7 +150,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     read_deadline_ = Clock::time_point::max();
     if (!failure.empty()) {
       std::string why = failure;
-      if constexpr (std::is_same_v<Stream, tls::TlsStream>) why = tls::handshake_failure(stream_.native_handle(), failure);
+      if constexpr (std::is_same_v<Stream, tls::TlsStream>)
+        why = tls::handshake_failure(stream_.native_handle(), failure);
       close(GEOLOCO_ERROR(Err::io, "TLS handshake with ", peer(), " failed: ", why));
       co_return close_reason();
     }

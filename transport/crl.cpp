@@ -47,7 +47,8 @@ Result<std::unique_ptr<Revoked>> load(const std::string& ca_dir) {
   GEOLOCO_RETURN_IF(X509_CRL_verify(crl->get(), X509_get0_pubkey(out->ca.get())) != 1, Err::invalid_argument, path,
                     " is not signed by this CA's key; move it away to start a new list");
   STACK_OF(X509_REVOKED)* list = X509_CRL_get_REVOKED(crl->get());
-  for (int i = 0; i < sk_X509_REVOKED_num(list); ++i) out->entries.push_back(X509_REVOKED_dup(sk_X509_REVOKED_value(list, i)));
+  for (int i = 0; i < sk_X509_REVOKED_num(list); ++i)
+    out->entries.push_back(X509_REVOKED_dup(sk_X509_REVOKED_value(list, i)));
   if (auto* n = static_cast<ASN1_INTEGER*>(X509_CRL_get_ext_d2i(crl->get(), NID_crl_number, nullptr, nullptr))) {
     out->number = ASN1_INTEGER_get(n);
     ASN1_INTEGER_free(n);
@@ -62,8 +63,7 @@ Status write(const std::string& ca_dir, Revoked& r, int days) {
   X509_CRL_set_version(crl.get(), X509_CRL_VERSION_2);
   X509_CRL_set_issuer_name(crl.get(), X509_get_subject_name(r.ca.get()));
   std::unique_ptr<ASN1_TIME, pem::Deleter<ASN1_TIME, ASN1_TIME_free>> last(X509_gmtime_adj(nullptr, 0));
-  std::unique_ptr<ASN1_TIME, pem::Deleter<ASN1_TIME, ASN1_TIME_free>> next(
-      X509_time_adj_ex(nullptr, days, 0, nullptr));
+  std::unique_ptr<ASN1_TIME, pem::Deleter<ASN1_TIME, ASN1_TIME_free>> next(X509_time_adj_ex(nullptr, days, 0, nullptr));
   X509_CRL_set1_lastUpdate(crl.get(), last.get());
   X509_CRL_set1_nextUpdate(crl.get(), next.get());
   for (auto*& entry : r.entries) {
@@ -82,8 +82,8 @@ Status write(const std::string& ca_dir, Revoked& r, int days) {
     X509_EXTENSION_free(akid);
   }
   X509_CRL_sort(crl.get());
-  GEOLOCO_RETURN_IF(X509_CRL_sign(crl.get(), r.key.get(), EVP_sha256()) == 0, Err::internal, "signing the CRL failed: ",
-                    openssl_error());
+  GEOLOCO_RETURN_IF(X509_CRL_sign(crl.get(), r.key.get(), EVP_sha256()) == 0, Err::internal,
+                    "signing the CRL failed: ", openssl_error());
   return pem::write_pem(join(ca_dir, "crl.pem"), pem::Kind::crl, nullptr, nullptr, crl.get());
 }
 

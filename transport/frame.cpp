@@ -7,15 +7,24 @@ namespace geoloco::transport {
 
 std::string_view frame_type_name(FrameType type) {
   switch (type) {
-    case FrameType::hello: return "hello";
-    case FrameType::shard: return "shard";
-    case FrameType::gather: return "gather";
-    case FrameType::keepalive: return "keepalive";
-    case FrameType::control: return "control";
-    case FrameType::state: return "state";
-    case FrameType::redial: return "redial";
-    case FrameType::goodbye: return "goodbye";
-    case FrameType::knock: return "knock";
+    case FrameType::hello:
+      return "hello";
+    case FrameType::shard:
+      return "shard";
+    case FrameType::gather:
+      return "gather";
+    case FrameType::keepalive:
+      return "keepalive";
+    case FrameType::control:
+      return "control";
+    case FrameType::state:
+      return "state";
+    case FrameType::redial:
+      return "redial";
+    case FrameType::goodbye:
+      return "goodbye";
+    case FrameType::knock:
+      return "knock";
   }
   return "unknown";
 }
@@ -54,7 +63,8 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   h.chunk = r.get<std::uint32_t>();
   h.payload_size = r.get<std::uint64_t>();
   h.payload_hash = r.get<std::uint64_t>();
-  GEOLOCO_RETURN_IF(magic != kFrameMagic, Err::malformed, "bad frame magic: not a geoloco peer, or the stream is out of step");
+  GEOLOCO_RETURN_IF(magic != kFrameMagic, Err::malformed,
+                    "bad frame magic: not a geoloco peer, or the stream is out of step");
   GEOLOCO_RETURN_IF(version != kFrameVersion, Err::unsupported, "frame version ", int(version),
                     " is not supported (this build speaks version ", int(kFrameVersion), ")");
   GEOLOCO_RETURN_IF(type < 1 || type > 9, Err::malformed, "unknown frame type ", int(type));

@@ -17,7 +17,8 @@ IoThreads::~IoThreads() {
 }
 
 void IoThreads::run_threads() {
-  for (int i = 0; i < threads_; ++i) running_.emplace_back([this] {
+  for (int i = 0; i < threads_; ++i)
+    running_.emplace_back([this] {
       name_this_thread("geoloco-io");
       io_.run();
     });

@@ -118,7 +118,8 @@ Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federati
   for (auto& s : sites) GEOLOCO_TRY(s->connect(raw));
   for (auto& s : sites) {
     Site* site = s.get();
-    Status ok = site->spawn([site, names]() { return site->mesh().wait_connected(names, std::chrono::seconds(20)); }).get();
+    Status ok =
+        site->spawn([site, names]() { return site->mesh().wait_connected(names, std::chrono::seconds(20)); }).get();
     if (!ok.ok()) return ok;
   }
   return sites;
@@ -127,8 +128,8 @@ Result<std::vector<std::unique_ptr<Site>>> make_sites(const Federation& federati
 void record_control_frames(Site& site, std::vector<std::string>& into) {
   site.call([&] {
     site.mesh().set_control_handler([&into](const std::string& peer, const FrameHeader& h, Buffer payload) {
-      into.push_back(cat(peer, ":", h.round, ":",
-                         std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
+      into.push_back(
+          cat(peer, ":", h.round, ":", std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
       return Status();
     });
     return 0;

@@ -17,8 +17,8 @@
 namespace geoloco::transport {
 
 namespace {
-using asio::experimental::as_tuple;
 using asio::use_awaitable;
+using asio::experimental::as_tuple;
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
@@ -209,10 +209,10 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
   // A frame of an operation this site has not begun yet waits for it; the
   // reader stops reading meanwhile, so nothing piles up in memory.
   auto declined = [&] {
-    return (declined_.count(key) || (newest_declined_ && key < *newest_declined_)) && !(have_current_ && key == current_);
+    return (declined_.count(key) || (newest_declined_ && key < *newest_declined_)) &&
+           !(have_current_ && key == current_);
   };
-  while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined())
-    co_await op_changed_.wait();
+  while (running_ && conn.is_open() && (!have_current_ || key > current_) && !declined()) co_await op_changed_.wait();
   if (!conn.is_open()) co_return conn.close_reason();
   if (declined()) co_return false;
   if (key < current_ || sink_ == nullptr)
@@ -224,7 +224,7 @@ asio::awaitable<Result<bool>> Mesh::admit(const std::string& peer, const FrameHe
 }
 
 Status Mesh::check_slot(const std::string& peer, FrameType type, int slot) const {
-  if (type == FrameType::hello) return {};  // refused by admit(), with its own reason
+  if (type == FrameType::hello) return {};    // refused by admit(), with its own reason
   if (type == FrameType::goodbye) return {};  // the last frame of any connection
   const bool control_connection = slot == control_slot();
   if (type == FrameType::control && !control_connection)
@@ -314,8 +314,9 @@ asio::awaitable<void> Mesh::read_loop(std::string peer, int slot, std::shared_pt
     }
     // The operation may have ended while the payload was on the wire.
     if (sink_ == nullptr || OpKey{header->round, header->attempt} != current_) {
-      reject(peer, conn.get(), GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": round ", header->round,
-                                             " ended while it arrived"));
+      reject(peer, conn.get(),
+             GEOLOCO_ERROR(Err::mismatch, "stale frame from ", peer, ": round ", header->round,
+                           " ended while it arrived"));
       break;
     }
     Status delivered = sink_->deliver(peer, *header, std::move(*payload));

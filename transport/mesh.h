@@ -198,13 +198,15 @@ class Mesh {
   /// Control-plane frames (FrameType::control, on the control connection,
   /// and FrameType::state, on the data connections) of the current job or of
   /// the federation (job 0) bypass the operation gate and go to this handler
-  /// as they arrive, in order per connection; an error refuses the frame. Without a handler, control frames are refused.
+  /// as they arrive, in order per connection; an error refuses the frame. Without a handler, control frames are
+  /// refused.
   using ControlHandler = std::function<Status(const std::string& peer, const FrameHeader& header, Buffer payload)>;
   void set_control_handler(ControlHandler handler) { control_handler_ = std::move(handler); }
   /// Sends a control frame to `peer` on the control connection (control
   /// messages of one pair stay in order). Errors: io (not connected, write
   /// failed).
-  asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round, std::span<const std::byte> payload);
+  asio::awaitable<Status> send_control(const std::string& peer, std::uint64_t round,
+                                       std::span<const std::byte> payload);
   /// As send_control, with the frame's job and chunk index chosen by the
   /// caller (job 0: a federation-level message). Errors: invalid_argument
   /// (not a control frame), io.

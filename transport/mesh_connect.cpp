@@ -21,8 +21,8 @@
 
 namespace geoloco::transport {
 namespace {
-using asio::experimental::as_tuple;
 using asio::use_awaitable;
+using asio::experimental::as_tuple;
 using Clock = std::chrono::steady_clock;
 
 // A hello names the connection's slot (chunk) and the sender's
@@ -89,15 +89,16 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     co_return;
   }
   if (header->type != FrameType::hello && header->type != FrameType::knock) {
-    reject(conn->peer(), conn.get(), GEOLOCO_ERROR(Err::malformed, "first frame is ",
-                                                   frame_type_name(header->type), ", expected hello"));
+    reject(conn->peer(), conn.get(),
+           GEOLOCO_ERROR(Err::malformed, "first frame is ", frame_type_name(header->type), ", expected hello"));
     co_return;
   }
   // A hello holds a site name: refused before its payload is read, so a peer
   // cannot make this site buffer a frame-sized hello.
   if (header->payload_size > kMaxHelloBytes) {
-    reject(conn->peer(), conn.get(), GEOLOCO_ERROR(Err::malformed, "a hello of ", header->payload_size,
-                                                   " bytes; a site name is at most ", kMaxHelloBytes));
+    reject(conn->peer(), conn.get(),
+           GEOLOCO_ERROR(Err::malformed, "a hello of ", header->payload_size, " bytes; a site name is at most ",
+                         kMaxHelloBytes));
     co_return;
   }
   auto payload = co_await conn->read_payload(*header);
@@ -112,8 +113,8 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
     // connection has done its work.
     Status refused;
     if (!is_peer(claimed))
-      refused = GEOLOCO_ERROR(Err::invalid_argument, "knock from '", claimed, "', which is not a peer of ",
-                              options_.site);
+      refused =
+          GEOLOCO_ERROR(Err::invalid_argument, "knock from '", claimed, "', which is not a peer of ", options_.site);
     else if (!(options_.site < claimed))
       refused = GEOLOCO_ERROR(Err::malformed, "knock from ", claimed, ", which dials this site");
     else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) refused = named;
@@ -128,20 +129,23 @@ asio::awaitable<void> Mesh::serve_incoming(asio::ip::tcp::socket socket) {
   const int slot = static_cast<int>(header->chunk);
   Status refused;
   if (header->job != 0 && header->job != options_.job) {
-    refused = GEOLOCO_ERROR(Err::mismatch, "hello from '", claimed, "' for job ", header->job, ", this mesh serves job ",
-                            options_.job);
+    refused = GEOLOCO_ERROR(Err::mismatch, "hello from '", claimed, "' for job ", header->job,
+                            ", this mesh serves job ", options_.job);
   } else if (!is_peer(claimed)) {
-    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
+    refused =
+        GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "', which is not a peer of ", options_.site);
   } else if (Status named = co_await conn->check_peer_name(claimed); !named.ok()) {
     refused = named;
-  } else if (Status same = same_connection_count(claimed, hello_connections(*header), options_.transport.connections_per_peer);
+  } else if (Status same =
+                 same_connection_count(claimed, hello_connections(*header), options_.transport.connections_per_peer);
              !same.ok()) {
     refused = same;
   } else if (slot < 0 || slot >= slot_count()) {
-    refused = GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot,
-                            "; this site has slots 0..", slot_count() - 1, " (", options_.transport.connections_per_peer,
-                            " data connections and a control connection): is connections_per_peer the same on both "
-                            "sites?");
+    refused =
+        GEOLOCO_ERROR(Err::invalid_argument, "hello from '", claimed, "' for connection slot ", slot,
+                      "; this site has slots 0..", slot_count() - 1, " (", options_.transport.connections_per_peer,
+                      " data connections and a control connection): is connections_per_peer the same on both "
+                      "sites?");
   }
   if (!refused.ok()) {
     reject(conn->peer(), conn.get(), refused);
@@ -249,8 +253,9 @@ asio::awaitable<Result<std::shared_ptr<Connection>>> Mesh::open_to(const PeerAdd
     co_return ec;
   };
   const std::error_code cec = co_await asio::co_spawn(socket.get_executor(), connect(), use_awaitable);
-  if (cec) co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
-                                   cec.message());
+  if (cec)
+    co_return GEOLOCO_ERROR(Err::io, "cannot connect to ", peer.name, " at ", peer.host, ":", peer.port, ": ",
+                            cec.message());
   auto conn = wrap(std::move(socket));
   conn->set_peer(peer.name);
   Status s = co_await conn->handshake(true);
@@ -295,7 +300,8 @@ asio::awaitable<Status> Mesh::dial_once(const PeerAddress& peer, int slot, bool 
     conn->close(wrong);
     co_return wrong;
   }
-  if (Status same = same_connection_count(peer.name, hello_connections(*header), options_.transport.connections_per_peer);
+  if (Status same =
+          same_connection_count(peer.name, hello_connections(*header), options_.transport.connections_per_peer);
       !same.ok()) {
     reject(peer.name, conn.get(), same);
     co_return same;

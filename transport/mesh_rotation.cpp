@@ -106,8 +106,8 @@ bool Mesh::goodbye_heard(const std::string& peer, int slot, const std::shared_pt
       auto it = early_goodbyes_.find({peer, slot});
       if (ec || !running_ || it == early_goodbyes_.end() || it->second != conn) return;
       early_goodbyes_.erase(it);
-      conn->close(GEOLOCO_ERROR(Err::io, peer, " said goodbye on slot ", slot, ", and no replacement came within ",
-                                ms, " ms"));
+      conn->close(
+          GEOLOCO_ERROR(Err::io, peer, " said goodbye on slot ", slot, ", and no replacement came within ", ms, " ms"));
       slots_changed_.notify_all();
     });
     return true;
@@ -189,8 +189,9 @@ Status Mesh::reload_tls(const tls::TlsFiles& files) {
 asio::awaitable<void> Mesh::check_again(std::string peer, std::shared_ptr<Connection> conn) {
   Status s = co_await conn->verify_peer_again(ssl_);
   if (!s.ok() && conn->is_open())
-    reject(peer, conn.get(), GEOLOCO_ERROR(Err::invalid_argument, "the certificate of ", peer,
-                                           " is refused since this site's TLS reload: ", s.message()));
+    reject(peer, conn.get(),
+           GEOLOCO_ERROR(Err::invalid_argument, "the certificate of ", peer,
+                         " is refused since this site's TLS reload: ", s.message()));
 }
 
 std::map<std::string, std::int64_t> Mesh::peer_certificate_expiries() const {

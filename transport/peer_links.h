@@ -18,11 +18,11 @@ namespace geoloco::transport {
 
 struct PeerLink {
   using Clock = std::chrono::steady_clock;
-  bool up = false;                ///< the control connection to the peer is live
-  Clock::time_point since{};      ///< when `up` last changed (the first dial failure for a peer never reached)
-  std::string last_error;         ///< why the link last went down or a dial failed ("" if never)
-  std::uint64_t failed_dials = 0; ///< dials that failed since the link was last up (this site dials the peer)
-  std::uint64_t drops = 0;        ///< times the link went down after being up
+  bool up = false;                 ///< the control connection to the peer is live
+  Clock::time_point since{};       ///< when `up` last changed (the first dial failure for a peer never reached)
+  std::string last_error;          ///< why the link last went down or a dial failed ("" if never)
+  std::uint64_t failed_dials = 0;  ///< dials that failed since the link was last up (this site dials the peer)
+  std::uint64_t drops = 0;         ///< times the link went down after being up
 };
 
 class PeerLinks {

@@ -60,7 +60,7 @@ Status write_pem(const std::string& requested, Kind kind, EVP_PKEY* key, X509* c
     path = std::filesystem::canonical(requested, ec).string();
     GEOLOCO_RETURN_IF(ec, Err::io, "cannot follow the link ", requested, ": ", ec.message());
   }
-  struct stat old{};
+  struct stat old {};
   const bool existed = ::stat(path.c_str(), &old) == 0;
   const mode_t mode = existed ? (old.st_mode & 07777) : kind == Kind::key ? 0600 : 0644;
   // A name of its own beside the file (two writers never share one), made
@@ -75,11 +75,14 @@ Status write_pem(const std::string& requested, Kind kind, EVP_PKEY* key, X509* c
   // The replaced file's owner and group first, then its mode: a key the
   // daemon's user reads stays readable to it. When this process may not
   // give the file back to its owner, nothing is replaced.
-  if (existed && (old.st_uid != ::geteuid() || old.st_gid != ::getegid()) && ::fchown(fd, old.st_uid, old.st_gid) != 0) {
+  if (existed && (old.st_uid != ::geteuid() || old.st_gid != ::getegid()) &&
+      ::fchown(fd, old.st_uid, old.st_gid) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
-    return fail(cat("it belongs to uid ", old.st_uid, " gid ", old.st_gid, ", and this user cannot make the new one "
-                    "theirs (", why, "): run this as root or as that user"));
+    return fail(cat("it belongs to uid ", old.st_uid, " gid ", old.st_gid,
+                    ", and this user cannot make the new one "
+                    "theirs (",
+                    why, "): run this as root or as that user"));
   }
   FILE* f = ::fdopen(fd, "wb");
   if (f == nullptr) {

@@ -109,9 +109,9 @@ struct Run {
 };
 
 struct RunOptions {
-  std::vector<std::string> env;     ///< NAME=value added to the environment
-  std::string interrupt_after;      ///< send SIGINT once stdout holds this
-  bool as_nobody = false;           ///< run as uid/gid 65534 (needs root)
+  std::vector<std::string> env;  ///< NAME=value added to the environment
+  std::string interrupt_after;   ///< send SIGINT once stdout holds this
+  bool as_nobody = false;        ///< run as uid/gid 65534 (needs root)
   int deadline_s = 20;
 };
 
@@ -168,7 +168,8 @@ Run run_geoloco(const std::vector<std::string>& args, const RunOptions& options 
   std::string* sinks[2] = {&run.out, &run.err};
   int open_fds = 2;
   while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       ::kill(pid, SIGKILL);
       killed = true;
@@ -187,7 +188,8 @@ Run run_geoloco(const std::vector<std::string>& args, const RunOptions& options 
         sinks[i]->append(buffer, static_cast<std::size_t>(n));
       }
     }
-    if (!options.interrupt_after.empty() && !interrupted && run.out.find(options.interrupt_after) != std::string::npos) {
+    if (!options.interrupt_after.empty() && !interrupted &&
+        run.out.find(options.interrupt_after) != std::string::npos) {
       ::kill(pid, SIGINT);
       interrupted = true;
     }
@@ -237,7 +239,8 @@ TEST_CASE("submit sends the file's exact text and prints the daemon's summary") 
   FakeDaemon d([](const json&) {
     return Reply{{json::parse(R"({"job": "gpt-demo", "coordinator": "a", "sites": ["a", "b", "c"],
                                   "message": "accepted; round 1 starts when b and c join"})")},
-                 "", false};
+                 "",
+                 false};
   });
   // Tabs, CRLF, quotes, backslashes, UTF-8 and no final newline: all must arrive byte for byte.
   const std::string text = "name: gpt-demo\r\nsites: [a, b, c]\t# \"three\" \\ sites\ncoordinator: a\n# caf\xc3\xa9";
@@ -339,7 +342,9 @@ TEST_CASE("watch exits 1 when the job failed or was cancelled") {
   auto stream = fixtures::watch_stream();
   stream.resize(2);  // the running event and round 1
   stream.push_back(json::parse(R"({"event": "site b: trainer exited with status 1", "state": "failed"})"));
-  FakeDaemon d([&](const json&) { return Reply{stream, "job gpt-demo failed: site b: trainer exited with status 1", false}; });
+  FakeDaemon d([&](const json&) {
+    return Reply{stream, "job gpt-demo failed: site b: trainer exited with status 1", false};
+  });
   Run r = run_geoloco({"watch", "gpt-demo", "--socket", d.path()});
   CHECK(r.exit_code == 1);
   CHECK(r.out ==
@@ -398,8 +403,8 @@ TEST_CASE("no daemon at the path: exit 3, the path and what to do") {
     INFO(args.front());
     CHECK(r.exit_code == 3);
     CHECK(r.out == "");
-    CHECK(r.err == "geoloco " + args.front() + ": cannot reach geolocod at " + missing + ": " +
-                       std::strerror(ENOENT) + "\n" + kHintRunning);
+    CHECK(r.err == "geoloco " + args.front() + ": cannot reach geolocod at " + missing + ": " + std::strerror(ENOENT) +
+                       "\n" + kHintRunning);
   }
 
   // A stale socket file (a daemon that died without removing it).
@@ -412,8 +417,8 @@ TEST_CASE("no daemon at the path: exit 3, the path and what to do") {
   ::close(fd);
   Run r = run_geoloco({"status", "--socket", stale});
   CHECK(r.exit_code == 3);
-  CHECK(r.err == "geoloco status: cannot reach geolocod at " + stale + ": " + std::strerror(ECONNREFUSED) + "\n" +
-                     kHintRunning);
+  CHECK(r.err ==
+        "geoloco status: cannot reach geolocod at " + stale + ": " + std::strerror(ECONNREFUSED) + "\n" + kHintRunning);
   std::filesystem::remove(stale);
 }
 
@@ -446,8 +451,8 @@ TEST_CASE("a user outside the geoloco group is told to join it") {
   }
   Run r = run_geoloco({"status", "--socket", d.path()}, o);
   CHECK(r.exit_code == 3);
-  CHECK(r.err == "geoloco status: cannot reach geolocod at " + d.path() + ": " + std::strerror(EACCES) + "\n" +
-                     kJoinGroupHint);
+  CHECK(r.err ==
+        "geoloco status: cannot reach geolocod at " + d.path() + ": " + std::strerror(EACCES) + "\n" + kJoinGroupHint);
   CHECK(d.requests().empty());
 
   // With the socket's mode opened up, the daemon's own check (SO_PEERCRED)

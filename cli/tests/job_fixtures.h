@@ -61,22 +61,22 @@ inline const char* status_text() {
 /// and finishes; the final done line is the server's.
 inline std::vector<nlohmann::json> watch_stream() {
   std::vector<nlohmann::json> lines;
-  for (const char* text : {
-           R"({"event": "job gpt-demo running on a, b, c", "state": "running"})",
-           R"({"round": {"round": 1, "participants": ["a", "b", "c"], "late": [], "loss": 3.21875, "eval_loss": null,
+  for (const char* text :
+       {R"({"event": "job gpt-demo running on a, b, c", "state": "running"})",
+        R"({"round": {"round": 1, "participants": ["a", "b", "c"], "late": [], "loss": 3.21875, "eval_loss": null,
                "tokens": 98304, "bytes_sent": 1572864, "bytes_received": 1572864, "compression_ratio": 24.13,
                "compute_seconds": 30.04, "waiting_seconds": 0.26, "exchange_seconds": 1.47, "compute_share": 0.99512,
                "digest": "0123456789abcdef"}})",
-           R"({"round": {"round": 2, "participants": ["a", "b"], "late": ["c"], "loss": 2.9, "eval_loss": 3.0512,
+        R"({"round": {"round": 2, "participants": ["a", "b"], "late": ["c"], "loss": 2.9, "eval_loss": 3.0512,
                "tokens": 65536, "bytes_sent": 700000, "bytes_received": 650000, "compression_ratio": 47.9,
                "compute_seconds": 29.8, "waiting_seconds": 12.46, "exchange_seconds": 0.91, "compute_share": null,
                "digest": "fedcba9876543210"}})",
-           R"({"event": "site c is back", "state": "running"})",
-           R"({"round": {"round": 3, "participants": ["a", "b", "c"], "late": [], "loss": 2.71828, "eval_loss": 2.8,
+        R"({"event": "site c is back", "state": "running"})",
+        R"({"round": {"round": 3, "participants": ["a", "b", "c"], "late": [], "loss": 2.71828, "eval_loss": 2.8,
                "tokens": 98304, "bytes_sent": 1048575, "bytes_received": 1048575, "compression_ratio": 1234.56,
                "compute_seconds": 31.0, "waiting_seconds": 0.0, "exchange_seconds": 2.07, "compute_share": 1.0,
                "digest": "00ff00ff00ff00ff"}})",
-           R"({"event": "job gpt-demo finished after 3 rounds", "state": "finished"})"})
+        R"({"event": "job gpt-demo finished after 3 rounds", "state": "finished"})"})
     lines.push_back(nlohmann::json::parse(text));
   return lines;
 }

@@ -62,11 +62,12 @@ TEST_CASE("a round with nulls, missing or mistyped fields prints dashes") {
   CHECK(watch_round_line(json::parse(R"({"round": 12, "fragment": 2})")) ==
         "12:f2    0/0         -         -           -        -         -         -         -       -  -");
   // A round whose state came from a peer: its own zeros are not shown as measured.
-  CHECK(watch_round_line(json::parse(R"({"round": 9, "participants": ["a", "b"], "late": [], "loss": 2.5,
+  CHECK(
+      watch_round_line(json::parse(R"({"round": 9, "participants": ["a", "b"], "late": [], "loss": 2.5,
                                           "bytes_sent": 0, "compression_ratio": 0, "compute_seconds": 0,
                                           "waiting_seconds": 0, "exchange_seconds": 0, "compute_share": null,
                                           "installed_from": "b"})")) ==
-        "    9    2/2    2.5000         -           -        -         -         -         -       -  - (state from b)");
+      "    9    2/2    2.5000         -           -        -         -         -         -       -  - (state from b)");
   CHECK(watch_round_line(json::parse("[1, 2]")) ==
         "    -    0/0         -         -           -        -         -         -         -       -  -");
   CHECK(watch_event_line(json::parse(R"({"event": "site c left", "state": "running"})")) == "# site c left");
@@ -88,15 +89,15 @@ TEST_CASE("status prints one block per job, nulls as dashes") {
         "  message     waiting for the trainer\n"
         "              it has not said HELLO yet\n");
   CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
-                                      "stop_rounds": 12, "coordinator": "a", "fragments": 3}]})"), "s")[0] ==
-        "s: running, round 7/12 (coordinator a, streaming: 3 fragments, one per round)");
+                                      "stop_rounds": 12, "coordinator": "a", "fragments": 3}]})"),
+                     "s")[0] == "s: running, round 7/12 (coordinator a, streaming: 3 fragments, one per round)");
   // After a failover: the successor and its epoch; during an election, that.
   CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
-                                      "coordinator": "b", "epoch": 2}]})"), "s")[0] ==
-        "s: running, round 7 (coordinator b, epoch 2)");
+                                      "coordinator": "b", "epoch": 2}]})"),
+                     "s")[0] == "s: running, round 7 (coordinator b, epoch 2)");
   CHECK(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "s", "state": "running", "round": 7,
-                                      "coordinator": "", "epoch": 3}]})"), "s")[0] ==
-        "s: running, round 7 (coordinator: being elected, epoch 3)");
+                                      "coordinator": "", "epoch": 3}]})"),
+                     "s")[0] == "s: running, round 7 (coordinator: being elected, epoch 3)");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": []})"), "")) ==
         "site c: no jobs (`geoloco submit job.yaml` starts one)\n");
   CHECK(joined(status_lines(json::parse(R"({"site": "c", "jobs": [{"name": "x"}]})"), "")) ==
@@ -138,14 +139,12 @@ TEST_CASE("submit prints the job, its sites and how to follow it") {
 TEST_CASE("an unreachable daemon says what to do next") {
   const std::string enoent = std::strerror(ENOENT);
   CHECK(unreachable_lines("status", "/run/geoloco/geolocod.sock", ENOENT, "") ==
-        std::vector<std::string>{
-            "geoloco status: cannot reach geolocod at /run/geoloco/geolocod.sock: " + enoent,
-            "  is geolocod running? `systemctl status geolocod`",
-            "  another site's daemon: --socket PATH (or GEOLOCO_CONTROL_SOCKET=PATH)"});
+        std::vector<std::string>{"geoloco status: cannot reach geolocod at /run/geoloco/geolocod.sock: " + enoent,
+                                 "  is geolocod running? `systemctl status geolocod`",
+                                 "  another site's daemon: --socket PATH (or GEOLOCO_CONTROL_SOCKET=PATH)"});
   CHECK(unreachable_lines("watch", "/s", EACCES, "") ==
-        std::vector<std::string>{
-            "geoloco watch: cannot reach geolocod at /s: " + std::string(std::strerror(EACCES)),
-            "  add your user to the geoloco group (sudo adduser $USER geoloco) and log in again"});
+        std::vector<std::string>{"geoloco watch: cannot reach geolocod at /s: " + std::string(std::strerror(EACCES)),
+                                 "  add your user to the geoloco group (sudo adduser $USER geoloco) and log in again"});
   CHECK(unreachable_lines("watch", "/s", 0, "geolocod closed the connection: End of file") ==
         std::vector<std::string>{"geoloco watch: lost geolocod at /s: geolocod closed the connection: End of file",
                                  "  is geolocod running? `systemctl status geolocod`",
@@ -154,10 +153,10 @@ TEST_CASE("an unreachable daemon says what to do next") {
 
 TEST_CASE("who the socket admits, by the daemon's rule, and the hint for the rest") {
   const std::vector<gid_t> none;
-  CHECK(socket_admits(0, 0, none, 500, 990));               // root
-  CHECK(socket_admits(500, 500, none, 500, 990));           // the daemon's user owns the socket
-  CHECK(socket_admits(1000, 990, none, 500, 990));          // primary group
-  CHECK(socket_admits(1000, 1000, {27, 990}, 500, 990));    // supplementary group
+  CHECK(socket_admits(0, 0, none, 500, 990));             // root
+  CHECK(socket_admits(500, 500, none, 500, 990));         // the daemon's user owns the socket
+  CHECK(socket_admits(1000, 990, none, 500, 990));        // primary group
+  CHECK(socket_admits(1000, 1000, {27, 990}, 500, 990));  // supplementary group
   CHECK_FALSE(socket_admits(1000, 1000, {27}, 500, 990));
   CHECK_FALSE(socket_admits(65534, 65534, none, 0, 0));
   CHECK(hung_up_lines("status", "/s", "cannot send to geolocod: Broken pipe") ==

@@ -118,7 +118,7 @@ float f16_to_f32_one(std::uint16_t h) {
 
 std::uint16_t f32_to_bf16_one(float value) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
-  std::uint32_t h = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;  // round to nearest even
+  std::uint32_t h = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;   // round to nearest even
   if ((h & 0x7f80u) == 0x7f80u) h = (h & 0x8000u) | 0x7f7fu;  // saturate, never Inf
   return static_cast<std::uint16_t>(h);
 }
@@ -128,7 +128,7 @@ float bf16_to_f32_one(std::uint16_t h) { return std::bit_cast<float>(static_cast
 const KernelTable& scalar_kernels() {
   static const KernelTable table{absmax_scalar,      quantize_nearest_scalar, dequantize_scalar,
                                  f32_to_f16_scalar,  f16_to_f32_scalar,       f32_to_bf16_scalar,
-                                 bf16_to_f32_scalar, all_finite_scalar, copy_finite_scalar};
+                                 bf16_to_f32_scalar, all_finite_scalar,       copy_finite_scalar};
   return table;
 }
 

@@ -25,7 +25,8 @@ TEST_CASE("fp16 keeps values it can represent exactly and rounds others within h
   CastCodec c(CastCodec::Format::fp16);
   std::vector<float> exact{0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0x1p-24f, -0x1p-14f, 1000.5f};
   auto out = roundtrip(c, exact);
-  for (std::size_t i = 0; i < exact.size(); ++i) CHECK(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(exact[i]));
+  for (std::size_t i = 0; i < exact.size(); ++i)
+    CHECK(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(exact[i]));
 
   auto g = test::gradient(50000);
   for (auto& v : g) v *= 1000.0f;  // into fp16's normal range
@@ -46,7 +47,8 @@ TEST_CASE("bf16 rounds to nearest even within 2^-8 relative and never to Inf") {
   CastCodec c(CastCodec::Format::bf16);
   auto g = test::gradient(50000);
   auto r = roundtrip(c, g);
-  for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(std::fabs(r[i] - g[i]) <= std::fabs(g[i]) * 0x1p-8f + 0x1p-133f);  // half an ulp, or a subnormal step
+  for (std::size_t i = 0; i < g.size(); ++i)
+    REQUIRE(std::fabs(r[i] - g[i]) <= std::fabs(g[i]) * 0x1p-8f + 0x1p-133f);  // half an ulp, or a subnormal step
   auto big = roundtrip(c, {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()});
   CHECK(std::isfinite(big[0]));
   CHECK(big[0] > 3.3e38f);

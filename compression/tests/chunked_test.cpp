@@ -55,7 +55,7 @@ TEST_CASE("a 17 GB tensor streams through encode and decode with memory bounded 
   }
   const long grown_kib = max_rss_kib() - rss_before;
   CHECK(mismatches == 0);
-  CHECK(bytes > 2 * total);  // every value went through: 2 bytes each plus headers
+  CHECK(bytes > 2 * total);      // every value went through: 2 bytes each plus headers
   CHECK(grown_kib < 64 * 1024);  // a few chunk buffers, not 17 GB
 }
 

@@ -19,9 +19,9 @@ double norm(const std::vector<double>& v) {
 }  // namespace
 
 TEST_CASE("error feedback: decoded outputs add up to the inputs, the gap is the bounded residual") {
-  const std::vector<StageSpec> chain = GENERATE(std::vector<StageSpec>{TopkSpec{0.05, 1024}},
-                                                std::vector<StageSpec>{QuantizeSpec{2, 16, Rounding::nearest}},
-                                                std::vector<StageSpec>{TopkSpec{0.05, 512}, QuantizeSpec{4, 128}, ZstdSpec{}});
+  const std::vector<StageSpec> chain = GENERATE(
+      std::vector<StageSpec>{TopkSpec{0.05, 1024}}, std::vector<StageSpec>{QuantizeSpec{2, 16, Rounding::nearest}},
+      std::vector<StageSpec>{TopkSpec{0.05, 512}, QuantizeSpec{4, 128}, ZstdSpec{}});
   auto p = test::make_pipeline(chain);
   INFO(p.describe());
   const std::size_t n = 4000;

@@ -70,15 +70,15 @@ TEST_CASE("header damage gets its own error", "[sanitize]") {
     std::memcpy(copy.data() + offset, &value, width);
     return decode_both(p, copy, 1000);
   };
-  CHECK(damaged(0, 0x12345678, 4).code() == Err::malformed);       // magic
-  CHECK(damaged(4, 2, 1).code() == Err::unsupported);               // version
-  CHECK(damaged(5, 0, 1).code() == Err::malformed);                 // stage count
-  CHECK(damaged(6, 0xffff, 2).code() == Err::truncated);            // descriptor size
-  CHECK(damaged(8, 1ull << 60, 8).code() == Err::mismatch);         // element count
-  CHECK(damaged(16, 1ull << 40, 8).code() == Err::malformed);       // raw size over the bound
-  CHECK(damaged(24, 1ull << 62, 8).code() == Err::truncated);       // body size
-  CHECK(damaged(32, 99, 1).code() == Err::unsupported);             // codec id
-  CHECK(damaged(34, 3, 1).code() == Err::malformed);                // quantize bits = 3
+  CHECK(damaged(0, 0x12345678, 4).code() == Err::malformed);   // magic
+  CHECK(damaged(4, 2, 1).code() == Err::unsupported);          // version
+  CHECK(damaged(5, 0, 1).code() == Err::malformed);            // stage count
+  CHECK(damaged(6, 0xffff, 2).code() == Err::truncated);       // descriptor size
+  CHECK(damaged(8, 1ull << 60, 8).code() == Err::mismatch);    // element count
+  CHECK(damaged(16, 1ull << 40, 8).code() == Err::malformed);  // raw size over the bound
+  CHECK(damaged(24, 1ull << 62, 8).code() == Err::truncated);  // body size
+  CHECK(damaged(32, 99, 1).code() == Err::unsupported);        // codec id
+  CHECK(damaged(34, 3, 1).code() == Err::malformed);           // quantize bits = 3
 }
 
 TEST_CASE("seeded random mutations never crash and never yield non-finite values", "[sanitize]") {

@@ -70,7 +70,8 @@ TEST_CASE("a payload names its chain and is refused by a pipeline with another c
   CHECK(info->chain == "quantize(bits=4, block=128, rounding=nearest)");
 }
 
-TEST_CASE("the last encoded payload decodes from its raw body to the same bits as decode(); any other payload falls back") {
+TEST_CASE(
+    "the last encoded payload decodes from its raw body to the same bits as decode(); any other payload falls back") {
   for (const auto& chain : test::all_chains()) {
     auto p = test::make_pipeline(chain);
     INFO(p.describe());

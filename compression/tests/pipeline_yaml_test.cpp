@@ -9,7 +9,8 @@ using namespace geoloco::compression;
 TEST_CASE("the pipeline of docs/design.md §5 parses from a job's YAML", "[sanitize]") {
   auto spec = parse_pipeline_text("[{topk: {density: 0.02}}, {quantize: {bits: 4, block: 128}}, {zstd: {level: 3}}]");
   REQUIRE(spec.ok());
-  CHECK(describe(*spec) == "topk(density=0.02, block=4096) | quantize(bits=4, block=128, rounding=nearest) | zstd(level=3)");
+  CHECK(describe(*spec) ==
+        "topk(density=0.02, block=4096) | quantize(bits=4, block=128, rounding=nearest) | zstd(level=3)");
   CHECK(spec->error_feedback == ErrorFeedbackMode::automatic);
 }
 
@@ -40,7 +41,8 @@ TEST_CASE("every problem is reported at once with file, line and column", "[sani
   REQUIRE_FALSE(spec.ok());
   const auto& m = spec.status().message();
   CHECK(m.find("job.yaml:2:14: topk.density: expected a number") != std::string::npos);
-  CHECK(m.find("job.yaml:3:23: quantize: unknown option 'colour' (allowed: bits, block, rounding)") != std::string::npos);
+  CHECK(m.find("job.yaml:3:23: quantize: unknown option 'colour' (allowed: bits, block, rounding)") !=
+        std::string::npos);
   CHECK(m.find("job.yaml:3:3: quantize.bits must be 8, 4 or 2, got 3") != std::string::npos);
   CHECK(m.find("job.yaml:4:3: unknown codec 'lz4'") != std::string::npos);
 }

@@ -35,7 +35,8 @@ TEST_CASE("quantize stays within its per-block bound for every width, block and 
   CHECK(size == ((n + block - 1) / block) * 4 + (n * bits + 7) / 8);
   for (std::size_t b = 0; b * block < n; ++b) {
     float absmax = 0;
-    for (std::size_t i = b * block; i < std::min<std::size_t>(n, (b + 1) * block); ++i) absmax = std::max(absmax, std::fabs(in[i]));
+    for (std::size_t i = b * block; i < std::min<std::size_t>(n, (b + 1) * block); ++i)
+      absmax = std::max(absmax, std::fabs(in[i]));
     const float scale = absmax / float(c.qmax());
     // Nearest: half a step. Stochastic: less than one step. Plus float rounding.
     const float bound = (rounding == Rounding::nearest ? 0.5f : 1.0f) * scale * (1 + 1e-5f) + 1e-30f;
@@ -126,7 +127,8 @@ TEST_CASE("quantize near FLT_MAX, and any code under any finite scale, decodes t
     REQUIRE(c.encode(in, enc, 0).ok());
     const float huge = std::numeric_limits<float>::max();
     std::memcpy(enc.data(), &huge, 4);
-    for (std::size_t i = 4; i < enc.size(); ++i) enc[i] = static_cast<std::byte>(bits == 8 ? 0x80 : (bits == 4 ? 0x88 : 0xaa));
+    for (std::size_t i = 4; i < enc.size(); ++i)
+      enc[i] = static_cast<std::byte>(bits == 8 ? 0x80 : (bits == 4 ? 0x88 : 0xaa));
     std::vector<float> decoded(in.size());
     REQUIRE(c.decode(enc, decoded).ok());
     for (float v : decoded) CHECK(v == -std::numeric_limits<float>::max());

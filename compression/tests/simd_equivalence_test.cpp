@@ -22,8 +22,9 @@ bool have_avx2() { return cpu_has_avx2_f16c(); }
 // fp16's rounding ties and overflow, and random bit patterns.
 std::vector<float> edge_values() {
   auto v = test::gradient(30011, 17);
-  const float edges[] = {0.0f, -0.0f, 1e-45f, -1e-40f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f, 65504.0f, 65519.0f,
-                         65520.0f, -1e9f, 3.4e38f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 2.0f + 3 * 0x1p-11f, 5.96e-8f};
+  const float edges[] = {
+      0.0f,     -0.0f,    1e-45f, -1e-40f, 0x1p-24f,        0x1p-25f,       3 * 0x1p-26f,        65504.0f,
+      65519.0f, 65520.0f, -1e9f,  3.4e38f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 2.0f + 3 * 0x1p-11f, 5.96e-8f};
   v.insert(v.begin(), std::begin(edges), std::end(edges));
   for (std::uint64_t i = 0; i < 20000; ++i) {
     std::uint32_t bits = static_cast<std::uint32_t>(counter_random(4, i));
@@ -96,7 +97,8 @@ TEST_CASE("AVX2 kernels produce the same bytes as the scalar kernels") {
   std::vector<float> clean;
   for (float v : x)
     if (std::isfinite(v)) clean.push_back(v);
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, clean.size()}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, clean.size()}) {
     n = std::min(n, clean.size());
     std::vector<std::byte> src(n * 4 + 1), ds(n * 4 + 3), da(n * 4 + 3);
     std::memcpy(src.data() + 1, clean.data(), n * 4);
@@ -139,8 +141,8 @@ TEST_CASE("fp16 scalar conversion is exact on every half pattern and ties round 
     const float f = kernels::f16_to_f32_one(static_cast<std::uint16_t>(h));
     REQUIRE(kernels::f32_to_f16_one(f) == (h == 0x8000u ? 0x8000u : h));
   }
-  CHECK(kernels::f32_to_f16_one(1.0f + 0x1p-11f) == 0x3c00);  // tie -> even (1.0)
+  CHECK(kernels::f32_to_f16_one(1.0f + 0x1p-11f) == 0x3c00);      // tie -> even (1.0)
   CHECK(kernels::f32_to_f16_one(1.0f + 3 * 0x1p-11f) == 0x3c02);  // tie -> even (1 + 2^-9)
-  CHECK(kernels::f32_to_f16_one(0x1p-25f) == 0x0000);  // half the smallest subnormal -> even (0)
+  CHECK(kernels::f32_to_f16_one(0x1p-25f) == 0x0000);             // half the smallest subnormal -> even (0)
   CHECK(kernels::f32_to_f16_one(3 * 0x1p-26f) == 0x0001);
 }

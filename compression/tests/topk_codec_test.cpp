@@ -106,9 +106,9 @@ TEST_CASE("topk scatter refuses indices out of range, short, or with bytes left 
   CHECK(c.scatter(bytes({1, 2}), values, out).ok());  // indices 1 and 4
   CHECK(out[1] == 1.0f);
   CHECK(out[4] == 2.0f);
-  CHECK(c.scatter(bytes({1, 6}), values, out).code() == Err::malformed);    // index 8 of 8
-  CHECK(c.scatter(bytes({1}), values, out).code() == Err::malformed);       // ends early
-  CHECK(c.scatter(bytes({1, 2, 0}), values, out).code() == Err::malformed); // left over
+  CHECK(c.scatter(bytes({1, 6}), values, out).code() == Err::malformed);     // index 8 of 8
+  CHECK(c.scatter(bytes({1}), values, out).code() == Err::malformed);        // ends early
+  CHECK(c.scatter(bytes({1, 2, 0}), values, out).code() == Err::malformed);  // left over
   CHECK(c.scatter(bytes({0x80, 0x80}), values, out).code() == Err::malformed);
   CHECK(c.scatter(bytes({1, 2}), std::vector<float>{1.0f}, out).code() == Err::mismatch);
 }

@@ -21,10 +21,10 @@ using namespace geoloco::control;
 
 TEST_CASE("who may control the daemon") {
   const gid_t geoloco_gid = 990;
-  CHECK(control_refusal({1, 0, 0, {}}, 500, geoloco_gid).empty());              // root
-  CHECK(control_refusal({1, 500, 500, {}}, 500, geoloco_gid).empty());          // the daemon's user
-  CHECK(control_refusal({1, 1000, 990, {}}, 500, geoloco_gid).empty());         // primary group
-  CHECK(control_refusal({1, 1000, 1000, {27, 990}}, 500, geoloco_gid).empty()); // supplementary group
+  CHECK(control_refusal({1, 0, 0, {}}, 500, geoloco_gid).empty());               // root
+  CHECK(control_refusal({1, 500, 500, {}}, 500, geoloco_gid).empty());           // the daemon's user
+  CHECK(control_refusal({1, 1000, 990, {}}, 500, geoloco_gid).empty());          // primary group
+  CHECK(control_refusal({1, 1000, 1000, {27, 990}}, 500, geoloco_gid).empty());  // supplementary group
   const std::string no = control_refusal({1, 1000, 1000, {27}}, 500, geoloco_gid);
   CHECK(no.find("user 1000 may not control geolocod") == 0);
   CHECK(no.find("join the 'geoloco' group") != std::string::npos);
@@ -48,7 +48,8 @@ asio::awaitable<Status> count_handler(const nlohmann::json& request, ReplyFn rep
 }  // namespace
 
 TEST_CASE("a request gets its streamed lines and a final status") {
-  const std::string path = (std::filesystem::temp_directory_path() / ("geoloco-ctl-" + std::to_string(::getpid()))).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("geoloco-ctl-" + std::to_string(::getpid()))).string();
   asio::io_context io;
   auto server = ControlServer::open(io.get_executor(), path, "geoloco", count_handler);
   REQUIRE(server.ok());
@@ -58,7 +59,8 @@ TEST_CASE("a request gets its streamed lines and a final status") {
   CHECK((st.st_mode & 0777) == 0660);
 
   std::vector<int> seen;
-  Status s = control_request(path, {{"command", "count"}, {"to", 3}}, [&](const nlohmann::json& l) { seen.push_back(l["n"]); });
+  Status s = control_request(path, {{"command", "count"}, {"to", 3}},
+                             [&](const nlohmann::json& l) { seen.push_back(l["n"]); });
   CHECK(s.ok());
   CHECK(seen == std::vector<int>{1, 2, 3});
   Status bad = control_request(path, {{"command", "fly"}}, [](const nlohmann::json&) {});

@@ -22,8 +22,9 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       StateOfferMessage{"demo", 0, "", 0, 0, "no committed state yet", {}},
       StateAcceptMessage{"demo", 7},
       ElectMessage{3, true, 41},
-      VoteMessage{3, false, true, "", "", Standing{41, "0123456789abcdef", 52480, false, 2,
-                                                   PendingCommit{42, 196608, "00000000deadbeef", 1280}, 42, 196608}},
+      VoteMessage{3, false, true, "", "",
+                  Standing{41, "0123456789abcdef", 52480, false, 2, PendingCommit{42, 196608, "00000000deadbeef", 1280},
+                           42, 196608}},
       VoteMessage{2, true, false, "b heard coordinator a 300 ms ago", "a", {}},
       HeartbeatMessage{5, "inner", 3, "b", 4},
       PlanMessage{5, {"a"}, {1}, {}, 196608, 0.5, 10, {10}, {5}, 3},
@@ -33,12 +34,35 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
       RoundQueryMessage{12},
       RoundOutcomeMessage{12, 65537, "0123456789abcdef"},
       StateRequestMessage{"demo", 5, "00000000deadbeef"},
-      StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "", 5,
-                        "00000000deadbeef", true,
-                        {{6, 4000, "1111111111111111", "2222222222222222"},
-                         {7, 4100, "3333333333333333", "0123456789abcdef"}}},
-      StateOfferMessage{"demo", 7, "0123456789abcdef", 10, 1 << 20, "", {}, 0, std::nullopt, "", std::nullopt, "",
-                        false, {},
+      StateOfferMessage{
+          "demo",
+          7,
+          "0123456789abcdef",
+          10,
+          1 << 20,
+          "",
+          {},
+          0,
+          std::nullopt,
+          "",
+          5,
+          "00000000deadbeef",
+          true,
+          {{6, 4000, "1111111111111111", "2222222222222222"}, {7, 4100, "3333333333333333", "0123456789abcdef"}}},
+      StateOfferMessage{"demo",
+                        7,
+                        "0123456789abcdef",
+                        10,
+                        1 << 20,
+                        "",
+                        {},
+                        0,
+                        std::nullopt,
+                        "",
+                        std::nullopt,
+                        "",
+                        false,
+                        {},
                         {{6, 0, {"a", "b"}, {"c"}, 2.5, 12800, "2222222222222222"},
                          {7, 1, {"a"}, {}, 2.25, 6400, "0123456789abcdef"}}},
   };
@@ -73,7 +97,8 @@ TEST_CASE("every control message round-trips through its JSON", "[sanitize]") {
   CHECK(offer.layout == Layout{{"w", {100, 1017}, 0}, {"b", {70}, 101700}});
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[13]))).round == 7);
   CHECK(std::get<StateAcceptMessage>(*decode_control(encode_control(messages[20]))).stop);
-  CHECK(std::get<StateOfferMessage>(*decode_control(encode_control(messages[21]))).momentum_digest == "fedcba9876543210");
+  CHECK(std::get<StateOfferMessage>(*decode_control(encode_control(messages[21]))).momentum_digest ==
+        "fedcba9876543210");
   CHECK(std::get<RoundQueryMessage>(*decode_control(encode_control(messages[22]))).round == 12);
   auto outcome = std::get<RoundOutcomeMessage>(*decode_control(encode_control(messages[23])));
   CHECK((outcome.round == 12 && outcome.attempt == 65537 && outcome.anchor_digest == "0123456789abcdef"));
@@ -146,18 +171,23 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "ready message: field 'tokens' must be a non-negative integer");
   CHECK(msg(R"({"type":"ready","round":3,"anchor_round":4,"tokens":5,"inner_steps":1,"loss":0.1})") ==
         "ready message: anchor_round must be between 1 and round (equal when on time)");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[],"tokens_each":[1,1],"anchor_rounds":[3,3]})") ==
-        "plan message: one weight per participant");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[],"tokens_each":[1],"anchor_rounds":[3]})") ==
-        "plan message: weights must be > 0");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a","b"],"weights":[1],"late":[],"tokens_each":[1,1],"anchor_rounds":[3,3]})") ==
+      "plan message: one weight per participant");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[0],"late":[],"tokens_each":[1],"anchor_rounds":[3]})") ==
+      "plan message: weights must be > 0");
   CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[]})") ==
         "plan message: field 'tokens_each' must be present");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1,2],"anchor_rounds":[3]})") ==
-        "plan message: one tokens_each per participant");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[-1],"anchor_rounds":[3]})") ==
-        "plan message: field 'tokens_each' must be a list of non-negative integers");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[4]})") ==
-        "plan message: anchor_rounds must be between 1 and round");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1,2],"anchor_rounds":[3]})") ==
+      "plan message: one tokens_each per participant");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[-1],"anchor_rounds":[3]})") ==
+      "plan message: field 'tokens_each' must be a list of non-negative integers");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[4]})") ==
+      "plan message: anchor_rounds must be between 1 and round");
   CHECK(msg(R"({"type":"abort","round":3,"reason":"x"})") == "abort message: field 'attempt' must be present");
   CHECK(msg(R"({"type":"commit","round":3,"anchor_digest":"xyz"})") ==
         "commit message: anchor_digest must be 16 hex digits");
@@ -178,19 +208,23 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":""})") == "vote message: field 'standing' must be an object");
   CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":3,"anchor_digest":"x"}})") ==
         "vote standing message: anchor_digest must be 16 hex digits");
-  CHECK(msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":0,"anchor_digest":"","pending":{"round":1,"attempt":4294967296,"anchor_digest":"0123456789abcdef"}}})") ==
-        "vote pending message: attempt must be < 2^32");
-  CHECK(msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[3],"attempt":4294967296})") ==
-        "plan message: attempt must be < 2^32");
+  CHECK(
+      msg(R"({"type":"vote","epoch":2,"reason":"","standing":{"committed_round":0,"anchor_digest":"","pending":{"round":1,"attempt":4294967296,"anchor_digest":"0123456789abcdef"}}})") ==
+      "vote pending message: attempt must be < 2^32");
+  CHECK(
+      msg(R"({"type":"plan","round":3,"participants":["a"],"weights":[1],"late":[],"tokens_each":[1],"anchor_rounds":[3],"attempt":4294967296})") ==
+      "plan message: attempt must be < 2^32");
   CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","epoch":65536})") ==
         "committed message: epoch must be < 65536");
   CHECK(msg(R"({"type":"join","job":"x","last_committed_round":2,"anchor_digest":""})") ==
         "join message: a committed round needs its anchor_digest");
   CHECK(msg(R"({"type":"committed","round":3,"anchor_digest":"0123456789abcdef","final":1})") ==
         "committed message: field 'final' must be true or false");
-  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":0,"chunk_values":4096,"reason":""})") ==
-        "state_offer message: values must be 1..2^36");
-  const std::string offer = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","layout":)";
+  CHECK(
+      msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":0,"chunk_values":4096,"reason":""})") ==
+      "state_offer message: values must be 1..2^36");
+  const std::string offer =
+      R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","layout":)";
   CHECK(msg(offer + R"([{"name":"w","shape":[3,3]}]})") ==
         "state_offer message: field 'layout' must be tensors that add up to the offer's 10 values");
   CHECK(msg(offer + R"([{"name":"w","shape":[5,0]}]})") ==
@@ -201,10 +235,13 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "state_offer message: field 'layout' must be tensors of at most 2^36 values");
   CHECK(msg(offer + R"([{"name":"w","shape":[5]},{"name":"w","shape":[5]}]})") ==
         "state_offer message: field 'layout' must be a valid layout (tensor name 'w' appears twice)");
-  CHECK(decode_control(offer + R"([{"name":"w","shape":[2,4]},{"name":"s","shape":[]},{"name":"b","shape":[1]}]})").ok());
+  CHECK(
+      decode_control(offer + R"([{"name":"w","shape":[2,4]},{"name":"s","shape":[]},{"name":"b","shape":[1]}]})").ok());
   // Rounds after the state: the rounds between the base and the offer's, in order, the last giving its anchor.
-  const std::string base = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","base_round":1,"base_digest":"00000000deadbeef","deltas":)";
-  const std::string two = R"([[2,10,"1111111111111111","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]])";
+  const std::string base =
+      R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","base_round":1,"base_digest":"00000000deadbeef","deltas":)";
+  const std::string two =
+      R"([[2,10,"1111111111111111","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]])";
   CHECK(decode_control(base + two + "}").ok());
   CHECK(msg(base + R"([[2,10,"1111111111111111","2222222222222222"]]})") ==
         "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
@@ -217,7 +254,8 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
   CHECK(msg(base + R"([[2,10,"x","2222222222222222"],[3,10,"1111111111111111","0123456789abcdef"]]})") ==
         "state_offer message: a delta's hash and digest must be 16 hex digits");
   CHECK(msg(base + R"([2,3]})") == "state_offer message: each of deltas must be [round, bytes, hash, digest]");
-  const std::string listing = R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","rounds":)";
+  const std::string listing =
+      R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","rounds":)";
   const std::string entry = R"({"fragment":0,"participants":["a"],"late":[],"loss":1.5,"tokens":10,)";
   CHECK(msg(listing + "[" + entry + R"("round":2,"digest":"0123456789abcdef"},)" + entry +
             R"("round":2,"digest":"0123456789abcdef"}]})") ==
@@ -230,14 +268,18 @@ TEST_CASE("malformed control messages are refused naming the field", "[sanitize]
         "state_offer (an entry of rounds) message: field 'digest' must be present");
   CHECK(msg(listing + R"({}})") == "state_offer message: rounds must be a list of at most 256 records");
   CHECK(msg(listing + "[3]}") == "state_offer message: each of rounds must be an object");
-  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true})") ==
-        "state_offer message: an offer with deltas names its base_round");
-  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":3,"base_digest":"00000000deadbeef"})") ==
-        "state_offer message: from_held without deltas must name the anchor_digest as its base_digest");
-  CHECK(msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":2,"base_digest":"00000000deadbeef"})") ==
-        "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
+  CHECK(
+      msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true})") ==
+      "state_offer message: an offer with deltas names its base_round");
+  CHECK(
+      msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":3,"base_digest":"00000000deadbeef"})") ==
+      "state_offer message: from_held without deltas must name the anchor_digest as its base_digest");
+  CHECK(
+      msg(R"({"type":"state_offer","job":"x","round":3,"anchor_digest":"0123456789abcdef","values":10,"chunk_values":4096,"reason":"","from_held":true,"base_round":2,"base_digest":"00000000deadbeef"})") ==
+      "state_offer message: deltas must be the rounds base_round + 1 .. round, in order");
   CHECK(msg(R"({"type":"state_request","job":"x","held_round":4,"held_digest":"nope"})") ==
         "state_request message: held_digest must be 16 hex digits");
-  CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") == "job_start message: job must name the job");
+  CHECK(msg(R"({"type":"job_start","job":"","file":"j.yaml","yaml":""})") ==
+        "job_start message: job must name the job");
   CHECK(decode_control(std::string(2 << 20, ' ')).status().code() == Err::too_large);
 }

@@ -189,7 +189,8 @@ TEST_CASE("a participant's failure report aborts the round; the next plan is a n
   REQUIRE(all.plan);
   CHECK(all.plan->participants == std::vector<std::string>{"a", "b", "c"});
   // A failure of b's own (its disk): b sits out.
-  REQUIRE(c.on_failed("b", FailedMessage{1, all.plan->attempt, "round 1's averaged Δ cannot be kept on disk", true}).ok());
+  REQUIRE(
+      c.on_failed("b", FailedMessage{1, all.plan->attempt, "round 1's averaged Δ cannot be kept on disk", true}).ok());
   auto a = c.step(t0 + 2s);
   REQUIRE(a.abort);
   CHECK(a.abort->round == 1);
@@ -480,7 +481,8 @@ TEST_CASE("a participant lost after its COMMIT does not undo the round") {
   CHECK(done.committed->anchor_digest == "aaaaaaaaaaaaaaaa");
 }
 
-TEST_CASE("a site idle when a round's first READY comes (back after a restart, no trainer yet) does not hold the round") {
+TEST_CASE(
+    "a site idle when a round's first READY comes (back after a restart, no trainer yet) does not hold the round") {
   auto o = three_sites(2);
   o.stop_after_round = 0;
   CoordinatorMachine c(o, 5, t0);
@@ -488,7 +490,7 @@ TEST_CASE("a site idle when a round's first READY comes (back after a restart, n
   REQUIRE(c.on_heartbeat("b", t0, "inner").ok());
   REQUIRE(c.on_ready("a", ready(5, 100), t0 + 1s).ok());
   REQUIRE(c.on_heartbeat("c", t0 + 1500ms, "inner").ok());  // its trainer attached after the first READY
-  CHECK_FALSE(c.step(t0 + 1500ms).plan);                      // b still trains: the round waits for b
+  CHECK_FALSE(c.step(t0 + 1500ms).plan);                    // b still trains: the round waits for b
   REQUIRE(c.on_ready("b", ready(5, 100), t0 + 2s).ok());
   auto p = c.step(t0 + 2s);  // not the deadline (t0 + 12 s): c was joining
   REQUIRE(p.plan);
@@ -569,7 +571,7 @@ TEST_CASE("a site waited for while it fetches the state is not held for once its
   CoordinatorMachine c = round_7_with_c_catching_up();
   CHECK_FALSE(c.step(t0 + 1s).plan);
   REQUIRE(c.on_heartbeat("c", t0 + 2s, "idle").ok());  // the state is in; its trainer starts
-  auto p = c.step(t0 + 2s);                              // not the deadline (t0 + 11 s)
+  auto p = c.step(t0 + 2s);                            // not the deadline (t0 + 11 s)
   REQUIRE(p.plan);
   CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
   CHECK(p.plan->late == std::vector<std::string>{"c"});

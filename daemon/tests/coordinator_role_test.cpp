@@ -52,7 +52,10 @@ TEST_CASE("a resumed coordinator answers a COMMIT of an earlier committed round 
   std::vector<Sent> sent;
   auto role = CoordinatorRole::open(
       io.get_executor(), *spec, 3000ms, *journal, CoordinatorRole::Start{"a", 0, std::nullopt},
-      [&](const std::string& site, const ControlMessage& m) { sent.push_back({site, m}); }, [](const std::string&) {});
+      [&](const std::string& site, const ControlMessage& m) {
+        sent.push_back({site, m});
+      },
+      [](const std::string&) {});
   REQUIRE(role.ok());
   auto committed = [&](std::size_t i) {
     REQUIRE(i < sent.size());
@@ -73,15 +76,22 @@ TEST_CASE("a resumed coordinator answers a COMMIT of an earlier committed round 
   fs::remove_all(dir);
 }
 
-TEST_CASE("a successor journals its voters' recovery, completes the pending round in its own epoch, then plans past it") {
+TEST_CASE(
+    "a successor journals its voters' recovery, completes the pending round in its own epoch, then plans past it") {
   std::string dir = (fs::temp_directory_path() / "geoloco-role-XXXXXX").string();
   REQUIRE(::mkdtemp(dir.data()) != nullptr);
   auto journal = Journal::open(dir + "/journal");
   REQUIRE(journal.ok());
   // This site (b) applied round 1 only; its voters knew round 2, and one held
   // the COMMIT of round 3's attempt 4.
-  REQUIRE(journal->append({{"type", "committed"}, {"round", 1}, {"anchor_digest", kDigest1}, {"tokens", 640},
-                           {"attempt", 0}, {"epoch", 0}}).ok());
+  REQUIRE(journal
+              ->append({{"type", "committed"},
+                        {"round", 1},
+                        {"anchor_digest", kDigest1},
+                        {"tokens", 640},
+                        {"attempt", 0},
+                        {"epoch", 0}})
+              .ok());
   Recovery r;
   r.round = 2;
   r.digest = kDigest2;
@@ -94,17 +104,31 @@ TEST_CASE("a successor journals its voters' recovery, completes the pending roun
   std::vector<Sent> sent;
   auto role = CoordinatorRole::open(
       io.get_executor(), *spec, 3000ms, *journal, CoordinatorRole::Start{"b", 2, r},
-      [&](const std::string& site, const ControlMessage& m) { sent.push_back({site, m}); }, [](const std::string&) {});
+      [&](const std::string& site, const ControlMessage& m) {
+        sent.push_back({site, m});
+      },
+      [](const std::string&) {});
   REQUIRE(role.ok());
   CHECK((*role)->committed_round() == 3);
   CHECK((*role)->committed_digest() == "00000000000000a3");
   const auto& records = journal->records();
   REQUIRE(records.size() == 4);
   CHECK(records[3] == office_started_record(2));  // after the recovery: the office may be acted on
-  CHECK(records[1] == nlohmann::json{{"type", "committed"}, {"round", 2}, {"anchor_digest", kDigest2}, {"tokens", 1280},
-                                     {"final", false}, {"epoch", 2}, {"via", "recovery"}, {"attempt", 1}});
-  CHECK(records[2] == nlohmann::json{{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"},
-                                     {"tokens", 1880}, {"final", false}, {"attempt", 4}, {"epoch", 2},
+  CHECK(records[1] == nlohmann::json{{"type", "committed"},
+                                     {"round", 2},
+                                     {"anchor_digest", kDigest2},
+                                     {"tokens", 1280},
+                                     {"final", false},
+                                     {"epoch", 2},
+                                     {"via", "recovery"},
+                                     {"attempt", 1}});
+  CHECK(records[2] == nlohmann::json{{"type", "committed"},
+                                     {"round", 3},
+                                     {"anchor_digest", "00000000000000a3"},
+                                     {"tokens", 1880},
+                                     {"final", false},
+                                     {"attempt", 4},
+                                     {"epoch", 2},
                                      {"via", "completed"}});
   (*role)->on_message("a", HeartbeatMessage{});
   // The completed round is announced in the new epoch; nothing is aborted.
@@ -130,7 +154,10 @@ TEST_CASE("a successor without a round to complete aborts the attempt in flight 
   std::vector<Sent> sent;
   auto role = CoordinatorRole::open(
       io.get_executor(), *spec, 3000ms, *journal, CoordinatorRole::Start{"b", 1, r},
-      [&](const std::string& site, const ControlMessage& m) { sent.push_back({site, m}); }, [](const std::string&) {});
+      [&](const std::string& site, const ControlMessage& m) {
+        sent.push_back({site, m});
+      },
+      [](const std::string&) {});
   REQUIRE(role.ok());
   (*role)->on_message("a", HeartbeatMessage{});
   REQUIRE(sent.size() == 2);

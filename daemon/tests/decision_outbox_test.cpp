@@ -97,7 +97,8 @@ TEST_CASE("a refused record holds back every later decision, is said once, and h
   journal.full = false;
   flushed = outbox.flush(t0 + 5s, journal.writer());
   CHECK(flushed.all_written);
-  CHECK(flushed.notes == std::vector<std::string>{"the journal is written again after 5 s: the commit of round 6 goes out"});
+  CHECK(flushed.notes ==
+        std::vector<std::string>{"the journal is written again after 5 s: the commit of round 6 goes out"});
   CHECK(flushed.written_again);
   CHECK(sent == std::vector<std::string>{"committed 6", "plan 7"});
   CHECK(!outbox.refused_since());
@@ -129,14 +130,10 @@ TEST_CASE("decisions dropped while their records are refused are never sent") {
 
 TEST_CASE("the decisions' records read back as the coordinator's journal summary") {
   std::vector<nlohmann::json> records{
-      plan_record(1, 0, {"a", "b"}, {1, 1}, {}, 0),
-      committed_record(1, "00000000000000a1", 640, false, 0, 0),
-      plan_record(2, 0, {"a", "b"}, {1, 1}, {}, 0),
-      abort_record(2, "b failed", 0),
-      plan_record(2, 1, {"a"}, {1}, {"b"}, 0),
-      committed_record(2, "00000000000000a2", 960, false, 1, 0),
-      plan_record(3, 0, {"a", "b"}, {1, 1}, {}, 0),
-      abort_record(3, "a failed", 0),
+      plan_record(1, 0, {"a", "b"}, {1, 1}, {}, 0), committed_record(1, "00000000000000a1", 640, false, 0, 0),
+      plan_record(2, 0, {"a", "b"}, {1, 1}, {}, 0), abort_record(2, "b failed", 0),
+      plan_record(2, 1, {"a"}, {1}, {"b"}, 0),      committed_record(2, "00000000000000a2", 960, false, 1, 0),
+      plan_record(3, 0, {"a", "b"}, {1, 1}, {}, 0), abort_record(3, "a failed", 0),
       plan_record(3, 1, {"a", "b"}, {1, 1}, {}, 0),
   };
   const JournalSummary s = summarize_journal(records);

@@ -12,11 +12,19 @@ using json = nlohmann::json;
 
 TEST_CASE("each kind of committed record has its JSON form and reads back the same") {
   const CommittedRecord decided{7, "00000000000000a7", 640, false, 3, 1, ""};
-  CHECK(to_json(decided) == json{{"type", "committed"}, {"round", 7}, {"anchor_digest", "00000000000000a7"},
-                                 {"tokens", 640},       {"final", false}, {"attempt", 3}, {"epoch", 1}});
+  CHECK(to_json(decided) == json{{"type", "committed"},
+                                 {"round", 7},
+                                 {"anchor_digest", "00000000000000a7"},
+                                 {"tokens", 640},
+                                 {"final", false},
+                                 {"attempt", 3},
+                                 {"epoch", 1}});
   const CommittedRecord installed{9, "00000000000000a9", 900, std::nullopt, std::nullopt, std::nullopt, "state_sync"};
-  CHECK(to_json(installed) == json{{"type", "committed"}, {"round", 9}, {"anchor_digest", "00000000000000a9"},
-                                   {"tokens", 900},       {"via", "state_sync"}});
+  CHECK(to_json(installed) == json{{"type", "committed"},
+                                   {"round", 9},
+                                   {"anchor_digest", "00000000000000a9"},
+                                   {"tokens", 900},
+                                   {"via", "state_sync"}});
   const CommittedRecord announced{8, "00000000000000a8", 800, true, std::nullopt, 2, "announced"};
   for (const auto& r : {decided, installed, announced}) {
     auto back = committed_record_of(to_json(r));
@@ -40,9 +48,15 @@ TEST_CASE("a pending record keeps its plan, and one cleared has only its mark") 
                   {"attempt", 65536},
                   {"anchor_digest", "00000000000000b5"},
                   {"tokens", 1280},
-                  {"plan", {{"participants", {"a", "b"}}, {"late", {"c"}}, {"weights", {640.0, 640.0}},
-                            {"tokens_each", {640, 640}}, {"anchor_rounds", {5, 5}}, {"loss", 1.25}, {"epoch", 1},
-                            {"coordinator", "a"}}}});
+                  {"plan",
+                   {{"participants", {"a", "b"}},
+                    {"late", {"c"}},
+                    {"weights", {640.0, 640.0}},
+                    {"tokens_each", {640, 640}},
+                    {"anchor_rounds", {5, 5}},
+                    {"loss", 1.25},
+                    {"epoch", 1},
+                    {"coordinator", "a"}}}});
   auto back = pending_record_of(j);
   REQUIRE(back.ok());
   CHECK_FALSE(back->cleared);

@@ -116,21 +116,24 @@ TEST_CASE("a whole, hashed record that geolocod does not write is refused with i
     // Refused before anything is written: this site could not read it back.
     const Status bad = j->append({{"type", "committed"}, {"round", 2}, {"final", "yes"}});
     CHECK(bad.code() == Err::internal);
-    CHECK(bad.message() == "a journal record this site would not read back: a 'committed' record's 'final' is "
-                           "string, not true or false");
+    CHECK(bad.message() ==
+          "a journal record this site would not read back: a 'committed' record's 'final' is "
+          "string, not true or false");
   }
   REQUIRE(Journal::open(path).ok());
   {
     // What another program (or a hand) could append: the hash is right, the record is not.
-    std::ofstream(path, std::ios::app) << hashed_line(R"({"type":"committed","round":"7","anchor_digest":"x"})") << "\n";
+    std::ofstream(path, std::ios::app) << hashed_line(R"({"type":"committed","round":"7","anchor_digest":"x"})")
+                                       << "\n";
   }
   auto j = Journal::open(path);
   REQUIRE_FALSE(j.ok());
   CHECK(j.status().code() == Err::malformed);
   CHECK(j.status().message() ==
-        "the journal " + path + ", record 4: a 'committed' record's 'round' is string, not an unsigned integer: it "
-        "was not written by this geolocod (another version, or edited by hand); move the job's folder aside and "
-        "the site takes the committed state from a peer");
+        "the journal " + path +
+            ", record 4: a 'committed' record's 'round' is string, not an unsigned integer: it "
+            "was not written by this geolocod (another version, or edited by hand); move the job's folder aside and "
+            "the site takes the committed state from a peer");
   CHECK(check_journal_record(nlohmann::json::array({1, 2})).message() == "a record is array, not a JSON object");
   CHECK(check_journal_record({{"type", 3}}).message() == "a record's 'type' is number, not a string");
   CHECK(check_journal_record({{"type", "office"}, {"epoch", -1}, {"coordinator", "a"}}).message() ==
@@ -181,10 +184,22 @@ TEST_CASE("a round older than the last, journaled after it, is listed without mo
   // log: rounds 4 and 5 are journaled after 6 was announced to it.
   const std::vector<json> records{
       {{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"}, {"tokens", 30}},
-      {{"type", "committed"}, {"round", 6}, {"anchor_digest", "00000000000000a6"}, {"tokens", 60}, {"via", "announced"}},
-      {{"type", "committed"}, {"round", 4}, {"anchor_digest", "00000000000000a4"}, {"tokens", 40}, {"attempt", 2u},
+      {{"type", "committed"},
+       {"round", 6},
+       {"anchor_digest", "00000000000000a6"},
+       {"tokens", 60},
+       {"via", "announced"}},
+      {{"type", "committed"},
+       {"round", 4},
+       {"anchor_digest", "00000000000000a4"},
+       {"tokens", 40},
+       {"attempt", 2u},
        {"via", "state_sync"}},
-      {{"type", "committed"}, {"round", 5}, {"anchor_digest", "00000000000000a5"}, {"tokens", 50}, {"attempt", 0u},
+      {{"type", "committed"},
+       {"round", 5},
+       {"anchor_digest", "00000000000000a5"},
+       {"tokens", 50},
+       {"attempt", 0u},
        {"via", "state_sync"}},
       {{"type", "committed"}, {"round", 4}, {"anchor_digest", "00000000000000ff"}, {"tokens", 40}, {"via", "again"}},
   };
@@ -205,10 +220,15 @@ TEST_CASE("a journal answers which attempt committed a round when a record of th
     REQUIRE(j.ok());
     // Round 1 committed here as attempt 65537, round 3 arrived by STATE_SYNC
     // from a donor that did not know its attempt; round 2 was skipped.
-    REQUIRE(j->append({{"type", "committed"}, {"round", 1}, {"anchor_digest", "00000000000000a1"}, {"attempt", 65537},
-                       {"epoch", 1}}).ok());
-    REQUIRE(j->append({{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"}, {"via", "state_sync"}})
+    REQUIRE(j->append({{"type", "committed"},
+                       {"round", 1},
+                       {"anchor_digest", "00000000000000a1"},
+                       {"attempt", 65537},
+                       {"epoch", 1}})
                 .ok());
+    REQUIRE(
+        j->append({{"type", "committed"}, {"round", 3}, {"anchor_digest", "00000000000000a3"}, {"via", "state_sync"}})
+            .ok());
     REQUIRE(j->append({{"type", "committed"}, {"round", 4}, {"anchor_digest", "not a digest"}, {"attempt", 2}}).ok());
   }
   auto j = Journal::open(path);  // the answer survives a restart

@@ -49,7 +49,8 @@ TEST_CASE("metric names and uses that break the conventions are refused") {
   Metrics m;
   CHECK(m.declare("rounds_total", Metrics::Type::counter, "").message().find("start with geoloco_") !=
         std::string::npos);
-  CHECK(m.declare("geoloco_rounds", Metrics::Type::counter, "").message() == "counter 'geoloco_rounds' must end in _total");
+  CHECK(m.declare("geoloco_rounds", Metrics::Type::counter, "").message() ==
+        "counter 'geoloco_rounds' must end in _total");
   CHECK(m.declare("geoloco_Loss", Metrics::Type::gauge, "").code() == Err::invalid_argument);
   REQUIRE(m.declare("geoloco_loss", Metrics::Type::gauge, "").ok());
   CHECK(m.declare("geoloco_loss", Metrics::Type::counter, "").code() == Err::invalid_argument);

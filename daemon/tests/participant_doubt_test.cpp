@@ -271,7 +271,8 @@ TEST_CASE("an observer's COMMIT and a participant's are both what a vote reports
   CHECK_FALSE(m.pending_commit());
 }
 
-TEST_CASE("a site whose exchange failed and that was away while later rounds committed asks before counting its phase") {
+TEST_CASE(
+    "a site whose exchange failed and that was away while later rounds committed asks before counting its phase") {
   // Site b's exchange of round 1 attempt 0 failed after its Δ went out; it
   // was then cut off while a successor completed attempt 0 and round 2
   // committed. It comes back to a PLAN of round 3: it does not know whether
@@ -290,7 +291,8 @@ TEST_CASE("a site whose exchange failed and that was away while later rounds com
     REQUIRE(m.on_plan("c", plan(3, {"a", "c"}, {}, 65536)).ok());
     auto back = m.step(t0 + 20s);
     CHECK(kinds(back) == concat({"send state_request to c"}, kAskEveryone));
-    CHECK(noted(back, "round 1 is committed, and this site does not know whether by the attempt that holds its phase (0)"));
+    CHECK(noted(back,
+                "round 1 is committed, and this site does not know whether by the attempt that holds its phase (0)"));
     m.on_state_offer("c", offer(2, kDigest3), t0 + 20s + 10ms);
     m.on_state_arrived({2, kDigest3});
     auto installed = m.step(t0 + 20s + 20ms);
@@ -335,7 +337,8 @@ TEST_CASE("an exchange that failed in a round not yet committed leaves the phase
   (void)m.step(t0);
   m.on_exchange_done(1, 0, Result<std::string>(Status(Err::io, "reset")));
   auto failed = m.step(t0 + 10ms);
-  CHECK(kinds(failed) == std::vector<std::string>{"send failed to a", "send ready to a"});  // no question: round 1 is open
+  CHECK(kinds(failed) ==
+        std::vector<std::string>{"send failed to a", "send ready to a"});  // no question: round 1 is open
   REQUIRE(m.on_abort("a", AbortMessage{1, 0, "b could not finish the exchange"}).ok());
   (void)m.step(t0 + 20ms);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());

@@ -40,7 +40,9 @@ inline std::string kind(const ParticipantAction& a) {
                [](const ForgetExchange&) { return std::string("forget"); },
                [](const MoveTrainer& m) { return cat("move trainer ", m.round); },
                [](const ApplyRound&) { return std::string("apply"); },
-               [](const ApplyLoggedRound& a) { return cat("apply ", a.committed.round, ".", a.attempt, " from the round log"); },
+               [](const ApplyLoggedRound& a) {
+                 return cat("apply ", a.committed.round, ".", a.attempt, " from the round log");
+               },
                [](const KeepTrainerAnchor&) { return std::string("keep anchor"); },
                [](const ReleaseTrainer& r) { return cat("release ", r.next_round, r.stop ? " stop" : ""); },
                [](const Record& r) {
@@ -56,7 +58,9 @@ inline std::string kind(const ParticipantAction& a) {
                },
                [](const DropTransfer&) { return std::string("drop transfer"); },
                [](const ReleaseDonor& r) { return (r.hand_out ? "release " : "drop ") + r.peer; },
-               [](const OfferState& o) { return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason); },
+               [](const OfferState& o) {
+                 return o.reason.empty() ? cat("offer to ", o.peer) : cat("offer to ", o.peer, ": ", o.reason);
+               },
                [](const SaveCheckpoint&) { return std::string("checkpoint"); },
                [](const JournalCommit& j) { return cat("journal and send commit to ", j.to); },
                [](const EndJob& e) {

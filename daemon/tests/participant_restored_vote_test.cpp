@@ -93,7 +93,8 @@ TEST_CASE("RESTORED VOTE: another outcome of the round is not stepped from the l
   }
 }
 
-TEST_CASE("RESTORED VOTE: an ABORT of the voted attempt or a later PLAN leaves the vote; a successor may still commit it") {
+TEST_CASE(
+    "RESTORED VOTE: an ABORT of the voted attempt or a later PLAN leaves the vote; a successor may still commit it") {
   // The vote still counts in an election (the site reports it), and a
   // successor that never heard of the ABORT or the PLAN completes the
   // attempt: the voters are then the ones who can step it.
@@ -115,7 +116,9 @@ TEST_CASE("RESTORED VOTE: an ABORT of the voted attempt or a later PLAN leaves t
   }
 }
 
-TEST_CASE("RESTORED VOTE: a state installed from a peer while catching up is stepped on; one of the voted round ends the vote") {
+TEST_CASE(
+    "RESTORED VOTE: a state installed from a peer while catching up is stepped on; one of the voted round ends the "
+    "vote") {
   SECTION("the round before the vote's, installed: the vote is stepped on it") {
     ParticipantMachine m = restarted(kVote, 1);  // restarted two rounds behind its vote
     m.on_state_offer("a", offer(2, kDigest1), t0 + 100ms);

@@ -16,8 +16,8 @@ TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED
   CHECK(kinds(ready) == std::vector<std::string>{"send ready to a"});
   const auto& r = sent<ReadyMessage>(ready);
   CHECK((r.round == 3 && r.anchor_round == 3 && r.inner_steps == 20));
-  CHECK(r.tokens == 1);   // at least 1: token weighting never sees 0
-  CHECK(r.loss == 0.0);   // a non-finite loss is not sent
+  CHECK(r.tokens == 1);  // at least 1: token weighting never sees 0
+  CHECK(r.loss == 0.0);  // a non-finite loss is not sent
   CHECK(m.heartbeat_phase() == "ready");
   CHECK(kinds(m.step(t0 + 1200ms)).empty());
   CHECK(kinds(m.step(t0 + 1300ms)) == std::vector<std::string>{"send ready to a"});
@@ -38,7 +38,8 @@ TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED
   const auto& pending = first<JournalCommit>(commit).pending;
   CHECK((pending.round == 3 && pending.attempt == 0 && pending.anchor_digest == kDigest2 && pending.participant));
   CHECK(kinds(m.step(t0 + 2200ms)).empty());
-  CHECK(kinds(m.step(t0 + 2300ms)) == std::vector<std::string>{"send commit to a"});  // the coordinator may have missed it
+  CHECK(kinds(m.step(t0 + 2300ms)) ==
+        std::vector<std::string>{"send commit to a"});  // the coordinator may have missed it
 
   REQUIRE(m.on_committed("a", {3, kDigest2, false}).ok());
   auto apply = m.step(t0 + 2400ms);
@@ -148,7 +149,8 @@ TEST_CASE("a plan while an aborted exchange unwinds waits for it, then runs") {
   REQUIRE(m.on_abort("a", {1, 0, "peer c: reset"}).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"}, {}, 1)).ok());
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 2)).ok());  // attempt 1 never began here: declined
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"aborted 1.0", "cancel 1.0", "decline 1.1"});  // not two exchanges at once
+  CHECK(kinds(m.step(t0)) ==
+        std::vector<std::string>{"aborted 1.0", "cancel 1.0", "decline 1.1"});  // not two exchanges at once
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
   auto next = m.step(t0);
   CHECK(kinds(next) == std::vector<std::string>{"exchange"});
@@ -178,7 +180,7 @@ TEST_CASE("an ABORT while an exchange unwinds with a plan queued behind it ends 
   REQUIRE(m.on_plan("a", plan(1, {"a", "b", "c"})).ok());
   (void)m.step(t0);
   REQUIRE(m.on_plan("a", plan(1, {"a", "b"}, {}, 1)).ok());  // attempt 0's ABORT was lost
-  REQUIRE(m.on_abort("a", {1, 1, "peer c: reset"}).ok());       // this one is attempt 1's
+  REQUIRE(m.on_abort("a", {1, 1, "peer c: reset"}).ok());    // this one is attempt 1's
   // The new PLAN gave attempt 0's exchange up; its ABORT ends the plan queued behind.
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"cancel 1.0", "aborted 1.1", "decline 1.1"});
   m.on_exchange_done(1, 0, Status(Err::io, "peer c: reset"));
@@ -290,8 +292,9 @@ TEST_CASE("late work is dropped under drop, past max_rounds_late, and always wit
   o.straggler.max_rounds_late = 2;
   auto past = late_by(o, 3);
   CHECK(kinds(past) == std::vector<std::string>{"drop 500", "release 4"});
-  CHECK(noted(past, "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
-                    "policy carry)"));
+  CHECK(noted(past,
+              "dropped this site's late work: 500 tokens trained from the anchor of round 1 (3 round(s) late, "
+              "policy carry)"));
   CHECK(recorded<history::Dropped>(past).round == 1);
   CHECK(recorded<history::Dropped>(past).site == "b");
   CHECK(recorded<history::Dropped>(past).tokens == 500);
@@ -305,8 +308,9 @@ TEST_CASE("late work is dropped under drop, past max_rounds_late, and always wit
   o.fragments = 4;
   auto fragment = late_by(o, 1);
   CHECK(kinds(fragment) == std::vector<std::string>{"drop 500", "release 2"});
-  CHECK(noted(fragment, "dropped this site's late fragment 2 of round 1: 500 tokens (1 round(s) late; with streaming "
-                        "a late fragment is always dropped)"));
+  CHECK(noted(fragment,
+              "dropped this site's late fragment 2 of round 1: 500 tokens (1 round(s) late; with streaming "
+              "a late fragment is always dropped)"));
 }
 
 TEST_CASE("work no round took when the job finishes is dropped with its reason, not lost silently") {
@@ -327,7 +331,7 @@ TEST_CASE("work no round took when the job finishes is dropped with its reason, 
 }
 
 TEST_CASE("state that arrives while the trainer trains from the held anchor keeps that anchor as its base") {
-  auto m = joined(0);  // trainer welcomed at round 1, training
+  auto m = joined(0);                                       // trainer welcomed at round 1, training
   REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());  // missed rounds 1 and 2
   (void)m.step(t0);
   m.on_state_offer("a", offer(2, kDigest3), t0);
@@ -425,15 +429,14 @@ TEST_CASE("a final COMMITTED heard while catching up ends the job once the state
   REQUIRE(m.on_committed("a", {6, kDigest2, true}).ok());
   m.on_state_offer("a", offer(6, kDigest2), t0);
   m.on_state_arrived({6, kDigest2});
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from a", "install", "welcome 7",
-                                                      "end finished with checkpoint"});
+  CHECK(kinds(m.step(t0)) ==
+        std::vector<std::string>{"receive from a", "install", "welcome 7", "end finished with checkpoint"});
   CHECK(m.where() == Where::finished);
 }
 
 TEST_CASE("PLAN, COMMITTED and ABORT from a site other than the coordinator are refused and change nothing") {
   auto m = joined(0);
-  CHECK(m.on_plan("c", plan(1, {"b", "c"})).message() ==
-        "PLAN of round 1 from c, which is not the coordinator (a)");
+  CHECK(m.on_plan("c", plan(1, {"b", "c"})).message() == "PLAN of round 1 from c, which is not the coordinator (a)");
   CHECK(m.on_committed("c", {1, kDigest2, false}).code() == Err::invalid_argument);
   CHECK(m.on_abort("c", {1, 0, "x"}).code() == Err::invalid_argument);
   CHECK(kinds(m.step(t0)).empty());
@@ -499,7 +502,7 @@ TEST_CASE("a COMMIT whose record the journal refuses is not sent, and both are t
   (void)m.step(t0 + 1400ms);
   m.on_exchange_done(3, 0, kDigest2);
   CHECK(kinds(m.step(t0 + 2s)) == std::vector<std::string>{"journal and send commit to a"});
-  m.on_commit_unjournaled();  // a full disk: the wiring sent nothing
+  m.on_commit_unjournaled();                  // a full disk: the wiring sent nothing
   CHECK(kinds(m.step(t0 + 2100ms)).empty());  // not at once: every resend interval
   CHECK(m.where() == Where::committing);
   CHECK(m.pending_commit().has_value());

@@ -135,8 +135,8 @@ TEST_CASE("STATE_SYNC: a site that had no state to give offers it to the askers 
   (void)m.step(t0);
   m.on_state_request("b");
   m.on_state_request("c");
-  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"offer to b: no committed state yet",
-                                                      "offer to c: no committed state yet"});
+  CHECK(kinds(m.step(t0)) ==
+        std::vector<std::string>{"offer to b: no committed state yet", "offer to c: no committed state yet"});
   m.on_initial_parameters({0, kDigest1});
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"publish initial", "offer to b", "offer to c"});
   m.on_state_request("c");  // asked again (its poll): offered again, once
@@ -313,7 +313,8 @@ TEST_CASE("STATE_SYNC: rounds offered on a state this site no longer holds are n
   CHECK(kinds(m.step(t0)) == std::vector<std::string>{"receive from b"});
 }
 
-TEST_CASE("STATE_SYNC: rounds stepped in place that give another anchor leave nothing held: the whole state is asked for") {
+TEST_CASE(
+    "STATE_SYNC: rounds stepped in place that give another anchor leave nothing held: the whole state is asked for") {
   ParticipantMachine m(options("a"), HeldState{4, kDigest1}, HeldState{6, kDigest2}, 0, t0);
   (void)m.step(t0);
   StateOfferMessage rounds = offer(6, kDigest2);
@@ -525,8 +526,8 @@ TEST_CASE("a coordinator that lost its state: with no other site the job fails s
   ParticipantMachine alone(one, std::nullopt, HeldState{6, kDigest2}, 0, t0);
   auto a = alone.step(t0);
   CHECK(kinds(a) == std::vector<std::string>{"send join to a", "end failed"});
-  CHECK_THAT(first<EndJob>(a).reason, Catch::Contains("no usable state of round 6") &&
-                                          Catch::Contains("no other site to take it from"));
+  CHECK_THAT(first<EndJob>(a).reason,
+             Catch::Contains("no usable state of round 6") && Catch::Contains("no other site to take it from"));
   CHECK(alone.where() == Where::ended);
 
   ParticipantMachine m(options("a"), std::nullopt, HeldState{6, kDigest2}, 0, t0);

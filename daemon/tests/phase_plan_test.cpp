@@ -12,7 +12,8 @@ using namespace geoloco;
 namespace {
 
 inner::protocol::PhasePlan plan_of(const std::string& extra) {
-  const std::string yaml = "name: plan\nsites: [site-a, site-b]\ncoordinator: site-a\ntrainer: {kind: external}\n" + extra;
+  const std::string yaml =
+      "name: plan\nsites: [site-a, site-b]\ncoordinator: site-a\ntrainer: {kind: external}\n" + extra;
   auto spec = job::parse_job_yaml(YAML::Load(yaml), "plan.yaml");
   INFO((spec.ok() ? std::string() : spec.status().message()));
   REQUIRE(spec.ok());

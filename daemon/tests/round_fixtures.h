@@ -38,7 +38,7 @@ inline compression::PipelineSpec q8_zstd() {
 // A round's averaged Δ as the all-gather leaves it: `values` values from a
 // seeded walk, encoded in chunks of `chunk` values.
 inline transport::EncodedOutput encoded_delta(std::uint64_t values, std::uint64_t chunk, std::uint32_t seed,
-                                       const compression::PipelineSpec& spec) {
+                                              const compression::PipelineSpec& spec) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> noise(0.0f, 0.01f);
   auto pipeline = compression::Pipeline::create(spec);
@@ -74,7 +74,7 @@ inline diloco::ChunkedDelta chunked(const transport::EncodedOutput& d) {
 
 // The live round: the digest voted (computed aside), then the step applied, as geolocod does.
 inline std::string live_round(outer::OuterState& s, const transport::EncodedOutput& d, std::uint64_t offset,
-                       const diloco::OuterOptimizerOptions& outer) {
+                              const diloco::OuterOptimizerOptions& outer) {
   auto scale = diloco::chunked_clip_scale(chunked(d), outer.clip_norm);
   REQUIRE(scale.ok());
   auto voted = diloco::stepped_anchor_digest(s.anchor, s.momentum, offset, d.values, chunked(d), outer, *scale);

@@ -23,7 +23,8 @@ std::string receive(int fd) {
 }  // namespace
 
 TEST_CASE("ready, status, watchdog and stopping reach systemd's socket") {
-  const std::string path = (std::filesystem::temp_directory_path() / ("geoloco-notify-" + std::to_string(::getpid()))).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("geoloco-notify-" + std::to_string(::getpid()))).string();
   ::unlink(path.c_str());
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);

@@ -94,9 +94,10 @@ TEST_CASE("flags override the environment, which overrides the file") {
   CHECK(c->transport.rate_limit_mbit == 1500);
   env["GEOLOCO_RATE_LIMIT"] = "fast";
   Status s = apply_environment(*c, getenv);
-  CHECK(s.message() ==
-        "GEOLOCO_RATE_LIMIT (--rate-limit): --rate-limit: 'fast': expected a number > 0 with an optional suffix k, M, G, "
-        "T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), or 0 for no cap");
+  CHECK(
+      s.message() ==
+      "GEOLOCO_RATE_LIMIT (--rate-limit): --rate-limit: 'fast': expected a number > 0 with an optional suffix k, M, G, "
+      "T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), or 0 for no cap");
   env.erase("GEOLOCO_RATE_LIMIT");
   env["GEOLOCO_RATE_LIMIT_MBIT"] = "900";
   CHECK(apply_environment(*c, getenv).message() ==
@@ -146,12 +147,14 @@ tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
   loaded.peers[0].port = 7401;
   loaded.transport.connections_per_peer = 8;
   loaded.heartbeat_timeout_ms = 90000;
-  CHECK(settings_needing_restart(*running, loaded) == std::vector<std::string>{"listen", "peers", "transport", "heartbeat"});
+  CHECK(settings_needing_restart(*running, loaded) ==
+        std::vector<std::string>{"listen", "peers", "transport", "heartbeat"});
 }
 
 TEST_CASE("a duration too long for its setting is refused, not wrapped around") {
-  auto c = parse("name: eu-west\ntransport: {read_timeout: 99999999d}\nheartbeat: {interval: 2s, timeout: 30d}\n"
-                 "tls: {expiry_warning: 1e300s}\n");
+  auto c = parse(
+      "name: eu-west\ntransport: {read_timeout: 99999999d}\nheartbeat: {interval: 2s, timeout: 30d}\n"
+      "tls: {expiry_warning: 1e300s}\n");
   REQUIRE_FALSE(c.ok());
   const std::string m = c.status().message();
   INFO(m);

@@ -72,5 +72,4 @@ struct Pair {
   }
 };
 
-
 }  // namespace geoloco::daemon::testing

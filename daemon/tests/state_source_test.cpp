@@ -26,7 +26,9 @@ using namespace geoloco;
 using namespace geoloco::daemon;
 using namespace geoloco::daemon::testing;
 
-TEST_CASE("a holder sends the cheapest of the asker's missing rounds, its checkpoint with the rounds since, and a new checkpoint") {
+TEST_CASE(
+    "a holder sends the cheapest of the asker's missing rounds, its checkpoint with the rounds since, and a new "
+    "checkpoint") {
   const std::uint64_t values = 1000;  // a state of 8000 bytes
   std::map<std::uint64_t, JournaledCommit> commits;
   for (std::uint64_t r = 1; r <= 6; ++r) commits[r] = JournaledCommit{cat("d", r), 0, 0, 0};
@@ -52,7 +54,8 @@ TEST_CASE("a holder sends the cheapest of the asker's missing rounds, its checkp
     CHECK(plan_state_source(held, RoundAt{6, "other"}, checkpoint, commits, log, values).kind == K::checkpoint_now);
     CHECK(plan_state_source(held, RoundAt{7, "d7"}, checkpoint, commits, log, values).kind == K::checkpoint_now);
   }
-  SECTION("an asker with nothing, or with a state that is no committed round, gets the checkpoint and the rounds since") {
+  SECTION(
+      "an asker with nothing, or with a state that is no committed round, gets the checkpoint and the rounds since") {
     for (auto& [r, h] : log) h.bytes = 500;  // 2000 in all: a quarter of the state
     for (const auto& asker : {std::optional<RoundAt>(), std::optional<RoundAt>(RoundAt{4, "not-d4"})}) {
       const SourcePlan p = plan_state_source(held, asker, checkpoint, commits, log, values);
@@ -121,7 +124,9 @@ TEST_CASE("an offer whose entries weigh more than twice the state is refused bef
   CHECK_FALSE(StateReceiver::start("a", o).ok());
 }
 
-TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, though it checkpoints and cuts its log meanwhile") {
+TEST_CASE(
+    "a checkpoint and the rounds since arrive as the holder's live state, though it checkpoints and cuts its log "
+    "meanwhile") {
   const fs::path dir = fresh_dir("state-source");
   auto log = RoundDeltas::open(dir / "deltas", "cfg");
   REQUIRE(log.ok());
@@ -231,7 +236,8 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
     CHECK(same_bits(mine.anchor, at4.anchor));
     auto installed = on_b([&] { return p.b->install(mine, {}, {}); });
     REQUIRE(installed.ok());
-    CHECK_THAT(installed->note, Catch::EndsWith(", anchor " + digests[6] + " (as rounds 5..6 of the round log, on round 4)"));
+    CHECK_THAT(installed->note,
+               Catch::EndsWith(", anchor " + digests[6] + " (as rounds 5..6 of the round log, on round 4)"));
     // Stepped on b's own state: the entries come back to be kept in b's own
     // log, and stepping them again on round 4 gives round 6 bit for bit.
     REQUIRE(installed->entries.size() == 2);
@@ -303,7 +309,8 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
       return 0;
     });
     outer::OuterState mine = at4;
-    const auto outcomes = send_from_held(mine, [&](StateOfferMessage& o) { o.deltas[wrong].digest = "00000000deadbeef"; });
+    const auto outcomes =
+        send_from_held(mine, [&](StateOfferMessage& o) { o.deltas[wrong].digest = "00000000deadbeef"; });
     CHECK(outcomes.back() == StateFrameOutcome::failed);
     CHECK(on_b([&] { return p.last_lost; }));
     CHECK_THAT(on_b([&] { return p.last_error; }),
@@ -362,7 +369,8 @@ TEST_CASE("a checkpoint and the rounds since arrive as the holder's live state, 
   fs::remove_all(dir);
 }
 
-TEST_CASE("a checkpoint this site wrote or checked is mapped without a pass over its anchor; any other file is checked") {
+TEST_CASE(
+    "a checkpoint this site wrote or checked is mapped without a pass over its anchor; any other file is checked") {
   const fs::path dir = fresh_dir("mapped-checkpoint");
   fs::create_directories(dir);
   const fs::path path = dir / "checkpoint.safetensors";

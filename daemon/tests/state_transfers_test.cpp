@@ -28,7 +28,7 @@ using geoloco::daemon::testing::same_bits;
 
 namespace {
 
-constexpr std::uint64_t kChunk = 1024;  // the smallest frame an offer may name
+constexpr std::uint64_t kChunk = 1024;   // the smallest frame an offer may name
 constexpr std::uint64_t kValues = 5000;  // 5 frames per tensor, the last one short
 
 outer::OuterState holder_state(std::uint64_t round) {
@@ -44,7 +44,6 @@ outer::OuterState holder_state(std::uint64_t round) {
   }
   return s;
 }
-
 
 }  // namespace
 
@@ -113,18 +112,21 @@ TEST_CASE("an accept is answered only for the round last offered to that peer, w
   outer::OuterState held = holder_state(3);
   auto on_a = [&](auto fn) { return p.sites[0]->call(fn); };
   // Never offered.
-  CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}); }) ==
-        "b accepts a state of round 3 that this site did not offer it");
+  CHECK(on_a([&] {
+          return p.a->accept("b", {"sync", 3});
+        }) == "b accepts a state of round 3 that this site did not offer it");
   // Offered round 3, a late accept of round 2: refused; the offer of round 3
   // stays good for its accepts while the state is round 3's (a second one:
   // b's share changed after this site's frames were all sent).
   on_a([&] { return p.a->offer("b", StateSource::copy_of(held)); });
-  CHECK(on_a([&] { return p.a->accept("b", {"sync", 2}); }) ==
-        "b accepts a state of round 2 that this site did not offer it");
+  CHECK(on_a([&] {
+          return p.a->accept("b", {"sync", 2});
+        }) == "b accepts a state of round 2 that this site did not offer it");
   CHECK(on_a([&] { return p.a->accept("b", {"sync", 3}); }) == "");
   CHECK(on_a([&] { return p.a->accept("b", {"sync", 3, {2, 4}}); }) == "");
-  CHECK(on_a([&] { return p.a->accept("c", {"sync", 3}); }) ==
-        "c accepts a state of round 3 that this site did not offer it");
+  CHECK(on_a([&] {
+          return p.a->accept("c", {"sync", 3});
+        }) == "c accepts a state of round 3 that this site did not offer it");
   // Offered, then a round committed before the accept: the offer stands
   // (what was offered does not move with the state).
   on_a([&] { return p.a->offer("b", StateSource::copy_of(held)); });
@@ -322,8 +324,9 @@ TEST_CASE("the frames still missing collapse into at most the ranges an accept m
   CHECK(r->frames_taken() == 5);
 }
 
-TEST_CASE("with two holders expected, the first is asked for its half; the second takes the rest, or the first "
-          "does once its half is in") {
+TEST_CASE(
+    "with two holders expected, the first is asked for its half; the second takes the rest, or the first "
+    "does once its half is in") {
   StateOfferMessage offer{"sync", 7, "0123456789abcdef", kValues, kChunk, "", {}};  // 10 frames
   auto r = StateReceiver::start("a", offer);
   REQUIRE(r.ok());
@@ -350,8 +353,9 @@ TEST_CASE("with two holders expected, the first is asked for its half; the secon
   }
 }
 
-TEST_CASE("two holders send one state at once: the second takes the upper half of what is missing, the first's "
-          "share shrinks while it sends, and the state arrives whole, each frame taken once") {
+TEST_CASE(
+    "two holders send one state at once: the second takes the upper half of what is missing, the first's "
+    "share shrinks while it sends, and the state arrives whole, each frame taken once") {
   // a's egress is capped so that its transfer is still going when b joins.
   auto federation = loopback::Federation::create({"a", "b", "c"});
   REQUIRE(federation.ok());
@@ -366,8 +370,7 @@ TEST_CASE("two holders send one state at once: the second takes the upper half o
     sites.push_back(std::move(*site));
   }
   for (auto& s : sites) REQUIRE(s->connect(raw).ok());
-  for (auto& s : sites)
-    REQUIRE(s->spawn([&s]() { return s->mesh().wait_connected({"a", "b", "c"}, 20s); }).get().ok());
+  for (auto& s : sites) REQUIRE(s->spawn([&s]() { return s->mesh().wait_connected({"a", "b", "c"}, 20s); }).get().ok());
   constexpr std::uint64_t kBig = 2u << 20, kFrame = 256u << 10;  // 8 frames a tensor, 16 in all
   outer::OuterState held;
   held.job = "sync";
@@ -468,7 +471,8 @@ TEST_CASE("the momentum is checked against the offer's digest too; another state
   other.anchor_digest = "00000000deadbeef";
   auto refused = on_b([&] { return p.b->receive("c", other); });
   CHECK(refused.status().code() == Err::mismatch);
-  CHECK_THAT(refused.status().message(), Catch::StartsWith("c offers another state of round 7 (anchor 00000000deadbeef)"));
+  CHECK_THAT(refused.status().message(),
+             Catch::StartsWith("c offers another state of round 7 (anchor 00000000deadbeef)"));
   CHECK(on_b([&] { return p.b->receiving(); }));
   // A momentum that is not the one offered (one value changed): refused at the end.
   outer::OuterState bent = held;

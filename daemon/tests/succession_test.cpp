@@ -115,7 +115,8 @@ struct Federation {
 };
 }  // namespace
 
-TEST_CASE("recovery resumes after the most advanced committed round and completes a pending commit of its newest attempt") {
+TEST_CASE(
+    "recovery resumes after the most advanced committed round and completes a pending commit of its newest attempt") {
   Standing b = standing(7, "00000000000000b7");
   Standing c = standing(6, "00000000000000c6");
   b.newest_round = 8;
@@ -190,7 +191,8 @@ TEST_CASE("recovery resumes after the most advanced committed round and complete
   }
 }
 
-TEST_CASE("the named coordinator's death: the first-ranked site takes office in epoch 1 with a majority, the others follow") {
+TEST_CASE(
+    "the named coordinator's death: the first-ranked site takes office in epoch 1 with a majority, the others follow") {
   Federation f({"a", "b", "c"}, "a");
   f.run(5s);
   CHECK(f.acting() == std::vector<std::string>{"a"});
@@ -341,7 +343,8 @@ TEST_CASE("a vote is given once per epoch and survives a restart through the jou
   bool refused = false;
   for (const auto& a : out.actions)
     if (const auto* s = std::get_if<succession::Send>(&a))
-      if (const auto* v = std::get_if<VoteMessage>(&s->message)) refused = !v->granted && v->reason == "c voted for b in epoch 1";
+      if (const auto* v = std::get_if<VoteMessage>(&s->message))
+        refused = !v->granted && v->reason == "c voted for b in epoch 1";
   CHECK(refused);
   CHECK(again.admit("a", 0, at + 30s).code() == Err::mismatch);
   CHECK(again.admit("b", 1, at + 30s).ok());
@@ -472,7 +475,8 @@ TEST_CASE("pre-votes raise no epoch, and a site that backed a candidate does not
   CHECK_FALSE(elect_epochs(d.step(standing(4), t0 + 22s)).empty());  // b took no office within the timeout
 }
 
-TEST_CASE("a coordinator that leaves its office is not handed it back by a peer's old heartbeat; another site takes it") {
+TEST_CASE(
+    "a coordinator that leaves its office is not handed it back by a peer's old heartbeat; another site takes it") {
   Federation f({"a", "b", "c"}, "a");
   f.standings.at("a") = standing(5);  // a ranks first: it would stand first but for having left
   f.run(3s);
@@ -551,7 +555,7 @@ TEST_CASE("two sites that stand at once (stale ranks) do not split the votes: th
 TEST_CASE("a site started a moment ago, that has not reached the coordinator yet, does not hold back its successor") {
   Federation f({"a", "b", "c"}, "a");
   f.run(5s);
-  f.add("c", {});  // c restarts: nothing of the office heard since
+  f.add("c", {});      // c restarts: nothing of the office heard since
   f.down.insert("a");  // and a dies before c's connection to it comes up: no on_lost at c
   f.machines.at("b").on_lost("a", f.now);
   f.step_all();  // no time passes
@@ -563,7 +567,7 @@ TEST_CASE("a site started a moment ago, that has not reached the coordinator yet
   Federation g({"a", "b", "c"}, "a");
   g.run(5s);
   g.add("c", {});
-  g.heartbeats();  // c hears a
+  g.heartbeats();                          // c hears a
   g.machines.at("b").on_lost("a", g.now);  // only b's link dropped
   g.step_all();
   CHECK(g.acting() == std::vector<std::string>{"a"});

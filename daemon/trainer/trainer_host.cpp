@@ -156,10 +156,10 @@ Status TrainerHost::set_anchor(std::span<const float> anchor, std::uint64_t roun
                     "job '", options_.job, "': a trainer trains from the anchor of round ", next_round_,
                     "; the anchor changes through finish_round()");
   // A trainer asked for its initialization already holds a fragment table for next_round_.
-  GEOLOCO_RETURN_IF((phase == protocol::Phase::awaiting_init || phase == protocol::Phase::init_pending) &&
-                        round != next_round_,
-                    Err::invalid_argument, "job '", options_.job, "': the attached trainer was welcomed for round ",
-                    next_round_, ", not ", round);
+  GEOLOCO_RETURN_IF(
+      (phase == protocol::Phase::awaiting_init || phase == protocol::Phase::init_pending) && round != next_round_,
+      Err::invalid_argument, "job '", options_.job, "': the attached trainer was welcomed for round ", next_round_,
+      ", not ", round);
   const std::uint64_t values = known_values();
   GEOLOCO_RETURN_IF(values != 0 && anchor.size() != values, Err::invalid_argument, "job '", options_.job,
                     "': the anchor has ", anchor.size(), " values, the layout ", values);
@@ -184,9 +184,8 @@ asio::awaitable<Result<std::vector<float>>> TrainerHost::initial_parameters() {
   for (;;) {
     if (Status s = waiting_error(); !s.ok()) co_return s;
     if (!options_.ask_for_initial || has_anchor_) {
-      Status s(Err::invalid_argument,
-               cat("job '", options_.job, "': the trainer is not asked for its initialization (",
-                   has_anchor_ ? "the anchor is set" : "ask_for_initial is off", ")"));
+      Status s(Err::invalid_argument, cat("job '", options_.job, "': the trainer is not asked for its initialization (",
+                                          has_anchor_ ? "the anchor is set" : "ask_for_initial is off", ")"));
       co_return s;
     }
     if (initial_ready_) {
@@ -249,7 +248,8 @@ asio::awaitable<Result<InnerPhase>> TrainerHost::next_phase() {
   }
 }
 
-Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop, std::optional<std::uint64_t> next_round) {
+Status TrainerHost::finish_round(std::span<const float> new_anchor, bool stop,
+                                 std::optional<std::uint64_t> next_round) {
   GEOLOCO_TRY(waiting_error());
   settle();
   GEOLOCO_RETURN_IF(!phase_ready_, Err::invalid_argument, "job '", options_.job,
@@ -321,8 +321,7 @@ void TrainerHost::handle(protocol::Event& event) {
   if (auto* r = std::get_if<protocol::RefusalEvent>(&event)) {
     // The trainer was told the same reason; the Server's state is unchanged.
     ++stats_.refusals;
-    spdlog::warn("[{}] trainer: refused{}: {}", options_.job, r->fatal ? " and disconnected" : "",
-                 r->status.message());
+    spdlog::warn("[{}] trainer: refused{}: {}", options_.job, r->fatal ? " and disconnected" : "", r->status.message());
   }
 }
 
@@ -395,8 +394,8 @@ void TrainerHost::on_streaming_sync(const protocol::SyncEvent& sync) {
   if (phase_ready_) {
     // A trainer waits for its RESULT before its next SYNC (one fragment in
     // flight); one that does not gets this fragment back unchanged, dropped.
-    spdlog::warn("[{}] trainer: SYNC of round {} fragment {} while round {} fragment {} is open; dropped",
-                 options_.job, m.round, m.fragment, phase_round_, phase_fragment_);
+    spdlog::warn("[{}] trainer: SYNC of round {} fragment {} while round {} fragment {} is open; dropped", options_.job,
+                 m.round, m.fragment, phase_round_, phase_fragment_);
     const protocol::FragmentDesc d = server_->snapshot().fragments.at(m.fragment).desc;
     if (Status s = server_->complete_sync(m.fragment, current_anchor().subspan(d.offset, d.length),
                                           fragment_next_round(m.fragment, std::max(m.round + 1, next_round_)), false);
@@ -442,8 +441,7 @@ void TrainerHost::on_sync(const protocol::SyncEvent& sync) {
 
 void TrainerHost::on_trainer_left(const protocol::TrainerLeftEvent& left) {
   ++stats_.departures;
-  if (stopped_)
-    spdlog::info("[{}] trainer: pid {} left after the job stopped", options_.job, trainer_pid_);
+  if (stopped_) spdlog::info("[{}] trainer: pid {} left after the job stopped", options_.job, trainer_pid_);
   else
     spdlog::warn("[{}] trainer: pid {} left during round {}: {}", options_.job, trainer_pid_, next_round_,
                  left.reason.message());

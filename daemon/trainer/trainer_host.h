@@ -85,8 +85,8 @@ struct InnerPhase {
   std::uint64_t round = 0;
   std::uint32_t fragment = 0;  ///< streaming: the fragment synced; else 0 and the replica is the whole model
   std::uint64_t offset = 0;    ///< where `replica` starts in the model's flat buffer
-  std::uint64_t tokens = 0;  ///< work units of the phase (the largest a fragment's SYNC reported)
-  double loss = 0;           ///< mean training loss of the phase (mean over the fragments' SYNCs)
+  std::uint64_t tokens = 0;    ///< work units of the phase (the largest a fragment's SYNC reported)
+  double loss = 0;             ///< mean training loss of the phase (mean over the fragments' SYNCs)
   /// The trainer's own time since its previous SYNC, when its SYNC carried it
   /// (a phase's fragments carry the same; the last SYNC's is kept).
   std::optional<inner::protocol::SyncTiming> timing;
@@ -97,12 +97,12 @@ struct InnerPhase {
 
 /// Counters for logs, metrics and tests.
 struct TrainerHostStats {
-  std::uint64_t hellos = 0;      ///< HELLOs accepted (a restart adds one)
-  std::uint64_t welcomes = 0;    ///< trainers welcomed (with the anchor or for their initialization)
-  std::uint64_t syncs = 0;       ///< SYNCs accepted (one per fragment and round)
-  std::uint64_t rounds = 0;      ///< rounds finished
-  std::uint64_t refusals = 0;    ///< messages or connections refused
-  std::uint64_t departures = 0;  ///< trainers that left (died, closed, dropped for an error)
+  std::uint64_t hellos = 0;                    ///< HELLOs accepted (a restart adds one)
+  std::uint64_t welcomes = 0;                  ///< trainers welcomed (with the anchor or for their initialization)
+  std::uint64_t syncs = 0;                     ///< SYNCs accepted (one per fragment and round)
+  std::uint64_t rounds = 0;                    ///< rounds finished
+  std::uint64_t refusals = 0;                  ///< messages or connections refused
+  std::uint64_t departures = 0;                ///< trainers that left (died, closed, dropped for an error)
   std::uint64_t discarded_partial_rounds = 0;  ///< rounds lost because a trainer left after some fragments only
 };
 
@@ -227,20 +227,20 @@ class TrainerHost {
   std::shared_ptr<Descriptor> listen_sd_;
   std::shared_ptr<Descriptor> trainer_sd_;
   std::optional<asio::steady_timer> hello_timer_;  ///< hello_watch's sleep, cut short by close()
-  ino_t trainer_ino_ = 0;           ///< socket inode of trainer_sd_: tells a new trainer on a reused fd number
-  std::uint64_t generation_ = 0;    ///< bumped when the trainer's descriptor changes; stale loops exit
+  ino_t trainer_ino_ = 0;         ///< socket inode of trainer_sd_: tells a new trainer on a reused fd number
+  std::uint64_t generation_ = 0;  ///< bumped when the trainer's descriptor changes; stale loops exit
   bool write_armed_ = false;
   pid_t trainer_pid_ = -1;
 
-  std::vector<float> anchor_;       ///< own copy when options_.anchor_view is unset
+  std::vector<float> anchor_;  ///< own copy when options_.anchor_view is unset
   bool has_anchor_ = false;
   std::uint64_t next_round_ = 0;
   bool stopped_ = false;
   bool closed_ = false;
   Status failed_;
 
-  Layout hello_layout_;  ///< layout of the HELLO waiting for an answer
-  std::vector<float> initial_;            ///< the trainer's INIT, until publish_initial()
+  Layout hello_layout_;         ///< layout of the HELLO waiting for an answer
+  std::vector<float> initial_;  ///< the trainer's INIT, until publish_initial()
   bool initial_ready_ = false;
   bool initial_published_ = false;
 

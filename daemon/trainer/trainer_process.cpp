@@ -101,11 +101,16 @@ int exit_code(int status) {
 
 std::string_view state_name(TrainerProcess::State state) {
   switch (state) {
-    case TrainerProcess::State::running: return "running";
-    case TrainerProcess::State::restarting: return "restarting";
-    case TrainerProcess::State::finished: return "finished";
-    case TrainerProcess::State::failed: return "failed";
-    case TrainerProcess::State::stopped: return "stopped";
+    case TrainerProcess::State::running:
+      return "running";
+    case TrainerProcess::State::restarting:
+      return "restarting";
+    case TrainerProcess::State::finished:
+      return "finished";
+    case TrainerProcess::State::failed:
+      return "failed";
+    case TrainerProcess::State::stopped:
+      return "stopped";
   }
   return "unknown";
 }
@@ -115,9 +120,9 @@ Status TrainerProcessOptions::validate() const {
   GEOLOCO_RETURN_IF(log_path.empty(), Err::invalid_argument, "trainer: log_path must be set");
   GEOLOCO_RETURN_IF(max_restarts < 0 || stop_grace_ms < 0 || healthy_after_ms < 0, Err::invalid_argument,
                     "trainer: max_restarts, stop_grace_ms and healthy_after_ms must be >= 0");
-  GEOLOCO_RETURN_IF(restart_backoff_ms <= 0 || max_backoff_ms < restart_backoff_ms || poll_interval_ms <= 0,
-                    Err::invalid_argument,
-                    "trainer: restart_backoff_ms and poll_interval_ms must be > 0, max_backoff_ms >= restart_backoff_ms");
+  GEOLOCO_RETURN_IF(
+      restart_backoff_ms <= 0 || max_backoff_ms < restart_backoff_ms || poll_interval_ms <= 0, Err::invalid_argument,
+      "trainer: restart_backoff_ms and poll_interval_ms must be > 0, max_backoff_ms >= restart_backoff_ms");
   return {};
 }
 
@@ -245,8 +250,8 @@ void TrainerProcess::on_exit(int code) {
   delay = std::min<long long>(delay, options_.max_backoff_ms);
   restart_at_ = Clock::now() + std::chrono::milliseconds(delay);
   state_ = State::restarting;
-  spdlog::warn("[{}] trainer: pid {} exited with {} after {} ms; restart {} of {} in {} ms (log {})", options_.job,
-               old, code, std::chrono::duration_cast<std::chrono::milliseconds>(ran).count(), failures_in_a_row_,
+  spdlog::warn("[{}] trainer: pid {} exited with {} after {} ms; restart {} of {} in {} ms (log {})", options_.job, old,
+               code, std::chrono::duration_cast<std::chrono::milliseconds>(ran).count(), failures_in_a_row_,
                options_.max_restarts, delay, options_.log_path);
   changed_.notify_all();
 }

@@ -38,12 +38,12 @@ namespace geoloco::daemon {
 
 /// How geoloco-train is started (trainer_args.h) and supervised.
 struct TrainerProcessOptions : job::TrainerArgs {
-  int max_restarts = 5;                   ///< restarts in a row before giving up (a run of healthy_after_ms resets the count)
-  int restart_backoff_ms = 500;           ///< first delay before a restart, doubled each time
-  int max_backoff_ms = 30'000;            ///< upper bound of the delay
-  int healthy_after_ms = 60'000;          ///< a run at least this long counts as healthy
-  int stop_grace_ms = 5'000;              ///< SIGTERM -> SIGKILL delay in stop()
-  int poll_interval_ms = 100;             ///< how often the child is reaped (see trainer_process.cpp)
+  int max_restarts = 5;           ///< restarts in a row before giving up (a run of healthy_after_ms resets the count)
+  int restart_backoff_ms = 500;   ///< first delay before a restart, doubled each time
+  int max_backoff_ms = 30'000;    ///< upper bound of the delay
+  int healthy_after_ms = 60'000;  ///< a run at least this long counts as healthy
+  int stop_grace_ms = 5'000;      ///< SIGTERM -> SIGKILL delay in stop()
+  int poll_interval_ms = 100;     ///< how often the child is reaped (see trainer_process.cpp)
 
   /// Called once when the trainer is given up (restarts exhausted, or it
   /// could not be started again); e.g. the engine passes TrainerHost::fail.

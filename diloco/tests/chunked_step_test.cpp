@@ -87,7 +87,8 @@ TEST_CASE("stepping a range chunk by chunk: the bits of a whole step, the digest
   std::vector<float> g = anchor, mg = momentum;
   const auto skipped = step_chunks_digest(g, mg, at, length, skipping, o, *scale);
   CHECK(skipped.status().code() == Err::invalid_argument);
-  CHECK(skipped.status().message() == "a chunk of Δ at 200 of 100 values, where the step expects the values from 100 of 450");
+  CHECK(skipped.status().message() ==
+        "a chunk of Δ at 200 of 100 values, where the step expects the values from 100 of 450");
   const auto short_of = step_chunks_digest(g, mg, at, length + 1, chunks_of(delta, 64), o, *scale);
   CHECK(short_of.status().message() == "the chunks of Δ end at 450 of the round's 451 values");
   CHECK(step_chunks_digest(g, mg, 990, length, chunks_of(delta, 64), o, *scale).status().code() ==

@@ -115,7 +115,8 @@ TEST_CASE("fragments: merge mixes local and global by alpha, in double rounded o
 TEST_CASE("fragments: streaming options that break a rule are refused") {
   StreamingOptions o;
   o.overlap_steps = 10;
-  CHECK_THAT(o.validate(10).message(), Catch::Contains("streaming.overlap (10) must be smaller than inner.steps H (10)"));
+  CHECK_THAT(o.validate(10).message(),
+             Catch::Contains("streaming.overlap (10) must be smaller than inner.steps H (10)"));
   CHECK(o.validate(11).ok());
   o.fragments = 0;
   CHECK_THAT(o.validate(11).message(), Catch::Contains("streaming.fragments must be at least 1"));

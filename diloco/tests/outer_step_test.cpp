@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-
 using namespace geoloco;
 using namespace geoloco::diloco;
 
@@ -96,7 +95,6 @@ TEST_CASE("outer optimizer: bad options and bad input are refused and change not
   const std::vector<float> short_delta{0.1f};
   CHECK(outer_step(theta, m, short_delta, OuterOptimizerOptions{}).code() == Err::invalid_argument);
 }
-
 
 TEST_CASE("outer optimizer: the stepped anchor computed aside is outer_step's, bit for bit, and changes nothing") {
   for (const auto algorithm : {OuterAlgorithm::nesterov, OuterAlgorithm::sgd}) {

@@ -170,7 +170,8 @@ TEST_CASE("late work: on time counts, late is carried under carry up to max_roun
   CHECK(late_work(1, drop) == LateWork::drop);
 }
 
-TEST_CASE("a round's plan: included sites in name order with their weights, tokens and weighted loss; the rest left out") {
+TEST_CASE(
+    "a round's plan: included sites in name order with their weights, tokens and weighted loss; the rest left out") {
   CHECK(reported_work(0, std::nan("")).tokens == 1);
   CHECK(reported_work(0, std::nan("")).loss == 0.0);
   CHECK(reported_work(640, 1.5).tokens == 640);

@@ -77,8 +77,9 @@ TEST_CASE("mistakes are named with their line") {
              Catch::Contains("below 1 kbit/s"));
   CHECK_THAT(error_of("links:\n  - {name: a, listen: 127.0.0.1:1, connect: 127.0.0.1:2, up: {latency: fast}}\n"),
              Catch::Contains("up.latency: expected a duration"));
-  CHECK_THAT(error_of("links:\n  - {name: a, listen: 127.0.0.1:1, connect: 127.0.0.1:2, flap: {period: 1s, down: 2s}}\n"),
-             Catch::Contains("must be shorter than the period"));
+  CHECK_THAT(
+      error_of("links:\n  - {name: a, listen: 127.0.0.1:1, connect: 127.0.0.1:2, flap: {period: 1s, down: 2s}}\n"),
+      Catch::Contains("must be shorter than the period"));
   CHECK_THAT(error_of("links:\n  - {name: a, listen: 127.0.0.1:1, connect: 127.0.0.1:2}\n"
                       "  - {name: a, listen: 127.0.0.1:3, connect: 127.0.0.1:4}\n"),
              Catch::Contains("proxy.yaml:3:") && Catch::Contains("'a' is named twice"));
@@ -92,6 +93,6 @@ TEST_CASE("mistakes are named with their line") {
              Catch::Contains("extra: unknown key"));
   // Every problem at once.
   const std::string both = error_of("links:\n  - {name: a, listen: x, connect: y, up: {slice: -1}}\n");
-  CHECK_THAT(both, Catch::Contains("links[0].listen") && Catch::Contains("links[0].connect") &&
-                       Catch::Contains("up.slice"));
+  CHECK_THAT(both,
+             Catch::Contains("links[0].listen") && Catch::Contains("links[0].connect") && Catch::Contains("up.slice"));
 }

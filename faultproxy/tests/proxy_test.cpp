@@ -82,8 +82,9 @@ class EchoServer {
 class Running {
  public:
   Running(std::uint16_t target, const std::string& link_faults, const std::string& schedule = "") {
-    const std::string text = cat("control: 127.0.0.1:0\nlinks:\n  - {name: x, listen: 127.0.0.1:0, connect: 127.0.0.1:",
-                                 target, link_faults.empty() ? "" : ", ", link_faults, "}\n", schedule);
+    const std::string text =
+        cat("control: 127.0.0.1:0\nlinks:\n  - {name: x, listen: 127.0.0.1:0, connect: 127.0.0.1:", target,
+            link_faults.empty() ? "" : ", ", link_faults, "}\n", schedule);
     auto config = parse_config(text, "test.yaml");
     INFO(text << "\n" << config.status().message());
     REQUIRE(config.ok());
@@ -203,8 +204,9 @@ bool holds_for(F ok, double seconds) {
 void check_ledger(const nlohmann::json& s) {
   for (const char* d : {"up", "down"}) {
     INFO(d << ": " << s[d].dump());
-    CHECK(s[d]["read"].get<std::uint64_t>() ==
-          s[d]["written"].get<std::uint64_t>() + s[d]["dropped"].get<std::uint64_t>() + s[d]["held"].get<std::uint64_t>());
+    CHECK(s[d]["read"].get<std::uint64_t>() == s[d]["written"].get<std::uint64_t>() +
+                                                   s[d]["dropped"].get<std::uint64_t>() +
+                                                   s[d]["held"].get<std::uint64_t>());
   }
 }
 
@@ -277,7 +279,7 @@ TEST_CASE("a partition holds the bytes and new connections until it ends") {
   c.send(held);
   CHECK(c.read(1, 0.5).empty());
   Client late(proxy.port());  // accepted by the proxy, not passed to the target
-  CHECK(eventually([&] {  // it holds the new connection and every byte
+  CHECK(eventually([&] {      // it holds the new connection and every byte
     const auto now = proxy.link_stats();
     return now["pending"] == 1 && now["up"]["held"] == held.size();
   }));
@@ -457,9 +459,11 @@ TEST_CASE("the control API answers every request, a bad one with the reason") {
   CHECK_THAT(error(R"({"command":42})"), Catch::Contains("unknown command '42'"));
   CHECK_THAT(error(R"({"command":"frobnicate"})"), Catch::Contains("expected stats, set, clear or reset"));
   CHECK_THAT(error(R"({"command":"set"})"), Catch::Contains("expected \"link\""));
-  CHECK_THAT(error(R"({"command":"set","link":"y","refuse":true})"), Catch::Contains("no link 'y' (the links: x, or *)"));
+  CHECK_THAT(error(R"({"command":"set","link":"y","refuse":true})"),
+             Catch::Contains("no link 'y' (the links: x, or *)"));
   CHECK_THAT(error(R"({"command":"set","link":"x"})"), Catch::Contains("changes nothing"));
-  CHECK_THAT(error(R"({"command":"set","link":"x","up":{"latency":"soon"}})"), Catch::Contains("up.latency: expected a duration"));
+  CHECK_THAT(error(R"({"command":"set","link":"x","up":{"latency":"soon"}})"),
+             Catch::Contains("up.latency: expected a duration"));
   CHECK_THAT(error(R"({"command":"reset","link":"x","up":{}})"), Catch::Contains("takes only \"link\""));
   const auto ok = proxy.call(R"({"command":"stats"})");
   CHECK(ok["ok"] == true);

@@ -37,7 +37,7 @@ TEST_CASE("latency delays each read; jitter stays within its bound and never reo
     times_a.push_back(at);
     times_b.push_back(b.shape(f, now, 1, clock).pieces[0].at_s);
     times_c.push_back(c.shape(f, now, 1, clock).pieces[0].at_s);
-    CHECK(at >= last);            // the byte order is kept
+    CHECK(at >= last);                // the byte order is kept
     CHECK(at <= now + 0.09 + 1e-12);  // at most latency + jitter
     CHECK(at >= now + 0.01 - 1e-12);  // at least latency - jitter
     spread_min = std::min(spread_min, at - now);

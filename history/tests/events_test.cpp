@@ -78,13 +78,15 @@ TEST_CASE("a history line that is not a record is refused naming what is wrong",
   CHECK(msg(R"({"t":1,"event":"trainer_tokens","round":-1,"fragment":0,"tokens":5})") ==
         "trainer_tokens: field 'round' must be a non-negative integer");
   CHECK(msg(R"({"t":1,"event":"dropped","round":1,"site":"a","tokens":5})") == "dropped: no field 'reason'");
-  CHECK(msg(R"({"t":1,"event":"committed","round":1,"attempt":0,"fragment":0,"coordinator":"a",)"
-            R"("participants":["a","b"],"late":[],"contributions":[{"site":"a","anchor_round":1,"tokens":1,"weight":1}],)"
-            R"("digest":"x","final":false})") == "committed: one contribution per participant");
+  CHECK(
+      msg(R"({"t":1,"event":"committed","round":1,"attempt":0,"fragment":0,"coordinator":"a",)"
+          R"("participants":["a","b"],"late":[],"contributions":[{"site":"a","anchor_round":1,"tokens":1,"weight":1}],)"
+          R"("digest":"x","final":false})") == "committed: one contribution per participant");
   CHECK(msg(R"({"t":1,"event":"committed","round":1,"attempt":0,"fragment":0,"coordinator":"a",)"
             R"("participants":["a"],"late":[],"contributions":[{"site":"b","anchor_round":1,"tokens":1,"weight":1}],)"
             R"("digest":"x","final":false})") == "committed: contributions in the participants' order");
-  CHECK(parse_record(R"({"t":1,"event":"aborted","round":1,"attempt":0,"reason":7})").status().code() == Err::malformed);
+  CHECK(parse_record(R"({"t":1,"event":"aborted","round":1,"attempt":0,"reason":7})").status().code() ==
+        Err::malformed);
   CHECK(msg(R"({"t":1,"event":"started","site":"a","round":3,"digest":"x","from":"checkpoint","rebuilt":[2]})") ==
         "started: field 'rebuilt' must be a list of {round, digest}");
   CHECK(msg(R"({"t":1,"event":"started","site":"a","round":3,"digest":"x","from":"checkpoint",)"
@@ -119,7 +121,8 @@ TEST_CASE("a history file keeps its records across a reopen and cuts only a torn
   CHECK_FALSE(again->torn_tail);
   CHECK(again->records.size() == every_event().size() + 1);
 
-  std::ofstream(path, std::ios::app) << R"({"t":1,"event":"aborted","round":"x","attempt":0,"reason":""})" << "\n";
+  std::ofstream(path, std::ios::app) << R"({"t":1,"event":"aborted","round":"x","attempt":0,"reason":""})"
+                                     << "\n";
   auto bad = read_history(path);
   CHECK(bad.status().code() == Err::malformed);
   CHECK(bad.status().message() == path + ":10: aborted: field 'round' must be a non-negative integer");

@@ -40,8 +40,8 @@ Result<LaunchInfo> launch_info_from_env(const GetEnv& getenv) {
     const char* rank = getenv(l.rank);
     const char* size = getenv(l.size);
     if (rank == nullptr && size == nullptr) continue;
-    GEOLOCO_RETURN_IF(rank == nullptr || size == nullptr, Err::invalid_argument, rank ? l.rank : l.size,
-                      " is set but ", rank ? l.size : l.rank, " is not; the launcher must set both");
+    GEOLOCO_RETURN_IF(rank == nullptr || size == nullptr, Err::invalid_argument, rank ? l.rank : l.size, " is set but ",
+                      rank ? l.size : l.rank, " is not; the launcher must set both");
     auto r = parse_int(l.rank, rank);
     if (!r.ok()) return r.status();
     auto s = parse_int(l.size, size);

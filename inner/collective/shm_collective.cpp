@@ -66,10 +66,10 @@ ShmCollective::ShmCollective(std::string name, int rank, int size, ShmCollective
 
 Result<std::unique_ptr<ShmCollective>> ShmCollective::create(const std::string& name, int rank, int size,
                                                              ShmCollectiveOptions options) {
-  GEOLOCO_RETURN_IF(size < 1 || size > kMaxRanks, Err::invalid_argument, "shm collective: size ", size,
-                    " outside [1, ", kMaxRanks, "]");
-  GEOLOCO_RETURN_IF(rank < 0 || rank >= size, Err::invalid_argument, "shm collective: rank ", rank,
-                    " is not in [0, ", size, ")");
+  GEOLOCO_RETURN_IF(size < 1 || size > kMaxRanks, Err::invalid_argument, "shm collective: size ", size, " outside [1, ",
+                    kMaxRanks, "]");
+  GEOLOCO_RETURN_IF(rank < 0 || rank >= size, Err::invalid_argument, "shm collective: rank ", rank, " is not in [0, ",
+                    size, ")");
   GEOLOCO_RETURN_IF(options.slot_floats == 0 || options.slot_floats > (std::size_t{1} << 28), Err::invalid_argument,
                     "shm collective: slot_floats must be in [1, 2^28], got ", options.slot_floats);
   GEOLOCO_RETURN_IF(options.timeout_ms <= 0, Err::invalid_argument, "shm collective: timeout_ms must be > 0");
@@ -123,9 +123,8 @@ Status ShmCollective::attach() {
     header_->pid[0].store(::getpid(), std::memory_order_relaxed);
     header_->magic.store(kMagic, std::memory_order_release);
     while (header_->attached.load(std::memory_order_acquire) != static_cast<std::uint32_t>(size_ - 1)) {
-      GEOLOCO_RETURN_IF(Clock::now() > deadline, Err::timeout, "rank 0: only ",
-                        header_->attached.load(), " of ", size_ - 1, " peers attached to ", name_, " within ",
-                        options_.timeout_ms, " ms");
+      GEOLOCO_RETURN_IF(Clock::now() > deadline, Err::timeout, "rank 0: only ", header_->attached.load(), " of ",
+                        size_ - 1, " peers attached to ", name_, " within ", options_.timeout_ms, " ms");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ::shm_unlink(name_.c_str());  // every rank has it mapped: drop the name
@@ -136,11 +135,10 @@ Status ShmCollective::attach() {
                         " was never initialized by rank 0");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    GEOLOCO_RETURN_IF(header_->size != static_cast<std::uint64_t>(size_) ||
-                          header_->slot_floats != options_.slot_floats,
-                      Err::mismatch, "rank ", rank_, ": ", name_, " was made for ", header_->size, " ranks and ",
-                      header_->slot_floats, " floats per slot, this rank expects ", size_, " and ",
-                      options_.slot_floats);
+    GEOLOCO_RETURN_IF(
+        header_->size != static_cast<std::uint64_t>(size_) || header_->slot_floats != options_.slot_floats,
+        Err::mismatch, "rank ", rank_, ": ", name_, " was made for ", header_->size, " ranks and ",
+        header_->slot_floats, " floats per slot, this rank expects ", size_, " and ", options_.slot_floats);
     header_->pid[rank_].store(::getpid(), std::memory_order_relaxed);
     header_->attached.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -177,7 +175,7 @@ Status ShmCollective::wait_barrier() {
     if (header_->failed.load(std::memory_order_acquire) != 0)
       return GEOLOCO_ERROR(Err::io, "shm collective: rank ", rank_,
                            ": the group failed (another rank timed out or exited)");
-    if (++spins < 64) continue;  // a short spin: peers usually arrive within microseconds
+    if (++spins < 64) continue;                         // a short spin: peers usually arrive within microseconds
     futex_wait(&header_->generation, gen, 50'000'000);  // 50 ms, then look at the clock and the peers
     // Released meanwhile: every peer arrived, and one may have exited since
     // (after the last barrier of its run), which is no failure.
@@ -196,9 +194,7 @@ Status ShmCollective::wait_barrier() {
   return {};
 }
 
-Status ShmCollective::barrier() {
-  return check_same_call(kOpBarrier, 0);
-}
+Status ShmCollective::barrier() { return check_same_call(kOpBarrier, 0); }
 
 Status ShmCollective::check_same_call(std::uint64_t op, std::size_t n) {
   const std::uint64_t mine = (op << 56) | n;
@@ -256,8 +252,9 @@ Status ShmCollective::broadcast(std::span<float> data, int root) {
 
 Result<std::unique_ptr<Collective>> make_cpu_collective(const LaunchInfo& launch, ShmCollectiveOptions options) {
   if (launch.size == 1) return std::unique_ptr<Collective>(new SingleCollective());
-  GEOLOCO_RETURN_IF(launch.local_size != launch.size, Err::unsupported, "the CPU collective joins processes on one machine, but the launcher (",
-                    launch.launcher, ") reports ", launch.local_size, " of ", launch.size,
+  GEOLOCO_RETURN_IF(launch.local_size != launch.size, Err::unsupported,
+                    "the CPU collective joins processes on one machine, but the launcher (", launch.launcher,
+                    ") reports ", launch.local_size, " of ", launch.size,
                     " processes on this node; multi-node sites need the NCCL collective");
   std::string name = "geoloco-";
   for (char c : launch.run_id)

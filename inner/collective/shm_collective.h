@@ -35,7 +35,7 @@ namespace geoloco::inner {
 
 struct ShmCollectiveOptions {
   std::size_t slot_floats = std::size_t{1} << 20;  ///< floats per rank and piece (4 MiB), >= 1
-  int timeout_ms = 600'000;  ///< longest wait at a barrier (and for the rendezvous), > 0
+  int timeout_ms = 600'000;                        ///< longest wait at a barrier (and for the rendezvous), > 0
 };
 
 class ShmCollective final : public Collective {

@@ -21,10 +21,10 @@
 namespace geoloco::inner::cpu {
 
 struct AdamWOptions {
-  double beta1 = 0.9;          ///< first-moment decay, in [0, 1)
-  double beta2 = 0.95;         ///< second-moment decay, in [0, 1)
-  double epsilon = 1e-8;       ///< added to sqrt(v̂), > 0
-  double weight_decay = 0.1;   ///< decoupled, per unit of lr, >= 0
+  double beta1 = 0.9;         ///< first-moment decay, in [0, 1)
+  double beta2 = 0.95;        ///< second-moment decay, in [0, 1)
+  double epsilon = 1e-8;      ///< added to sqrt(v̂), > 0
+  double weight_decay = 0.1;  ///< decoupled, per unit of lr, >= 0
 
   /// Errors: invalid_argument naming the broken rule.
   Status validate() const;

@@ -13,8 +13,8 @@ void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
     }
 }
 
-void embedding_backward(float* d_wte, float* d_wpe, const float* d_out, const std::int32_t* tokens,
-                        std::size_t batch, std::size_t t, std::size_t c) {
+void embedding_backward(float* d_wte, float* d_wpe, const float* d_out, const std::int32_t* tokens, std::size_t batch,
+                        std::size_t t, std::size_t c) {
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t i = 0; i < t; ++i) {
       const float* dy = d_out + (b * t + i) * c;

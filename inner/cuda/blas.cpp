@@ -23,10 +23,9 @@ Status gemm_strided_batched(Context& ctx, bool trans_a, bool trans_b, int m, int
                             int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta,
                             float* c, int ldc, long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return {};
-  GEOLOCO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.blas(), op(trans_b), op(trans_a), n, m, k, &alpha, b,
-                                                  CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda, stride_a, &beta, c,
-                                                  CUDA_R_32F, ldc, stride_c, batch, compute_type(ctx),
-                                                  CUBLAS_GEMM_DEFAULT));
+  GEOLOCO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.blas(), op(trans_b), op(trans_a), n, m, k, &alpha, b, CUDA_R_32F,
+                                                  ldb, stride_b, a, CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F,
+                                                  ldc, stride_c, batch, compute_type(ctx), CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

@@ -10,8 +10,8 @@ Status cuda_status(cudaError_t code, const char* call, const char* file, int lin
 }
 
 Status cublas_status(cublasStatus_t code, const char* call, const char* file, int line) {
-  return Status(Err::io, cat("cuBLAS: ", call, " failed: ", cublasGetStatusName(code), " (", cublasGetStatusString(code),
-                             ")"),
+  return Status(Err::io,
+                cat("cuBLAS: ", call, " failed: ", cublasGetStatusName(code), " (", cublasGetStatusString(code), ")"),
                 file, line);
 }
 

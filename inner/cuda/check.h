@@ -23,10 +23,10 @@ Status nccl_status(ncclResult_t code, const char* call, const char* file, int li
 }  // namespace geoloco::inner::cuda
 
 /// Returns a Status from the enclosing function when the CUDA runtime call fails.
-#define GEOLOCO_CUDA_CHECK(call)                                                         \
-  do {                                                                                   \
-    const cudaError_t geoloco_cuda_code_ = (call);                                       \
-    if (geoloco_cuda_code_ != cudaSuccess)                                               \
+#define GEOLOCO_CUDA_CHECK(call)                                                                 \
+  do {                                                                                           \
+    const cudaError_t geoloco_cuda_code_ = (call);                                               \
+    if (geoloco_cuda_code_ != cudaSuccess)                                                       \
       return ::geoloco::inner::cuda::cuda_status(geoloco_cuda_code_, #call, __FILE__, __LINE__); \
   } while (0)
 
@@ -34,16 +34,16 @@ Status nccl_status(ncclResult_t code, const char* call, const char* file, int li
 /// through cudaGetLastError, not through the launch expression.
 #define GEOLOCO_CUDA_CHECK_LAUNCH() GEOLOCO_CUDA_CHECK(cudaGetLastError())
 
-#define GEOLOCO_CUBLAS_CHECK(call)                                                         \
-  do {                                                                                     \
-    const cublasStatus_t geoloco_cublas_code_ = (call);                                    \
-    if (geoloco_cublas_code_ != CUBLAS_STATUS_SUCCESS)                                     \
+#define GEOLOCO_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                               \
+    const cublasStatus_t geoloco_cublas_code_ = (call);                                              \
+    if (geoloco_cublas_code_ != CUBLAS_STATUS_SUCCESS)                                               \
       return ::geoloco::inner::cuda::cublas_status(geoloco_cublas_code_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define GEOLOCO_NCCL_CHECK(call)                                                         \
-  do {                                                                                   \
-    const ncclResult_t geoloco_nccl_code_ = (call);                                      \
-    if (geoloco_nccl_code_ != ncclSuccess)                                               \
+#define GEOLOCO_NCCL_CHECK(call)                                                                 \
+  do {                                                                                           \
+    const ncclResult_t geoloco_nccl_code_ = (call);                                              \
+    if (geoloco_nccl_code_ != ncclSuccess)                                                       \
       return ::geoloco::inner::cuda::nccl_status(geoloco_nccl_code_, #call, __FILE__, __LINE__); \
   } while (0)

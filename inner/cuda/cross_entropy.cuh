@@ -15,8 +15,8 @@ namespace geoloco::inner::cuda {
 /// of −log softmax(logits)[target]. Per-row losses are computed in double
 /// as the reference does and summed in a fixed tree order. Targets must lie
 /// in [0, v) (checked by the caller). Uses ctx.scratch().
-Status cross_entropy_forward(Context& ctx, float* probs, double* loss, const float* logits,
-                             const std::int32_t* targets, std::size_t n, std::size_t v);
+Status cross_entropy_forward(Context& ctx, float* probs, double* loss, const float* logits, const std::int32_t* targets,
+                             std::size_t n, std::size_t v);
 /// d_logits[n,v] += d_loss · (probs − onehot(target)) / n.
 Status cross_entropy_backward(Context& ctx, float* d_logits, const float* probs, const std::int32_t* targets,
                               std::size_t n, std::size_t v, float d_loss = 1.0f);

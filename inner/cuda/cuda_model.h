@@ -27,9 +27,7 @@ class CudaModel final : public Model {
   std::string work_unit_name() const override { return reference_->work_unit_name(); }
   double train_flops(std::size_t samples) const override { return reference_->train_flops(samples); }
   GemmShape largest_gemm(std::size_t samples) const override { return reference_->largest_gemm(samples); }
-  std::vector<std::pair<std::size_t, std::size_t>> decay_ranges() const override {
-    return reference_->decay_ranges();
-  }
+  std::vector<std::pair<std::size_t, std::size_t>> decay_ranges() const override { return reference_->decay_ranges(); }
 
   DeviceModel& device_model() { return *device_; }
 

@@ -5,7 +5,8 @@
 namespace geoloco::inner::cuda {
 
 Result<std::unique_ptr<DeviceModel>> make_device_model(Context& ctx, const Model& reference) {
-  if (const auto* gpt = dynamic_cast<const Gpt*>(&reference)) return make_device_gpt(ctx, gpt->layout(), gpt->options());
+  if (const auto* gpt = dynamic_cast<const Gpt*>(&reference))
+    return make_device_gpt(ctx, gpt->layout(), gpt->options());
   if (reference.name() == "mlp") return make_device_mlp(ctx, reference.layout());
   return GEOLOCO_ERROR(Err::unsupported, "the CUDA backend has no runner for model '", reference.name(), "'");
 }

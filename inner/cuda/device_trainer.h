@@ -95,12 +95,12 @@ class DeviceTrainer final : public InnerTrainer {
   std::unique_ptr<Model> model_;         // the CPU model: layout, init, work units
   std::unique_ptr<DeviceModel> runner_;  // its passes on the device
   std::unique_ptr<AdamW> adamw_;
-  std::vector<Sampler> samplers_;        // one per micro-batch
+  std::vector<Sampler> samplers_;  // one per micro-batch
   std::vector<float> owned_host_;
   std::span<float> host_;
   DeviceBuffer<float> params_, grads_, micro_grads_;
-  DeviceBuffer<float> loss_;             // the step's loss on its way through the collective
-  std::vector<float> m_host_, v_host_;   // optimizer_state()'s copies
+  DeviceBuffer<float> loss_;            // the step's loss on its way through the collective
+  std::vector<float> m_host_, v_host_;  // optimizer_state()'s copies
   Batch batch_;
   std::vector<std::size_t> items_;
   std::uint64_t step_ = 0;

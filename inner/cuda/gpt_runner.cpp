@@ -99,8 +99,8 @@ class DeviceGpt final : public DeviceModel {
                                      p + w.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C));
       // residual2 = residual_in + attention(...): same pattern.
       GEOLOCO_TRY(d_atty_.zero(x.stream()));
-      GEOLOCO_TRY(matmul_backward(x, d_atty_.data(), g + w.proj_w, d_residual_.data(), a.atty.data(), p + w.proj_w, N,
-                                  C, C));
+      GEOLOCO_TRY(
+          matmul_backward(x, d_atty_.data(), g + w.proj_w, d_residual_.data(), a.atty.data(), p + w.proj_w, N, C, C));
       GEOLOCO_TRY(bias_backward(x, g + w.proj_b, d_residual_.data(), N, C));
       GEOLOCO_TRY(d_qkv_.zero(x.stream()));
       GEOLOCO_TRY(attention_backward(x, d_qkv_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B, T, C, H));
@@ -199,8 +199,8 @@ class DeviceGpt final : public DeviceModel {
       GEOLOCO_TRY(residual_forward(x, a.residual3.data(), a.residual2.data(), tmp_.data(), N * C));
       residual = a.residual3.data();
     }
-    GEOLOCO_TRY(layernorm_forward(x, lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, p + lnf_w_,
-                                  p + lnf_b_, N, C));
+    GEOLOCO_TRY(
+        layernorm_forward(x, lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, p + lnf_w_, p + lnf_b_, N, C));
     return matmul_nt_forward(x, logits_.data(), lnf_.data(), p + wte_, N, C, V);  // the tied head
   }
 

@@ -39,8 +39,8 @@ class DeviceMlp final : public DeviceModel {
     GEOLOCO_RETURN_IF(samples_ == 0, Err::invalid_argument, "mlp: no batch uploaded");
     const std::size_t n = samples_, classes = widths_.back(), layers = widths_.size() - 1;
     GEOLOCO_TRY(forward(params));
-    GEOLOCO_TRY(cross_entropy_forward(ctx_, probs_.data(), loss_.data(), pre_.back().data(), targets_.data(), n,
-                                      classes));
+    GEOLOCO_TRY(
+        cross_entropy_forward(ctx_, probs_.data(), loss_.data(), pre_.back().data(), targets_.data(), n, classes));
     GEOLOCO_CUDA_CHECK(cudaMemsetAsync(grads, 0, layout_.total() * sizeof(float), ctx_.stream()));
     GEOLOCO_CUDA_CHECK(cudaMemsetAsync(d_a_.data(), 0, n * classes * sizeof(float), ctx_.stream()));
     GEOLOCO_TRY(cross_entropy_backward(ctx_, d_a_.data(), probs_.data(), targets_.data(), n, classes));
@@ -51,8 +51,8 @@ class DeviceMlp final : public DeviceModel {
       float* dw = grads + layout_.tensors()[2 * i].offset;
       float* db = grads + layout_.tensors()[2 * i + 1].offset;
       if (i > 0) GEOLOCO_CUDA_CHECK(cudaMemsetAsync(d_b_.data(), 0, n * widths_[i] * sizeof(float), ctx_.stream()));
-      GEOLOCO_TRY(matmul_backward(ctx_, i == 0 ? nullptr : d_b_.data(), dw, d_a_.data(), in, w, n, widths_[i],
-                                  widths_[i + 1]));
+      GEOLOCO_TRY(
+          matmul_backward(ctx_, i == 0 ? nullptr : d_b_.data(), dw, d_a_.data(), in, w, n, widths_[i], widths_[i + 1]));
       GEOLOCO_TRY(bias_backward(ctx_, db, d_a_.data(), n, widths_[i + 1]));
       if (i > 0) {
         GEOLOCO_CUDA_CHECK(cudaMemsetAsync(d_a_.data(), 0, n * widths_[i] * sizeof(float), ctx_.stream()));
@@ -66,8 +66,8 @@ class DeviceMlp final : public DeviceModel {
     GEOLOCO_RETURN_IF(samples_ == 0, Err::invalid_argument, "mlp: no batch uploaded");
     const std::size_t n = samples_, classes = widths_.back();
     GEOLOCO_TRY(forward(params));
-    GEOLOCO_TRY(cross_entropy_forward(ctx_, probs_.data(), loss_.data(), pre_.back().data(), targets_.data(), n,
-                                      classes));
+    GEOLOCO_TRY(
+        cross_entropy_forward(ctx_, probs_.data(), loss_.data(), pre_.back().data(), targets_.data(), n, classes));
     GEOLOCO_TRY(correct_.zero(ctx_.stream()));
     GEOLOCO_TRY(count_correct(ctx_, correct_.data(), pre_.back().data(), targets_.data(), n, classes));
     return read_eval(ctx_, loss_, correct_, n);

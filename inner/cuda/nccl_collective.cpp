@@ -30,8 +30,8 @@ std::string id_path(const NcclOptions& options, const std::string& run_id) {
   }
   std::string name = "geoloco-nccl-";
   for (char c : run_id) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                       c == '_' || c == '-';
+    const bool plain =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     name += plain ? c : '_';  // a run id is not trusted to be a file name
   }
   return dir + "/" + name + ".id";
@@ -74,12 +74,12 @@ int local_device(const LaunchInfo& launch, int device_count) {
 }
 
 Result<std::unique_ptr<NcclCollective>> NcclCollective::create(const LaunchInfo& launch, Context& ctx,
-                                                                NcclOptions options) {
+                                                               NcclOptions options) {
   GEOLOCO_RETURN_IF(options.timeout_ms <= 0, Err::invalid_argument, "nccl: timeout_ms must be > 0");
   GEOLOCO_RETURN_IF(launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size, Err::invalid_argument,
                     "nccl: rank ", launch.rank, " is not in a group of ", launch.size);
-  GEOLOCO_RETURN_IF(launch.size > 1 && launch.run_id.empty(), Err::invalid_argument,
-                    "nccl: a group of ", launch.size, " needs a run id to meet under");
+  GEOLOCO_RETURN_IF(launch.size > 1 && launch.run_id.empty(), Err::invalid_argument, "nccl: a group of ", launch.size,
+                    " needs a run id to meet under");
   const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
   std::unique_ptr<NcclCollective> c(new NcclCollective(ctx, launch.rank, launch.size, options));
   GEOLOCO_TRY(c->token_.allocate(1));
@@ -140,8 +140,8 @@ Status NcclCollective::wait_comm() {
     GEOLOCO_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
     if (state == ncclSuccess) return {};
     GEOLOCO_RETURN_IF(state != ncclInProgress, Err::io, "nccl: the communicator failed: ", ncclGetErrorString(state));
-    GEOLOCO_RETURN_IF(Clock::now() > deadline, Err::timeout, "nccl: a peer did not arrive within ",
-                      options_.timeout_ms, " ms");
+    GEOLOCO_RETURN_IF(Clock::now() > deadline, Err::timeout, "nccl: a peer did not arrive within ", options_.timeout_ms,
+                      " ms");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -189,7 +189,7 @@ Status launched(ncclResult_t r, const char* call) {
 }  // namespace
 
 Status NcclCollective::run(std::span<float> data, const char* call,
-                          const std::function<ncclResult_t(float*)>& enqueue) {
+                           const std::function<ncclResult_t(float*)>& enqueue) {
   if (!failed_.ok()) return GEOLOCO_ERROR(failed_.code(), "nccl: the group failed earlier: ", failed_.message());
   if (data.empty()) return {};  // every rank holds the same (zero) size: nothing to exchange
   cudaPointerAttributes where{};
@@ -206,9 +206,8 @@ Status NcclCollective::run(std::span<float> data, const char* call,
 }
 
 Status NcclCollective::allreduce(std::span<float> data, ncclRedOp_t op) {
-  return run(data, "ncclAllReduce", [&](float* d) {
-    return ncclAllReduce(d, d, data.size(), ncclFloat, op, comm_, ctx_.stream());
-  });
+  return run(data, "ncclAllReduce",
+             [&](float* d) { return ncclAllReduce(d, d, data.size(), ncclFloat, op, comm_, ctx_.stream()); });
 }
 
 Status NcclCollective::allreduce_sum(std::span<float> data) { return allreduce(data, ncclSum); }
@@ -218,9 +217,8 @@ Status NcclCollective::allreduce_average(std::span<float> data) { return allredu
 Status NcclCollective::broadcast(std::span<float> data, int root) {
   GEOLOCO_RETURN_IF(root < 0 || root >= size_, Err::invalid_argument, "broadcast: root ", root,
                     " is not a rank of a group of ", size_);
-  return run(data, "ncclBroadcast", [&](float* d) {
-    return ncclBroadcast(d, d, data.size(), ncclFloat, root, comm_, ctx_.stream());
-  });
+  return run(data, "ncclBroadcast",
+             [&](float* d) { return ncclBroadcast(d, d, data.size(), ncclFloat, root, comm_, ctx_.stream()); });
 }
 
 Status NcclCollective::barrier() { return allreduce(std::span<float>(token_.data(), 1), ncclSum); }

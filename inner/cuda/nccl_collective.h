@@ -97,7 +97,7 @@ class NcclCollective final : public Collective {
   ncclComm_t comm_ = nullptr;
   DeviceBuffer<float> token_;  // barrier()'s one float
   DeviceBuffer<float> stage_;  // host spans pass through here (grows, never shrinks)
-  Status failed_;             // set once the group is unusable
+  Status failed_;              // set once the group is unusable
 };
 
 }  // namespace geoloco::inner::cuda

@@ -36,8 +36,8 @@ Result<std::vector<std::uint8_t>> gunzip(std::span<const std::uint8_t> gz, std::
   // of doubling: a 47 MB file was copied and page-faulted twice over.
   if (gz.size() >= 18) {
     const std::uint8_t* t = gz.data() + gz.size() - 4;
-    const std::size_t isize = std::size_t{t[0]} | (std::size_t{t[1]} << 8) | (std::size_t{t[2]} << 16) |
-                              (std::size_t{t[3]} << 24);
+    const std::size_t isize =
+        std::size_t{t[0]} | (std::size_t{t[1]} << 8) | (std::size_t{t[2]} << 16) | (std::size_t{t[3]} << 24);
     out.reserve(std::min(isize, max_output));
   }
   zs.next_in = const_cast<Bytef*>(gz.data());  // zlib's API is not const-correct; it does not write
@@ -50,8 +50,8 @@ Result<std::vector<std::uint8_t>> gunzip(std::span<const std::uint8_t> gz, std::
     }
     const std::size_t before = out.size();
     const std::size_t room = out.capacity() > before ? out.capacity() - before : 0;
-    const std::size_t grow = std::min<std::size_t>(
-        max_output - before, room >= (1u << 16) ? room : std::max<std::size_t>(before, 1u << 16));
+    const std::size_t grow =
+        std::min<std::size_t>(max_output - before, room >= (1u << 16) ? room : std::max<std::size_t>(before, 1u << 16));
     out.resize(before + grow);
     zs.next_out = out.data() + before;
     zs.avail_out = static_cast<uInt>(grow);

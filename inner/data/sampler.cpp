@@ -12,9 +12,7 @@ std::optional<DataSplit> parse_data_split(std::string_view name) {
   return std::nullopt;
 }
 
-const char* data_split_name(DataSplit split) {
-  return split == DataSplit::interleaved ? "interleaved" : "contiguous";
-}
+const char* data_split_name(DataSplit split) { return split == DataSplit::interleaved ? "interleaved" : "contiguous"; }
 
 namespace {
 
@@ -41,15 +39,21 @@ Result<Sampler> Sampler::create(std::size_t items, std::size_t shard, std::size_
                     " shards leave shard ", shard, " empty");
   GEOLOCO_RETURN_IF(epochs && end - begin > 0xffffffffu, Err::invalid_argument, "sampler: shard of ", end - begin,
                     " items is too large to shuffle (at most 2^32 - 1)");
-  GEOLOCO_RETURN_IF(split == DataSplit::interleaved && items > 0xffffffffu, Err::invalid_argument, "sampler: ",
-                    items, " items are too many to interleave (at most 2^32 - 1); use the contiguous split");
+  GEOLOCO_RETURN_IF(split == DataSplit::interleaved && items > 0xffffffffu, Err::invalid_argument, "sampler: ", items,
+                    " items are too many to interleave (at most 2^32 - 1); use the contiguous split");
   const std::uint64_t stride = split == DataSplit::interleaved ? interleave_stride(items) : 0;
   return Sampler(begin, end, shard, seed, epochs, items, stride);
 }
 
 Sampler::Sampler(std::size_t begin, std::size_t end, std::size_t shard, std::uint64_t seed, bool epochs,
                  std::size_t items, std::uint64_t stride)
-    : begin_(begin), end_(end), shard_(shard), items_(items), stride_(stride), seed_(seed), epochs_(epochs),
+    : begin_(begin),
+      end_(end),
+      shard_(shard),
+      items_(items),
+      stride_(stride),
+      seed_(seed),
+      epochs_(epochs),
       uniform_(seed, shard) {
   if (epochs_) shuffle();
 }

@@ -53,8 +53,8 @@ class Sampler {
   std::uint64_t epoch() const { return epoch_; }
 
  private:
-  Sampler(std::size_t begin, std::size_t end, std::size_t shard, std::uint64_t seed, bool epochs,
-          std::size_t items, std::uint64_t stride);
+  Sampler(std::size_t begin, std::size_t end, std::size_t shard, std::uint64_t seed, bool epochs, std::size_t items,
+          std::uint64_t stride);
   void shuffle();
   std::size_t item(std::size_t position) const;
 

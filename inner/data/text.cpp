@@ -29,8 +29,8 @@ Result<std::string> read_text(const std::string& path) {
   return std::string(bytes->begin(), bytes->end());
 }
 
-Result<std::unique_ptr<TextDataset>> TextDataset::create(std::string text, std::size_t context,
-                                                         double heldout_fraction, std::size_t eval_limit) {
+Result<std::unique_ptr<TextDataset>> TextDataset::create(std::string text, std::size_t context, double heldout_fraction,
+                                                         std::size_t eval_limit) {
   GEOLOCO_RETURN_IF(!(heldout_fraction > 0.0 && heldout_fraction < 1.0), Err::invalid_argument,
                     "text: heldout_fraction must be in (0, 1), got ", heldout_fraction);
   GEOLOCO_RETURN_IF(context == 0, Err::invalid_argument, "text: context must be >= 1");
@@ -41,8 +41,7 @@ Result<std::unique_ptr<TextDataset>> TextDataset::create(std::string text, std::
                     " held-out bytes; each part needs at least context + 1 = ", context + 1);
   std::size_t windows = (heldout - 1) / context;
   if (eval_limit > 0 && eval_limit < windows) windows = eval_limit;
-  return std::unique_ptr<TextDataset>(
-      new TextDataset(text.substr(0, train), text.substr(train), context, windows));
+  return std::unique_ptr<TextDataset>(new TextDataset(text.substr(0, train), text.substr(train), context, windows));
 }
 
 TextDataset::TextDataset(std::string train, std::string heldout, std::size_t context, std::size_t eval_windows)

@@ -67,7 +67,9 @@ void Gpt::init(std::span<float> params, std::uint64_t seed) const {
     const TensorDesc& t = layout_.tensors()[i];
     std::span<float> v = layout_.view(params, t);
     const std::string& n = t.name;
-    auto ends_with = [&](std::string_view s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+    auto ends_with = [&](std::string_view s) {
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
     Rng rng(seed, i);
     if (ends_with("ln1.w") || ends_with("ln2.w") || n == "lnf.w") {
       std::fill(v.begin(), v.end(), 1.0f);
@@ -179,8 +181,8 @@ Result<double> Gpt::forward_backward(std::span<const float> params, const Batch&
     d_ln_.assign(N * C, 0.0f);
     cpu::matmul_backward(d_ln_.data(), g + w.fc_w, d_fch_.data(), a.ln2.data(), p + w.fc_w, N, C, 4 * C);
     cpu::bias_backward(g + w.fc_b, d_fch_.data(), N, 4 * C);
-    cpu::layernorm_backward(d_residual_.data(), g + w.ln2_w, g + w.ln2_b, d_ln_.data(), a.residual2.data(),
-                            p + w.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+    cpu::layernorm_backward(d_residual_.data(), g + w.ln2_w, g + w.ln2_b, d_ln_.data(), a.residual2.data(), p + w.ln2_w,
+                            a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
     // residual2 = residual_in + attention(...): same pattern.
     d_atty_.assign(N * C, 0.0f);
     cpu::matmul_backward(d_atty_.data(), g + w.proj_w, d_residual_.data(), a.atty.data(), p + w.proj_w, N, C, C);

@@ -14,8 +14,7 @@ namespace geoloco::inner {
 Status MlpOptions::validate() const {
   GEOLOCO_RETURN_IF(inputs == 0, Err::invalid_argument, "mlp: inputs must be >= 1");
   GEOLOCO_RETURN_IF(classes < 2, Err::invalid_argument, "mlp: classes must be >= 2, got ", classes);
-  for (std::size_t h : hidden)
-    GEOLOCO_RETURN_IF(h == 0, Err::invalid_argument, "mlp: every hidden width must be >= 1");
+  for (std::size_t h : hidden) GEOLOCO_RETURN_IF(h == 0, Err::invalid_argument, "mlp: every hidden width must be >= 1");
   return {};
 }
 
@@ -57,14 +56,14 @@ Status Mlp::check(std::span<const float> params, const Batch& batch) const {
   GEOLOCO_RETURN_IF(params.size() != layout_.total(), Err::invalid_argument, "mlp: ", params.size(),
                     " parameters given, the layout has ", layout_.total());
   GEOLOCO_RETURN_IF(batch.samples == 0, Err::invalid_argument, "mlp: empty batch");
-  GEOLOCO_RETURN_IF(batch.features.size() != batch.samples * options_.inputs, Err::invalid_argument,
-                    "mlp: batch has ", batch.features.size(), " features, expected samples (", batch.samples,
-                    ") x inputs (", options_.inputs, ")");
+  GEOLOCO_RETURN_IF(batch.features.size() != batch.samples * options_.inputs, Err::invalid_argument, "mlp: batch has ",
+                    batch.features.size(), " features, expected samples (", batch.samples, ") x inputs (",
+                    options_.inputs, ")");
   GEOLOCO_RETURN_IF(batch.targets.size() != batch.samples, Err::invalid_argument, "mlp: batch has ",
                     batch.targets.size(), " labels for ", batch.samples, " samples");
   for (std::int32_t y : batch.targets)
-    GEOLOCO_RETURN_IF(y < 0 || static_cast<std::size_t>(y) >= options_.classes, Err::invalid_argument,
-                      "mlp: label ", y, " outside [0, ", options_.classes, ")");
+    GEOLOCO_RETURN_IF(y < 0 || static_cast<std::size_t>(y) >= options_.classes, Err::invalid_argument, "mlp: label ", y,
+                      " outside [0, ", options_.classes, ")");
   return {};
 }
 

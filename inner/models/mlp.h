@@ -12,9 +12,9 @@
 namespace geoloco::inner {
 
 struct MlpOptions {
-  std::size_t inputs = 784;                 ///< features per sample, >= 1
+  std::size_t inputs = 784;                      ///< features per sample, >= 1
   std::vector<std::size_t> hidden = {256, 128};  ///< widths of the hidden layers, each >= 1 (may be empty)
-  std::size_t classes = 10;                 ///< output classes, >= 2
+  std::size_t classes = 10;                      ///< output classes, >= 2
 
   /// Errors: invalid_argument naming the broken rule.
   Status validate() const;

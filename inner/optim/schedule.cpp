@@ -6,16 +6,16 @@
 namespace geoloco::inner {
 
 Status ScheduleOptions::validate() const {
-  GEOLOCO_RETURN_IF(!(lr > 0.0 && std::isfinite(lr)), Err::invalid_argument, "schedule: lr must be finite and > 0, got ",
-                    lr);
+  GEOLOCO_RETURN_IF(!(lr > 0.0 && std::isfinite(lr)), Err::invalid_argument,
+                    "schedule: lr must be finite and > 0, got ", lr);
   GEOLOCO_RETURN_IF(!(min_lr_fraction >= 0.0 && min_lr_fraction <= 1.0), Err::invalid_argument,
                     "schedule: min_lr_fraction must be in [0, 1], got ", min_lr_fraction);
   GEOLOCO_RETURN_IF(total_steps > 0 && warmup_steps > total_steps, Err::invalid_argument, "schedule: warmup_steps (",
                     warmup_steps, ") must not exceed total_steps (", total_steps, ")");
   GEOLOCO_RETURN_IF(phase_warmup > 0 && phase_steps == 0, Err::invalid_argument,
                     "schedule: a per-phase warmup needs inner phases of a fixed number of steps (H)");
-  GEOLOCO_RETURN_IF(phase_warmup > phase_steps, Err::invalid_argument, "schedule: the per-phase warmup (",
-                    phase_warmup, " steps) must not exceed the phase (", phase_steps, " steps)");
+  GEOLOCO_RETURN_IF(phase_warmup > phase_steps, Err::invalid_argument, "schedule: the per-phase warmup (", phase_warmup,
+                    " steps) must not exceed the phase (", phase_steps, " steps)");
   return {};
 }
 

@@ -20,12 +20,12 @@
 namespace geoloco::inner {
 
 struct ScheduleOptions {
-  double lr = 3e-4;               ///< peak learning rate, > 0
-  std::uint64_t warmup_steps = 0; ///< linear ramp length, <= total_steps when total_steps > 0
-  std::uint64_t total_steps = 0;  ///< end of the cosine (0 = constant after warmup)
-  double min_lr_fraction = 0.1;   ///< floor as a fraction of lr, in [0, 1]
-  std::uint64_t phase_steps = 0;  ///< H: steps per inner phase (0 = no phases)
-  std::uint64_t phase_warmup = 0; ///< linear ramp at the start of each phase, <= phase_steps (0 = none)
+  double lr = 3e-4;                ///< peak learning rate, > 0
+  std::uint64_t warmup_steps = 0;  ///< linear ramp length, <= total_steps when total_steps > 0
+  std::uint64_t total_steps = 0;   ///< end of the cosine (0 = constant after warmup)
+  double min_lr_fraction = 0.1;    ///< floor as a fraction of lr, in [0, 1]
+  std::uint64_t phase_steps = 0;   ///< H: steps per inner phase (0 = no phases)
+  std::uint64_t phase_warmup = 0;  ///< linear ramp at the start of each phase, <= phase_steps (0 = none)
 
   /// Errors: invalid_argument naming the broken rule.
   Status validate() const;

@@ -115,7 +115,8 @@ int exec_cuda_trainer(char** argv) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  auto parsed = parse_train_command(args, [](const char* name) { return std::getenv(name); }, std::cout, std::cerr);
+  auto parsed = parse_train_command(
+      args, [](const char* name) { return std::getenv(name); }, std::cout, std::cerr);
   if (!parsed.command) return parsed.exit_code;
   TrainCommand& c = *parsed.command;
   const TrainOptions& o = c.train;
@@ -213,13 +214,13 @@ int main(int argc, char** argv) {
       std::printf("synced with the daemon %llu times\n", static_cast<unsigned long long>(synced_run->syncs()));
     std::printf("done: %llu steps, %.1f s, %.0f %s/s, params digest %s\n",
                 static_cast<unsigned long long>(report->steps), report->seconds,
-                static_cast<double>(report->work_units) / report->seconds,
-                trainer.model().work_unit_name().c_str(), digest_hex(digest_f32(params)).c_str());
+                static_cast<double>(report->work_units) / report->seconds, trainer.model().work_unit_name().c_str(),
+                digest_hex(digest_f32(params)).c_str());
     if (synced_run)
-      std::printf("compute share %.1f%%: %.1f s in steps of the loop's %.1f s without its %.1f s of evaluations "
-                  "(the rest waited for syncs and merges)\n",
-                  100.0 * report->compute_share, report->compute_seconds, report->loop_seconds,
-                  report->eval_seconds);
+      std::printf(
+          "compute share %.1f%%: %.1f s in steps of the loop's %.1f s without its %.1f s of evaluations "
+          "(the rest waited for syncs and merges)\n",
+          100.0 * report->compute_share, report->compute_seconds, report->loop_seconds, report->eval_seconds);
     if (!c.save_params.empty()) {
       std::ofstream f(c.save_params, std::ios::binary);
       f.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size_bytes()));

@@ -33,11 +33,11 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   if (!m.ok()) return sent.ok() ? m.status() : sent;
   if (auto* e = std::get_if<ErrorMsg>(&*m)) return c->refusal(*e);
   auto* w = std::get_if<WelcomeMsg>(&*m);
-  GEOLOCO_RETURN_IF(w == nullptr, Err::malformed, "the daemon answered HELLO with ",
-                    message_type_name(type_of(*m)), " instead of WELCOME");
+  GEOLOCO_RETURN_IF(w == nullptr, Err::malformed, "the daemon answered HELLO with ", message_type_name(type_of(*m)),
+                    " instead of WELCOME");
   const std::uint64_t values = layout_values(layout);
-  GEOLOCO_RETURN_IF(w->values != values, Err::mismatch, "WELCOME announces ", w->values,
-                    " values; the layout has ", values);
+  GEOLOCO_RETURN_IF(w->values != values, Err::mismatch, "WELCOME announces ", w->values, " values; the layout has ",
+                    values);
   s = check_fragments(w->fragments, layout);
   GEOLOCO_RETURN_IF(!s.ok(), Err::malformed, "WELCOME's fragment table: ", s.message());
   GEOLOCO_RETURN_IF(c->fds_.size() != 1, Err::malformed, "WELCOME came with ", c->fds_.size(),
@@ -114,7 +114,8 @@ Result<ResultMsg> Client::accept_result(const ResultMsg& r) {
 
 Status Client::refusal(const ErrorMsg& e) const {
   std::string what = e.refused ? cat("daemon refused ", message_type_name(MessageType(e.refused))) : "daemon error";
-  if (e.refused == static_cast<std::uint8_t>(MessageType::sync)) what += cat(" (round ", e.round, ", fragment ", e.fragment, ")");
+  if (e.refused == static_cast<std::uint8_t>(MessageType::sync))
+    what += cat(" (round ", e.round, ", fragment ", e.fragment, ")");
   return Status(e.code, cat(what, ": ", e.reason, e.fatal ? " [connection closed]" : ""));
 }
 

@@ -16,12 +16,12 @@ Status compare_layouts(const Layout& expected, const Layout& got) {
                       "', the trainer sent '", g.name, "'");
     GEOLOCO_RETURN_IF(e.shape != g.shape, Err::mismatch, "tensor ", i, " ('", e.name, "'): the job expects shape ",
                       shape_text(e.shape), ", the trainer sent ", shape_text(g.shape));
-    GEOLOCO_RETURN_IF(e.offset != g.offset, Err::mismatch, "tensor ", i, " ('", e.name,
-                      "'): the job expects offset ", e.offset, ", the trainer sent ", g.offset);
+    GEOLOCO_RETURN_IF(e.offset != g.offset, Err::mismatch, "tensor ", i, " ('", e.name, "'): the job expects offset ",
+                      e.offset, ", the trainer sent ", g.offset);
   }
-  GEOLOCO_RETURN_IF(expected.size() != got.size(), Err::mismatch, "the job expects ", expected.size(),
-                    " tensors (", layout_values(expected), " values), the trainer sent ", got.size(), " (",
-                    layout_values(got), " values)");
+  GEOLOCO_RETURN_IF(expected.size() != got.size(), Err::mismatch, "the job expects ", expected.size(), " tensors (",
+                    layout_values(expected), " values), the trainer sent ", got.size(), " (", layout_values(got),
+                    " values)");
   return {};
 }
 
@@ -38,17 +38,15 @@ Status check_fragments(std::span<const FragmentDesc> fragments, const Layout& la
     GEOLOCO_RETURN_IF(fr.length == 0, Err::invalid_argument, "fragment ", f, " is empty");
     GEOLOCO_RETURN_IF(fr.length > values - at, Err::invalid_argument, "fragment ", f, " ends past the ", values,
                       " values of the segment");
-    GEOLOCO_RETURN_IF(!boundaries.count(fr.offset), Err::invalid_argument, "fragment ", f, " starts at ",
-                      fr.offset, ", inside a tensor");
+    GEOLOCO_RETURN_IF(!boundaries.count(fr.offset), Err::invalid_argument, "fragment ", f, " starts at ", fr.offset,
+                      ", inside a tensor");
     at += fr.length;
   }
-  GEOLOCO_RETURN_IF(at != values, Err::invalid_argument, "the fragments cover ", at, " of the ", values,
-                    " values");
+  GEOLOCO_RETURN_IF(at != values, Err::invalid_argument, "the fragments cover ", at, " of the ", values, " values");
   return {};
 }
 
-Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count,
-                                                  std::uint64_t next_round) {
+Result<std::vector<FragmentDesc>> split_fragments(const Layout& layout, std::uint32_t count, std::uint64_t next_round) {
   GEOLOCO_TRY(check_layout(layout));
   std::vector<std::uint64_t> sizes;
   for (const auto& t : layout) sizes.push_back(t.size());

@@ -28,8 +28,8 @@ Status get_str(ByteReader& r, std::string& out, std::size_t max_bytes, const cha
   GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "body ends inside the length of ", what);
   GEOLOCO_RETURN_IF(n > max_bytes, Err::malformed, what, " is ", n, " bytes; at most ", max_bytes, " are allowed");
   auto bytes = r.get_bytes(n);
-  GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "body ends inside ", what, " (", n, " bytes announced, ",
-                    r.remaining(), " left)");
+  GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "body ends inside ", what, " (", n, " bytes announced, ", r.remaining(),
+                    " left)");
   out.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return {};
 }
@@ -119,9 +119,8 @@ Status check_encodable(const Message& message) {
     GEOLOCO_RETURN_IF(h->layout.size() > std::numeric_limits<std::uint32_t>::max(), Err::invalid_argument,
                       "too many tensors");
     for (const auto& t : h->layout) {
-      GEOLOCO_RETURN_IF(t.name.size() > kMaxNameBytes, Err::invalid_argument, "tensor name '",
-                        t.name.substr(0, 40), "...' is ", t.name.size(), " bytes; at most ", kMaxNameBytes,
-                        " are allowed");
+      GEOLOCO_RETURN_IF(t.name.size() > kMaxNameBytes, Err::invalid_argument, "tensor name '", t.name.substr(0, 40),
+                        "...' is ", t.name.size(), " bytes; at most ", kMaxNameBytes, " are allowed");
       GEOLOCO_RETURN_IF(t.shape.size() > kMaxRank, Err::invalid_argument, "tensor '", t.name, "' has rank ",
                         t.shape.size(), "; at most ", kMaxRank, " is allowed");
     }
@@ -153,8 +152,8 @@ Result<Message> decode_hello(ByteReader& r) {
     GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "HELLO ends inside tensor ", i, " ('", t.name, "')");
     GEOLOCO_RETURN_IF(dtype != static_cast<std::uint8_t>(DType::f32), Err::malformed, "tensor '", t.name,
                       "' has dtype ", int(dtype), "; only 1 (fp32) is known");
-    GEOLOCO_RETURN_IF(rank > kMaxRank, Err::malformed, "tensor '", t.name, "' has rank ", int(rank),
-                      "; at most ", kMaxRank, " is allowed");
+    GEOLOCO_RETURN_IF(rank > kMaxRank, Err::malformed, "tensor '", t.name, "' has rank ", int(rank), "; at most ",
+                      kMaxRank, " is allowed");
     t.shape.resize(rank);
     for (auto& d : t.shape) d = r.get<std::uint64_t>();
     t.offset = r.get<std::uint64_t>();
@@ -217,7 +216,8 @@ Result<Message> decode_sync(ByteReader& r) {
     SyncTiming t;
     t.compute_seconds = r.get<double>();
     t.loop_seconds = r.get<double>();
-    GEOLOCO_RETURN_IF(r.failed(), Err::truncated, "SYNC says its timing follows, but its body is shorter than 48 bytes");
+    GEOLOCO_RETURN_IF(r.failed(), Err::truncated,
+                      "SYNC says its timing follows, but its body is shorter than 48 bytes");
     // Refused here, so nothing downstream divides by or shows a nonsense figure.
     GEOLOCO_RETURN_IF(!(t.compute_seconds >= 0) || !(t.loop_seconds >= 0) || !std::isfinite(t.compute_seconds) ||
                           !std::isfinite(t.loop_seconds),
@@ -260,11 +260,11 @@ Result<Message> decode_error(ByteReader& r) {
 }  // namespace
 
 Status PhasePlan::check() const {
-  GEOLOCO_RETURN_IF(!std::isfinite(sync_seconds) || sync_seconds < 0, Err::invalid_argument,
-                    "the seconds per phase (", sync_seconds, ") must be finite and not negative");
+  GEOLOCO_RETURN_IF(!std::isfinite(sync_seconds) || sync_seconds < 0, Err::invalid_argument, "the seconds per phase (",
+                    sync_seconds, ") must be finite and not negative");
   GEOLOCO_RETURN_IF((sync_every > 0) == (sync_seconds > 0), Err::invalid_argument,
-                    "a phase is H steps or a number of seconds: exactly one must be set (H ", sync_every,
-                    ", seconds ", sync_seconds, ")");
+                    "a phase is H steps or a number of seconds: exactly one must be set (H ", sync_every, ", seconds ",
+                    sync_seconds, ")");
   GEOLOCO_RETURN_IF(min_steps == 0, Err::invalid_argument, "min steps must be at least 1");
   GEOLOCO_RETURN_IF(!(alpha >= 0 && alpha <= 1), Err::invalid_argument, "alpha ", alpha, " is outside [0, 1]");
   GEOLOCO_RETURN_IF(merge_delayed && alpha > 0, Err::invalid_argument,
@@ -274,16 +274,21 @@ Status PhasePlan::check() const {
 
 std::string_view message_type_name(MessageType type) {
   switch (type) {
-    case MessageType::hello: return "HELLO";
-    case MessageType::welcome: return "WELCOME";
-    case MessageType::init: return "INIT";
-    case MessageType::sync: return "SYNC";
-    case MessageType::result: return "RESULT";
-    case MessageType::error: return "ERROR";
+    case MessageType::hello:
+      return "HELLO";
+    case MessageType::welcome:
+      return "WELCOME";
+    case MessageType::init:
+      return "INIT";
+    case MessageType::sync:
+      return "SYNC";
+    case MessageType::result:
+      return "RESULT";
+    case MessageType::error:
+      return "ERROR";
   }
   return "unknown type";
 }
-
 
 MessageType type_of(const Message& message) {
   static constexpr MessageType kTypes[] = {MessageType::hello, MessageType::welcome, MessageType::init,
@@ -304,8 +309,8 @@ Result<std::vector<std::byte>> encode(const Message& message) {
   w.put(std::uint16_t{0});
   w.put(static_cast<std::uint32_t>(body));
   std::visit(BodyWriter{w}, message);
-  GEOLOCO_RETURN_IF(w.failed() || w.size() != out.size(), Err::internal, "encoded ", w.size(), " bytes of ",
-                    out.size(), " for ", message_type_name(type_of(message)));
+  GEOLOCO_RETURN_IF(w.failed() || w.size() != out.size(), Err::internal, "encoded ", w.size(), " bytes of ", out.size(),
+                    " for ", message_type_name(type_of(message)));
   return out;
 }
 
@@ -322,11 +327,11 @@ Result<Header> decode_header(std::span<const std::byte, kHeaderSize> bytes, cons
   GEOLOCO_RETURN_IF(version != kVersion, Err::unsupported, "protocol version ", int(version),
                     " is not supported; this side speaks version ", int(kVersion));
   GEOLOCO_RETURN_IF(reserved != 0, Err::malformed, "reserved header bits are 0x", std::hex, reserved, ", not 0");
-  GEOLOCO_RETURN_IF(type < static_cast<std::uint8_t>(MessageType::hello) ||
-                        type > static_cast<std::uint8_t>(MessageType::error),
-                    Err::malformed, "unknown message type ", int(type));
-  GEOLOCO_RETURN_IF(body > limits.max_body_bytes, Err::too_large, message_type_name(MessageType(type)),
-                    " body of ", body, " bytes is over the limit of ", limits.max_body_bytes);
+  GEOLOCO_RETURN_IF(
+      type < static_cast<std::uint8_t>(MessageType::hello) || type > static_cast<std::uint8_t>(MessageType::error),
+      Err::malformed, "unknown message type ", int(type));
+  GEOLOCO_RETURN_IF(body > limits.max_body_bytes, Err::too_large, message_type_name(MessageType(type)), " body of ",
+                    body, " bytes is over the limit of ", limits.max_body_bytes);
   return Header{static_cast<MessageType>(type), body};
 }
 
@@ -334,12 +339,24 @@ Result<Message> decode_body(MessageType type, std::span<const std::byte> body) {
   ByteReader r(body);
   Result<Message> m = Status(Err::malformed, "unknown message type");
   switch (type) {
-    case MessageType::hello: m = decode_hello(r); break;
-    case MessageType::welcome: m = decode_welcome(r); break;
-    case MessageType::init: m = Message(InitMsg{}); break;
-    case MessageType::sync: m = decode_sync(r); break;
-    case MessageType::result: m = decode_result(r); break;
-    case MessageType::error: m = decode_error(r); break;
+    case MessageType::hello:
+      m = decode_hello(r);
+      break;
+    case MessageType::welcome:
+      m = decode_welcome(r);
+      break;
+    case MessageType::init:
+      m = Message(InitMsg{});
+      break;
+    case MessageType::sync:
+      m = decode_sync(r);
+      break;
+    case MessageType::result:
+      m = decode_result(r);
+      break;
+    case MessageType::error:
+      m = decode_error(r);
+      break;
   }
   if (!m.ok()) {
     return Status(m.status().code(), cat(message_type_name(type), ": ", m.status().message()));

@@ -19,12 +19,18 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 
 std::string_view phase_name(Phase phase) {
   switch (phase) {
-    case Phase::no_trainer: return "no trainer";
-    case Phase::awaiting_hello: return "awaiting HELLO";
-    case Phase::hello_pending: return "HELLO pending";
-    case Phase::awaiting_init: return "awaiting INIT";
-    case Phase::init_pending: return "INIT pending";
-    case Phase::training: return "training";
+    case Phase::no_trainer:
+      return "no trainer";
+    case Phase::awaiting_hello:
+      return "awaiting HELLO";
+    case Phase::hello_pending:
+      return "HELLO pending";
+    case Phase::awaiting_init:
+      return "awaiting INIT";
+    case Phase::init_pending:
+      return "INIT pending";
+    case Phase::training:
+      return "training";
   }
   return "unknown";
 }
@@ -75,7 +81,8 @@ void Server::on_listen_readable() {
       Status why = GEOLOCO_ERROR(Err::invalid_argument, "job '", options_.job, "' already has a trainer attached (pid ",
                                  trainer_pid_, "); only one process (rank 0) may talk to the daemon");
       ErrorMsg e{why.code(), true, 0, kNoFragment, 0, why.message()};
-      if (auto bytes = encode(e); bytes.ok()) (void)send_some(fd.get(), *bytes);  // best effort: a fresh socket has room
+      if (auto bytes = encode(e); bytes.ok())
+        (void)send_some(fd.get(), *bytes);  // best effort: a fresh socket has room
       events_.push_back(RefusalEvent{why, true});
       continue;
     }
@@ -98,7 +105,8 @@ void Server::on_hello_deadline(std::chrono::steady_clock::time_point now) {
   const auto deadline = hello_deadline();
   if (!deadline || now < *deadline) return;
   Status why = GEOLOCO_ERROR(Err::timeout, "no complete HELLO within ", options_.hello_timeout_ms,
-                             " ms of connecting (", inbox_.pending(), " bytes of one arrived); the connection is "
+                             " ms of connecting (", inbox_.pending(),
+                             " bytes of one arrived); the connection is "
                              "closed and the job's trainer slot is free");
   events_.push_back(RefusalEvent{why, true});
   drop_trainer(why.code(), why.message());
@@ -186,8 +194,9 @@ void Server::handle_hello(const HelloMsg& hello) {
   }
   if (!layout_.empty()) {
     if (Status s = compare_layouts(layout_, hello.layout); !s.ok()) {
-      refuse(GEOLOCO_ERROR(Err::mismatch, "the trainer's layout does not match job '", options_.job, "': ", s.message()),
-             MessageType::hello, true);
+      refuse(
+          GEOLOCO_ERROR(Err::mismatch, "the trainer's layout does not match job '", options_.job, "': ", s.message()),
+          MessageType::hello, true);
       return;
     }
   }
@@ -209,8 +218,8 @@ void Server::handle_init() {
 
 void Server::handle_sync(const SyncMsg& sync) {
   if (phase_ != Phase::training) {
-    refuse(GEOLOCO_ERROR(Err::invalid_argument, "SYNC before the trainer was welcomed with an anchor (now: ",
-                         phase_name(phase_), ")"),
+    refuse(GEOLOCO_ERROR(Err::invalid_argument,
+                         "SYNC before the trainer was welcomed with an anchor (now: ", phase_name(phase_), ")"),
            MessageType::sync, false, sync.fragment, sync.round);
     return;
   }
@@ -280,8 +289,8 @@ void Server::close_trainer(Status reason, bool report) {
 }
 
 Status Server::check_welcome(std::span<const FragmentDesc> fragments) const {
-  GEOLOCO_RETURN_IF(phase_ != Phase::hello_pending, Err::invalid_argument, "no HELLO is waiting for an answer (now: ",
-                    phase_name(phase_), ")");
+  GEOLOCO_RETURN_IF(phase_ != Phase::hello_pending, Err::invalid_argument,
+                    "no HELLO is waiting for an answer (now: ", phase_name(phase_), ")");
   for (std::size_t f = 0; f < fragments_.size(); ++f) {
     GEOLOCO_RETURN_IF(fragments_[f].in_flight, Err::invalid_argument, "fragment ", f,
                       " of the previous trainer is still in flight; complete_sync() it before welcoming a new one");
@@ -318,8 +327,8 @@ Status Server::welcome(std::span<const FragmentDesc> fragments, std::span<const 
 Status Server::welcome_for_initial(std::span<const FragmentDesc> fragments) { return do_welcome(fragments, {}, false); }
 
 Status Server::publish_initial(std::span<const float> anchor) {
-  GEOLOCO_RETURN_IF(phase_ != Phase::init_pending, Err::invalid_argument, "no INIT is waiting for an answer (now: ",
-                    phase_name(phase_), ")");
+  GEOLOCO_RETURN_IF(phase_ != Phase::init_pending, Err::invalid_argument,
+                    "no INIT is waiting for an answer (now: ", phase_name(phase_), ")");
   GEOLOCO_RETURN_IF(anchor.size() != segment_.values().size(), Err::invalid_argument, "the anchor has ", anchor.size(),
                     " values; the segment has ", segment_.values().size());
   // The daemon may hand back the trainer's own parameters (the span InitEvent gave it).
@@ -350,7 +359,8 @@ Status Server::complete_sync(std::uint32_t fragment, std::span<const float> anch
 }
 
 Status Server::expect_layout(const Layout& layout) {
-  if (Status s = check_layout(layout); !s.ok()) return GEOLOCO_ERROR(Err::invalid_argument, "the job's layout is invalid: ", s.message());
+  if (Status s = check_layout(layout); !s.ok())
+    return GEOLOCO_ERROR(Err::invalid_argument, "the job's layout is invalid: ", s.message());
   if (!layout_.empty()) {
     if (Status s = compare_layouts(layout, layout_); !s.ok())
       return GEOLOCO_ERROR(Err::mismatch, "job '", options_.job, "' holds another layout already: ", s.message());
@@ -359,8 +369,8 @@ Status Server::expect_layout(const Layout& layout) {
   layout_ = layout;
   if (phase_ == Phase::hello_pending) {
     if (Status s = compare_layouts(layout_, hello_layout_); !s.ok()) {
-      Status why = GEOLOCO_ERROR(Err::mismatch, "the trainer's layout does not match job '", options_.job, "': ",
-                                 s.message());
+      Status why =
+          GEOLOCO_ERROR(Err::mismatch, "the trainer's layout does not match job '", options_.job, "': ", s.message());
       events_.push_back(RefusalEvent{why, true});
       drop_trainer(why.code(), why.message());
     }

@@ -77,12 +77,12 @@ struct ServerOptions {
 
 /// Where the conversation with the attached trainer stands.
 enum class Phase : std::uint8_t {
-  no_trainer,     ///< nobody attached
-  awaiting_hello, ///< connected, HELLO not yet received
-  hello_pending,  ///< HELLO accepted; the daemon must welcome() or drop_trainer()
-  awaiting_init,  ///< welcomed without an anchor; the trainer writes its initial parameters
-  init_pending,   ///< INIT received; the daemon must publish_initial()
-  training,       ///< the trainer trains and sends SYNCs
+  no_trainer,      ///< nobody attached
+  awaiting_hello,  ///< connected, HELLO not yet received
+  hello_pending,   ///< HELLO accepted; the daemon must welcome() or drop_trainer()
+  awaiting_init,   ///< welcomed without an anchor; the trainer writes its initial parameters
+  init_pending,    ///< INIT received; the daemon must publish_initial()
+  training,        ///< the trainer trains and sends SYNCs
 };
 std::string_view phase_name(Phase phase);
 
@@ -216,9 +216,9 @@ class Server {
   pid_t trainer_pid_ = -1;
   Phase phase_ = Phase::no_trainer;
   MessageBuffer inbox_;
-  std::uint64_t trainer_generation_ = 0;          // counts accepted trainer connections
+  std::uint64_t trainer_generation_ = 0;                // counts accepted trainer connections
   std::chrono::steady_clock::time_point connected_at_;  // when the attached connection was accepted
-  std::map<std::uint32_t, std::uint64_t> synced_by_;  // fragment -> the connection that synced it
+  std::map<std::uint32_t, std::uint64_t> synced_by_;    // fragment -> the connection that synced it
   std::deque<Outgoing> outbox_;
   std::vector<Event> events_;
   Layout layout_;        ///< pinned layout

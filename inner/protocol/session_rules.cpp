@@ -14,9 +14,9 @@ Status check_sync(const SyncMsg& sync, std::span<const FragmentState> fragments)
   const auto& f = fragments[sync.fragment];
   GEOLOCO_RETURN_IF(f.in_flight, Err::mismatch, "fragment ", sync.fragment, " of round ", f.desc.next_round,
                     " is already being synchronized; wait for its RESULT before the next SYNC");
-  GEOLOCO_RETURN_IF(sync.round != f.desc.next_round, Err::mismatch, "SYNC is for round ", sync.round,
-                    " but fragment ", sync.fragment, " is due for round ", f.desc.next_round,
-                    "; the trainer is not in round ", sync.round);
+  GEOLOCO_RETURN_IF(sync.round != f.desc.next_round, Err::mismatch, "SYNC is for round ", sync.round, " but fragment ",
+                    sync.fragment, " is due for round ", f.desc.next_round, "; the trainer is not in round ",
+                    sync.round);
   return {};
 }
 
@@ -41,8 +41,8 @@ Status check_completion(std::uint32_t fragment, std::span<const FragmentState> f
                     " does not exist (the job has ", fragments.size(), ")");
   const auto& f = fragments[fragment];
   GEOLOCO_RETURN_IF(!f.in_flight, Err::invalid_argument, "fragment ", fragment, " has no SYNC to answer");
-  GEOLOCO_RETURN_IF(anchor_values != f.desc.length, Err::invalid_argument, "the anchor of fragment ", fragment,
-                    " has ", anchor_values, " values; the fragment has ", f.desc.length);
+  GEOLOCO_RETURN_IF(anchor_values != f.desc.length, Err::invalid_argument, "the anchor of fragment ", fragment, " has ",
+                    anchor_values, " values; the fragment has ", f.desc.length);
   GEOLOCO_RETURN_IF(next_round <= f.desc.next_round, Err::invalid_argument, "next round ", next_round,
                     " does not come after the synchronized round ", f.desc.next_round);
   return {};

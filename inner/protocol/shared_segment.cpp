@@ -17,8 +17,8 @@ namespace {
 
 Result<float*> map_fd(int fd, std::uint64_t values) {
   void* p = ::mmap(nullptr, values * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  GEOLOCO_RETURN_IF(p == MAP_FAILED, Err::io, "cannot map ", values * sizeof(float), " bytes of shared memory: ",
-                    std::strerror(errno));
+  GEOLOCO_RETURN_IF(p == MAP_FAILED, Err::io, "cannot map ", values * sizeof(float),
+                    " bytes of shared memory: ", std::strerror(errno));
   return static_cast<float*>(p);
 }
 

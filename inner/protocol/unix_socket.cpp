@@ -20,8 +20,8 @@ std::string errno_text(int e) { return std::strerror(e); }
 
 Result<sockaddr_un> make_address(const std::string& path) {
   GEOLOCO_RETURN_IF(path.empty(), Err::invalid_argument, "the socket path is empty");
-  GEOLOCO_RETURN_IF(path.size() > kMaxSocketPath, Err::invalid_argument, "socket path '", path, "' is ",
-                    path.size(), " bytes; Unix sockets allow at most ", kMaxSocketPath);
+  GEOLOCO_RETURN_IF(path.size() > kMaxSocketPath, Err::invalid_argument, "socket path '", path, "' is ", path.size(),
+                    " bytes; Unix sockets allow at most ", kMaxSocketPath);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
@@ -43,7 +43,8 @@ Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
   if (!addr.ok()) return addr.status();
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
-    GEOLOCO_RETURN_IF(!S_ISSOCK(st.st_mode), Err::io, "'", path, "' exists and is not a socket; refusing to replace it");
+    GEOLOCO_RETURN_IF(!S_ISSOCK(st.st_mode), Err::io, "'", path,
+                      "' exists and is not a socket; refusing to replace it");
     // A socket file outlives its process; only a refused connect proves it stale.
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     GEOLOCO_RETURN_IF(!probe.valid(), Err::io, "socket(): ", errno_text(errno));
@@ -73,8 +74,8 @@ Result<UniqueFd> connect_unix(const std::string& path, int timeout_ms) {
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) == 0) return fd;
     int e = errno;
     // The daemon may not have created the socket yet: retry those two, fail the rest.
-    GEOLOCO_RETURN_IF(e != ENOENT && e != ECONNREFUSED && e != EAGAIN, Err::io, "cannot connect to '", path, "': ",
-                      errno_text(e));
+    GEOLOCO_RETURN_IF(e != ENOENT && e != ECONNREFUSED && e != EAGAIN, Err::io, "cannot connect to '", path,
+                      "': ", errno_text(e));
     GEOLOCO_RETURN_IF(std::chrono::steady_clock::now() >= deadline, Err::timeout, "no daemon answered on '", path,
                       "' within ", timeout_ms, " ms (last: ", errno_text(e), ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -7,7 +7,6 @@
 // And the sync seam: rank 0's new anchor reaches every worker.
 #include <catch2/catch.hpp>
 
-
 #include "inner/collective/launch.h"
 #include "inner/collective/shm_collective.h"
 #include "inner/cpu/blas.h"
@@ -157,8 +156,9 @@ TEST_CASE("the sync seam: rank 0's anchor reaches every worker; a failed sync st
     int syncs = 0;
     hooks.on_sync = [&](SyncPoint& p) {
       // Called on rank 0 only, after steps 2 and 4, with the work since the last sync.
-      if (rank != 0 || p.step != static_cast<std::uint64_t>(2 * (syncs + 1)) || p.sync_index != static_cast<std::uint64_t>(syncs) ||
-          p.work_units != 2 * 2 * o.batch || p.params.size() != p.layout->total() || !(p.mean_loss > 0.0))
+      if (rank != 0 || p.step != static_cast<std::uint64_t>(2 * (syncs + 1)) ||
+          p.sync_index != static_cast<std::uint64_t>(syncs) || p.work_units != 2 * 2 * o.batch ||
+          p.params.size() != p.layout->total() || !(p.mean_loss > 0.0))
         return GEOLOCO_ERROR(Err::internal, "unexpected sync point");
       ++syncs;
       for (float& x : p.params) x = 0.25f * static_cast<float>(syncs);  // the daemon's new anchor

@@ -91,8 +91,10 @@ TEST_CASE("sampler: the interleaved split keeps shards disjoint and covering, ea
   for (std::size_t i : x) CHECK(allowed.count(i) == 1);
   CHECK(*std::max_element(x.begin(), x.end()) >= 900);  // not the contiguous range [500, 750)
   CHECK(*std::min_element(x.begin(), x.end()) < 100);
-  CHECK(Sampler::create(std::size_t{1} << 32, 0, 2, 1, false, DataSplit::interleaved).status().message().find(
-            "too many to interleave") != std::string::npos);
+  CHECK(Sampler::create(std::size_t{1} << 32, 0, 2, 1, false, DataSplit::interleaved)
+            .status()
+            .message()
+            .find("too many to interleave") != std::string::npos);
 }
 
 TEST_CASE("text: held-out tail, next-byte targets, non-overlapping eval windows", "[data]") {

@@ -57,8 +57,8 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string write(const std::string& name, const Bytes& bytes) const {
     const std::string p = (path / name).string();
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return p;
   }
 };

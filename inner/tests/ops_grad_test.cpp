@@ -18,7 +18,7 @@ using namespace geoloco::inner::cpu;
 using namespace geoloco::inner::testing;
 
 namespace {
-constexpr double kH = 1e-2;     // fp32 step: large enough that rounding noise stays ~1e-5
+constexpr double kH = 1e-2;  // fp32 step: large enough that rounding noise stays ~1e-5
 constexpr double kAtol = 2e-3;
 constexpr double kRtol = 2e-2;
 }  // namespace

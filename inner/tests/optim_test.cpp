@@ -52,9 +52,9 @@ TEST_CASE("warmup then cosine schedule", "[optim]") {
   REQUIRE(s.validate().ok());
   CHECK(learning_rate(s, 0) == Approx(0.25));
   CHECK(learning_rate(s, 3) == Approx(1.0));
-  CHECK(learning_rate(s, 4) == Approx(1.0));                  // cosine starts at the peak
-  CHECK(learning_rate(s, 9) == Approx(0.1 + 0.45));           // halfway: (lr + min)/2
-  CHECK(learning_rate(s, 14) == Approx(0.1));                 // the floor
+  CHECK(learning_rate(s, 4) == Approx(1.0));         // cosine starts at the peak
+  CHECK(learning_rate(s, 9) == Approx(0.1 + 0.45));  // halfway: (lr + min)/2
+  CHECK(learning_rate(s, 14) == Approx(0.1));        // the floor
   CHECK(learning_rate(s, 1000) == Approx(0.1));
   // A quarter of the way: min + ½(lr − min)(1 + cos(π/4))
   s.warmup_steps = 0, s.total_steps = 8;

@@ -1,8 +1,9 @@
 // geoloco-train --backend cuda where it cannot run: refused before any
 // worker, data or daemon connection, with exit code 2 and one exact line on
 // stderr:
-//   built without CUDA:  "geoloco-train: --backend cuda: this geoloco-train was built without CUDA (no nvcc at build time)"
-//   no device:           "geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned <name> (<text>)"
+//   built without CUDA:  "geoloco-train: --backend cuda: this geoloco-train was built without CUDA (no nvcc at build
+//   time)" no device:           "geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned <name>
+//   (<text>)"
 // In a CUDA build the expected line is made from this process's own
 // cudaGetDeviceCount, so the test names the same result the binary saw. On
 // a machine with a GPU the refusal cannot happen: the case says
@@ -93,10 +94,11 @@ TEST_CASE("geoloco-train --backend cuda is refused with exit 2 where it cannot r
                                                   "trains with it instead");
     return;
   }
-  expected = e != cudaSuccess ? std::string("geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned ") +
-                                    cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")\n"
-                              : "geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned cudaSuccess "
-                                "with a count of 0\n";
+  expected = e != cudaSuccess
+                 ? std::string("geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned ") +
+                       cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")\n"
+                 : "geoloco-train: --backend cuda: no CUDA device: cudaGetDeviceCount returned cudaSuccess "
+                   "with a count of 0\n";
 #else
   expected = "geoloco-train: --backend cuda: this geoloco-train was built without CUDA (no nvcc at build time)\n";
 #endif

@@ -299,9 +299,9 @@ TEST_CASE("geoloco-train --overlap --alpha: streaming rounds 1/1, 2/2, 3/0, ... 
   config.streaming = true;
   config.first_round = 1;
   pt::FakeDaemon daemon(open_server(path), config);
-  const Proc p = run_train(streaming_args(path) + std::vector<std::string>{"--steps", "100000", "--sync-every", "6",
-                                                                           "--overlap", "1", "--alpha", "0.5",
-                                                                           "--workers", "2"});
+  const Proc p =
+      run_train(streaming_args(path) + std::vector<std::string>{"--steps", "100000", "--sync-every", "6", "--overlap",
+                                                                "1", "--alpha", "0.5", "--workers", "2"});
   INFO(p.output);
   REQUIRE(p.code == 0);
   CHECK_THAT(p.output, Catch::Contains("streaming: 3 fragment(s), one per round, overlap 1 step(s), alpha 0.5"));

@@ -87,7 +87,8 @@ TEST_CASE("time-based phases on a clock: a slow step means fewer steps per round
     hooks.on_step = [&](const StepStats&) { ++ticks; };
     std::vector<std::uint64_t> steps;
     hooks.on_sync = [&](SyncPoint& p) {
-      if (p.work_units != p.phase_steps * w.options.batch) return GEOLOCO_ERROR(Err::internal, "tokens do not count the work");
+      if (p.work_units != p.phase_steps * w.options.batch)
+        return GEOLOCO_ERROR(Err::internal, "tokens do not count the work");
       steps.push_back(p.phase_steps);
       return Status();
     };
@@ -193,7 +194,7 @@ TEST_CASE("the compute share: time in steps over the loop's time without evaluat
   // A sync sees the counters up to its own call: its hold counts from the next one on.
   CHECK(at_sync == std::vector<std::pair<double, double>>{{2.0, 2.0}, {4.0, 4.5}});
   CHECK(r->compute_seconds == 4.0);
-  CHECK(r->eval_seconds == 0.5);         // two anchors' (after_sync) and the final evaluation
+  CHECK(r->eval_seconds == 0.5);  // two anchors' (after_sync) and the final evaluation
   CHECK(r->loop_seconds == 5.0);
   CHECK(r->compute_share == 4.0 / 5.0);  // 4 s of steps, 1 s held by the two syncs
 }

@@ -46,7 +46,7 @@ namespace pt = geoloco::inner::protocol::testing;
 
 namespace {
 
-constexpr std::uint64_t kH = 6;          // a period: 3 phases of 2 steps
+constexpr std::uint64_t kH = 6;  // a period: 3 phases of 2 steps
 constexpr std::uint32_t kFragments = 3;
 constexpr std::uint64_t kBatch = 32;
 const std::string kJob = "train-streaming-test";

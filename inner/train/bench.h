@@ -27,13 +27,13 @@ struct BenchOptions {
 
 struct BenchResult {
   std::string model;
-  std::string unit;            ///< "samples" or "tokens"
+  std::string unit;  ///< "samples" or "tokens"
   std::size_t params = 0;
   std::size_t batch = 0;
   std::uint64_t steps = 0;
   double units_per_second = 0.0;
-  double gflops = 0.0;         ///< model FLOPs of training per second / 1e9
-  double peak_gflops = 0.0;    ///< plain sgemm of peak_shape
+  double gflops = 0.0;       ///< model FLOPs of training per second / 1e9
+  double peak_gflops = 0.0;  ///< plain sgemm of peak_shape
   GemmShape peak_shape;
   double final_loss = 0.0;
 };

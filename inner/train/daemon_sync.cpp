@@ -78,8 +78,7 @@ Result<bool> DaemonSync::merge(std::span<float> replica, double alpha) {
     if (delayed_)
       GEOLOCO_TRY(diloco::merge_fragment_delayed(local, channel_->fragment_values(result->fragment),
                                                  std::span<const float>(at_sync_).subspan(desc.offset, desc.length)));
-    else
-      GEOLOCO_TRY(diloco::merge_fragment(local, channel_->fragment_values(result->fragment), alpha));
+    else GEOLOCO_TRY(diloco::merge_fragment(local, channel_->fragment_values(result->fragment), alpha));
     stop = stop || result->stop();
   }
   in_flight_.clear();

@@ -30,11 +30,11 @@ namespace geoloco::inner {
 
 /// What one optimizer step did (the same on every rank).
 struct StepStats {
-  std::uint64_t step = 0;       ///< 0-based index of the step just taken
-  double loss = 0.0;            ///< mean training loss over all micro-batches and ranks
-  double grad_norm = 0.0;       ///< global norm before clipping
-  double lr = 0.0;              ///< learning rate used
-  std::uint64_t work_units = 0; ///< samples or tokens of the step, over all ranks
+  std::uint64_t step = 0;        ///< 0-based index of the step just taken
+  double loss = 0.0;             ///< mean training loss over all micro-batches and ranks
+  double grad_norm = 0.0;        ///< global norm before clipping
+  double lr = 0.0;               ///< learning rate used
+  std::uint64_t work_units = 0;  ///< samples or tokens of the step, over all ranks
 };
 
 /// AdamW's state as the host sees it (inner_state.h saves it). The spans

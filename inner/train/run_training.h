@@ -40,14 +40,14 @@ namespace geoloco::inner {
 
 /// What rank 0's on_sync sees.
 struct SyncPoint {
-  std::uint64_t step = 0;           ///< trainer.steps_done() (a resumed run counts from its resume step)
-  std::uint64_t sync_index = 0;     ///< 0 for the first sync of the run
-  std::span<float> params;          ///< the replica, in host memory; write the new anchor here
+  std::uint64_t step = 0;        ///< trainer.steps_done() (a resumed run counts from its resume step)
+  std::uint64_t sync_index = 0;  ///< 0 for the first sync of the run
+  std::span<float> params;       ///< the replica, in host memory; write the new anchor here
   const ParamLayout* layout = nullptr;
-  double mean_loss = 0.0;           ///< mean training loss since the previous sync
-  std::uint64_t work_units = 0;     ///< samples or tokens since the previous sync (all ranks)
-  std::uint64_t phase_steps = 0;    ///< steps of the phase that just ended
-  double phase_seconds = 0.0;       ///< its length on rank 0's clock, from the end of the previous sync
+  double mean_loss = 0.0;         ///< mean training loss since the previous sync
+  std::uint64_t work_units = 0;   ///< samples or tokens since the previous sync (all ranks)
+  std::uint64_t phase_steps = 0;  ///< steps of the phase that just ended
+  double phase_seconds = 0.0;     ///< its length on rank 0's clock, from the end of the previous sync
   /// Rank 0's clock, from the start of the loop to this sync, without
   /// evaluations: in all (`loop_seconds`) and in steps (`compute_seconds`,
   /// the fault-injection delay included). The difference is the time
@@ -96,15 +96,15 @@ struct TrainHooks {
 };
 
 struct TrainReport {
-  std::uint64_t steps = 0;        ///< steps this run took (not counting a resume offset)
-  std::uint64_t work_units = 0;   ///< over all ranks
-  double last_loss = 0.0;         ///< training loss of the last step
-  EvalResult eval;                ///< the final evaluation
-  double seconds = 0.0;           ///< wall time of the loop (evaluations included)
+  std::uint64_t steps = 0;       ///< steps this run took (not counting a resume offset)
+  std::uint64_t work_units = 0;  ///< over all ranks
+  double last_loss = 0.0;        ///< training loss of the last step
+  EvalResult eval;               ///< the final evaluation
+  double seconds = 0.0;          ///< wall time of the loop (evaluations included)
   // On the loop's clock (TrainHooks::clock):
-  double compute_seconds = 0.0;   ///< in steps (the fault-injection delay included)
-  double eval_seconds = 0.0;      ///< in evaluations (after_sync's included)
-  double loop_seconds = 0.0;      ///< the loop's time without evaluations
+  double compute_seconds = 0.0;  ///< in steps (the fault-injection delay included)
+  double eval_seconds = 0.0;     ///< in evaluations (after_sync's included)
+  double loop_seconds = 0.0;     ///< the loop's time without evaluations
   /// compute_seconds over loop_seconds: the share of
   /// it this worker computed rather than waited for syncs and merges (0
   /// when no time passed).

@@ -37,14 +37,13 @@ struct SyncPlan {
 /// Errors: invalid_argument when streaming meets time-based phases, when H
 /// is smaller than F (a round without a step), or when τ exceeds the
 /// smallest phase ⌊H/F⌋ (one fragment in flight at a time).
-Result<SyncPlan> plan_sync(std::span<const protocol::FragmentDesc> table, std::uint64_t sync_every,
-                           double sync_seconds, std::uint64_t overlap_steps, double alpha);
+Result<SyncPlan> plan_sync(std::span<const protocol::FragmentDesc> table, std::uint64_t sync_every, double sync_seconds,
+                           std::uint64_t overlap_steps, double alpha);
 
 /// The round the trainer syncs next: the smallest next round of the table.
 std::uint64_t sync_round(std::span<const std::uint64_t> next_rounds);
 
 /// The fragments that sync at sync_round(): those whose next round it is.
 std::vector<std::uint32_t> fragments_due(std::span<const std::uint64_t> next_rounds);
-
 
 }  // namespace geoloco::inner

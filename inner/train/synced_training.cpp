@@ -68,8 +68,8 @@ std::uint64_t steps_before_round(std::uint64_t round, std::uint64_t first_round,
 
 Result<std::unique_ptr<SyncedTraining>> SyncedTraining::start(const TrainOptions& options, const SyncedOptions& sync,
                                                               Collective& collective,
-                                                              std::shared_ptr<const Dataset> dataset,
-                                                              std::ostream& out, TrainerFactory make_trainer) {
+                                                              std::shared_ptr<const Dataset> dataset, std::ostream& out,
+                                                              TrainerFactory make_trainer) {
   GEOLOCO_TRY(sync.validate());
   GEOLOCO_TRY(options.validate());
   std::unique_ptr<SyncedTraining> s(new SyncedTraining(sync, out));
@@ -252,8 +252,8 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.3f", point.phase_seconds);
   out_ << "round " << round << " synced: " << point.phase_steps << " steps in " << seconds << " s, " << point.work_units
-       << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss
-       << timing_text(timing) << (point.stop ? "; the daemon says stop" : "") << std::endl;
+       << " " << trainer_->model().work_unit_name() << ", mean loss " << point.mean_loss << timing_text(timing)
+       << (point.stop ? "; the daemon says stop" : "") << std::endl;
   save_state(next);
   next_round_ = next;  // after_sync logs the anchor once the trainer holds it
   return {};
@@ -262,7 +262,8 @@ Status SyncedTraining::on_sync(SyncPoint& point) {
 bool SyncedTraining::streaming_phase_end(std::uint64_t steps) const {
   // Never while a fragment is out (plan_sync keeps τ within the shortest phase).
   if (!daemon_->in_flight().empty()) return false;
-  return steps >= diloco::phase_steps(daemon_->next_round(), sync_.first_round, plan_.schedule_fragments, sync_.sync_every);
+  return steps >=
+         diloco::phase_steps(daemon_->next_round(), sync_.first_round, plan_.schedule_fragments, sync_.sync_every);
 }
 
 Status SyncedTraining::hand_out(SyncPoint& point) {

@@ -59,12 +59,13 @@ struct SyncedOptions {
   std::uint64_t min_steps = 1;    ///< time-based: at least this many steps per round, >= 1
   std::uint64_t first_round = 1;  ///< the number of a job's first round (geolocod's rounds start at 1)
   std::string eval_log;           ///< --eval-log: JSON lines, one per anchor (eval_log.h); empty = none
-  std::uint64_t eval_rounds = 1;  ///< --eval-rounds: with eval_log, every Nth round's anchor (and the first and the stop's)
-  std::string state_dir;          ///< --state-dir: the inner state across restarts (inner_state.h); empty = none
+  std::uint64_t eval_rounds =
+      1;                  ///< --eval-rounds: with eval_log, every Nth round's anchor (and the first and the stop's)
+  std::string state_dir;  ///< --state-dir: the inner state across restarts (inner_state.h); empty = none
   std::uint64_t overlap_steps = 0;  ///< --overlap: τ, inner steps a fragment's exchange overlaps (streaming)
-  double alpha = 0.0;             ///< --alpha: α in [0, 1], the local replica's weight in the merge (streaming)
-  bool merge_delayed = false;     ///< --merge delayed: the merge keeps the progress since the sync (delayed outer step)
-  int timeout_ms = 600'000;       ///< longest wait for the daemon (and for a peer worker)
+  double alpha = 0.0;               ///< --alpha: α in [0, 1], the local replica's weight in the merge (streaming)
+  bool merge_delayed = false;  ///< --merge delayed: the merge keeps the progress since the sync (delayed outer step)
+  int timeout_ms = 600'000;    ///< longest wait for the daemon (and for a peer worker)
   /// How rank 0 reaches its daemon; empty: the local sync protocol over
   /// socket_path (inner/train/sync_channel.h). The simulator sets its own.
   ChannelFactory channel;
@@ -141,9 +142,9 @@ class SyncedTraining {
   std::unique_ptr<InnerTrainer> trainer_;
   std::unique_ptr<EvalLog> eval_log_;  // rank 0 with --eval-log
   std::uint64_t layout_digest_ = 0;
-  std::uint64_t next_round_ = 0;  // rank 0: the round the last sync's anchor starts (for after_sync's log)
-  bool log_after_sync_ = true;    // rank 0: whether after_sync logs it (streaming: at a period's end and the stop)
-  SyncPlan plan_;                 // every rank
+  std::uint64_t next_round_ = 0;    // rank 0: the round the last sync's anchor starts (for after_sync's log)
+  bool log_after_sync_ = true;      // rank 0: whether after_sync logs it (streaming: at a period's end and the stop)
+  SyncPlan plan_;                   // every rank
   std::uint64_t synced_round_ = 0;  // rank 0, streaming: the round whose fragments are (or were last) in flight
   std::uint64_t welcome_round_ = 0;
   std::uint64_t resume_step_ = 0;

@@ -91,10 +91,12 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
       app.add_option("--sync-every", sync.sync_every, "inner steps per round, between syncs with the daemon (H)");
   auto* sync_seconds_opt = app.add_option(
       "--sync-seconds", sync.sync_seconds,
-      "time-based rounds instead of --sync-every (the job file's inner.duration): each inner phase runs steps until this "
+      "time-based rounds instead of --sync-every (the job file's inner.duration): each inner phase runs steps until "
+      "this "
       "many seconds have passed on rank 0 (at least --min-steps); every worker takes the same number of steps");
-  auto* min_steps_opt = app.add_option("--min-steps", sync.min_steps, "with --sync-seconds: at least this many steps "
-                                                                      "per round")
+  auto* min_steps_opt = app.add_option("--min-steps", sync.min_steps,
+                                       "with --sync-seconds: at least this many steps "
+                                       "per round")
                             ->capture_default_str();
   app.add_option("--first-round", sync.first_round,
                  "the number of a job's first round (geolocod counts from 1): a trainer welcomed at round r "
@@ -111,13 +113,15 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   overlap_opt->capture_default_str();
   alpha_opt->capture_default_str();
   std::string merge_mode = "replace";
-  auto* merge_opt = app.add_option(
-      "--merge", merge_mode,
-      "with a daemon and --overlap: how a fragment's new global values come in; replace (theta = alpha * local + "
-      "(1 - alpha) * global) or delayed (theta = global + the local progress since the sync: the delayed outer "
-      "step, with --overlap up to H - 1 the next phase never waits for the exchange)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"replace", "delayed"}));
+  auto* merge_opt =
+      app.add_option(
+             "--merge", merge_mode,
+             "with a daemon and --overlap: how a fragment's new global values come in; replace (theta = alpha * local "
+             "+ "
+             "(1 - alpha) * global) or delayed (theta = global + the local progress since the sync: the delayed outer "
+             "step, with --overlap up to H - 1 the next phase never waits for the exchange)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"replace", "delayed"}));
   app.add_option("--eval-log", sync.eval_log,
                  "with a daemon: rank 0 evaluates every anchor the daemon hands over (the first one and each "
                  "RESULT's, the final one included) and appends a JSON line {\"round\", \"eval_loss\", "

@@ -17,16 +17,16 @@
 namespace geoloco::inner {
 
 struct TrainCommand {
-  TrainOptions train;             ///< complete: the schedule's length and the model's defaults filled in
-  SyncedOptions sync;             ///< meaningful when `synced`
-  bool synced = false;            ///< a daemon is named (--sync-socket or GEOLOCO_SOCKET)
-  std::string backend = "cpu";    ///< --backend
-  int threads = 1;                ///< --threads: OpenBLAS threads per worker
-  int workers = 1;                ///< --workers: worker processes to start without a launcher
-  int timeout_ms = 600'000;       ///< --timeout-ms
-  bool bench = false;             ///< --bench
-  double bench_seconds = 10.0;    ///< --bench-seconds
-  std::string save_params;        ///< --save-params
+  TrainOptions train;           ///< complete: the schedule's length and the model's defaults filled in
+  SyncedOptions sync;           ///< meaningful when `synced`
+  bool synced = false;          ///< a daemon is named (--sync-socket or GEOLOCO_SOCKET)
+  std::string backend = "cpu";  ///< --backend
+  int threads = 1;              ///< --threads: OpenBLAS threads per worker
+  int workers = 1;              ///< --workers: worker processes to start without a launcher
+  int timeout_ms = 600'000;     ///< --timeout-ms
+  bool bench = false;           ///< --bench
+  double bench_seconds = 10.0;  ///< --bench-seconds
+  std::string save_params;      ///< --save-params
 };
 
 /// What parse_train_command() found: a command to run, or the exit code of

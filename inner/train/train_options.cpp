@@ -16,8 +16,7 @@ Status TrainOptions::validate() const {
   GEOLOCO_RETURN_IF(!(clip_norm >= 0.0 && std::isfinite(clip_norm)), Err::invalid_argument,
                     "clip_norm must be finite and >= 0, got ", clip_norm);
   GEOLOCO_RETURN_IF(data.site_shards == 0 || data.site_shard >= data.site_shards, Err::invalid_argument,
-                    "data.site_shard (", data.site_shard, ") must be below data.site_shards (", data.site_shards,
-                    ")");
+                    "data.site_shard (", data.site_shard, ") must be below data.site_shards (", data.site_shards, ")");
   GEOLOCO_RETURN_IF(!(data.heldout_fraction > 0.0 && data.heldout_fraction < 1.0), Err::invalid_argument,
                     "data.heldout_fraction must be in (0, 1), got ", data.heldout_fraction);
   GEOLOCO_TRY(schedule.validate());

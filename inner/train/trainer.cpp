@@ -7,8 +7,8 @@
 namespace geoloco::inner {
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainOptions& options, Collective& collective,
-                                                 std::shared_ptr<const Dataset> dataset,
-                                                 std::span<float> param_storage, bool initialize) {
+                                                 std::shared_ptr<const Dataset> dataset, std::span<float> param_storage,
+                                                 bool initialize) {
   GEOLOCO_RETURN_IF(dataset == nullptr, Err::invalid_argument, "trainer: no dataset");
   auto model = make_model(options);
   if (!model.ok()) return model.status();

@@ -25,7 +25,8 @@ compression: [{topk: {density: 0.05}}, {quantize: {bits: 4}}, zstd]
 straggler: {deadline: 15s, min_sites: 2, policy: carry, decay: 0.5}
 checkpoint: {every_rounds: 3}
 stop: {rounds: 12}
-)", {"a", "b", "c", "d"});
+)",
+                 {"a", "b", "c", "d"});
   INFO(j.status().message());
   REQUIRE(j.ok());
   CHECK(j->sites == std::vector<std::string>{"a", "b", "c"});
@@ -43,7 +44,8 @@ stop: {rounds: 12}
 }
 
 TEST_CASE("trainer.eval_rounds and eval_items: how often and on how much the anchors are evaluated") {
-  const std::string head = "name: demo\nsites: [a, b]\ncoordinator: a\ninner: {lr: 0.003, steps: 40}\nstop: {rounds: 3}\n";
+  const std::string head =
+      "name: demo\nsites: [a, b]\ncoordinator: a\ninner: {lr: 0.003, steps: 40}\nstop: {rounds: 3}\n";
   auto plain = parse(head + "trainer: {model: gpt}\n");
   REQUIRE(plain.ok());
   CHECK(plain->trainer.eval_rounds == 1);  // every anchor
@@ -70,7 +72,8 @@ TEST_CASE("trainer kind command: the user's program and its arguments, refused w
   CHECK(ok->trainer.command == std::vector<std::string>{"python3", "train.py", "--lr", "0.001"});
   auto missing = parse(head + "trainer: {kind: command}\n");
   REQUIRE_FALSE(missing.ok());
-  CHECK_THAT(missing.status().message(), Catch::Contains("trainer: kind command needs command: [program, arguments...]"));
+  CHECK_THAT(missing.status().message(),
+             Catch::Contains("trainer: kind command needs command: [program, arguments...]"));
   auto empty = parse(head + "trainer: {kind: command, command: []}\n");
   REQUIRE_FALSE(empty.ok());
   CHECK_THAT(empty.status().message(), Catch::Contains("trainer.command: expected the program and its arguments"));
@@ -114,7 +117,8 @@ outer: {optimizer: adam}
 compression: [lz4]
 straggler: {min_sites: 9}
 colour: red
-)", {"a", "b"});
+)",
+                 {"a", "b"});
   REQUIRE_FALSE(j.ok());
   const std::string m = j.status().message();
   INFO(m);
@@ -176,7 +180,8 @@ coordinator: a
 inner: {duration: 30s}
 streaming: {fragments: 2}
 stop: {rounds: 5}
-)", {"a", "b"});
+)",
+                     {"a", "b"});
   REQUIRE_FALSE(timed.ok());
   CHECK_THAT(timed.status().message(), Catch::Contains("2 fragments need inner.steps"));
 
@@ -187,7 +192,8 @@ trainer: {kind: external}
 inner: {steps: 12}
 streaming: {fragments: 1, alpha: 0.3}
 stop: {rounds: 5}
-)", {"a", "b"});
+)",
+                        {"a", "b"});
   // An external trainer streams as the WELCOME's phase plan says (geoloco.torch).
   INFO(external.status().message());
   REQUIRE(external.ok());

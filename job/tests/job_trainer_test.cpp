@@ -8,11 +8,12 @@ using namespace geoloco;
 using namespace geoloco::job;
 
 namespace {
-JobSpec a_job(const std::string& trainer,
-            const std::string& inner = "{lr: 0.002, steps: 40, batch: 32, warmup: 10, weight_decay: 0.05, clip: 0.5}") {
+JobSpec a_job(
+    const std::string& trainer,
+    const std::string& inner = "{lr: 0.002, steps: 40, batch: 32, warmup: 10, weight_decay: 0.05, clip: 0.5}") {
   auto j = parse_job_yaml(YAML::Load("name: demo\nsites: [site-a, site-b, site-c]\ncoordinator: site-a\nseed: 9\n"
-                                     "trainer: " + trainer +
-                                     "\ninner: " + inner + "\nstop: {rounds: 5}\n"),
+                                     "trainer: " +
+                                     trainer + "\ninner: " + inner + "\nstop: {rounds: 5}\n"),
                           "job.yaml");
   INFO(j.status().message());
   REQUIRE(j.ok());
@@ -63,8 +64,9 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--eval-rounds") == "(absent)");  // every anchor: the trainer's default
   CHECK(value_of("--eval-limit") == "(absent)");
 
-  auto g = builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32, data: interleaved}"), "site-c",
-                                   {"geoloco-train", "/tmp/j", {}});
+  auto g =
+      builtin_trainer_options(a_job("{model: gpt, layers: 4, width: 64, heads: 4, context: 32, data: interleaved}"),
+                              "site-c", {"geoloco-train", "/tmp/j", {}});
   REQUIRE(g.ok());
   CHECK(g->layers == 4);
   CHECK(g->width == 64);
@@ -188,5 +190,6 @@ TEST_CASE("the delayed outer step goes to the trainer as --merge delayed with th
 TEST_CASE("no trainer options for an external trainer or a stranger site") {
   CHECK(builtin_trainer_options(a_job("{kind: external}"), "site-a", {"x", "/j", {}}).status().message() ==
         "job 'demo' has an external trainer: the daemon starts none, it waits for one to attach");
-  CHECK(builtin_trainer_options(a_job("{model: mlp}"), "mars", {"x", "/j", {}}).status().code() == Err::invalid_argument);
+  CHECK(builtin_trainer_options(a_job("{model: mlp}"), "mars", {"x", "/j", {}}).status().code() ==
+        Err::invalid_argument);
 }

@@ -121,7 +121,8 @@ TEST_CASE("checkpoint: save and load round-trip the whole outer state") {
   // Saved from views of the same values (geolocod's writer thread), residuals
   // given in another order: the same bytes.
   CheckpointSource view{s.job, s.round, s.layout, s.anchor, s.momentum, {}};
-  for (auto it = s.residuals.rbegin(); it != s.residuals.rend(); ++it) view.residuals.emplace_back(it->site, it->values);
+  for (auto it = s.residuals.rbegin(); it != s.residuals.rend(); ++it)
+    view.residuals.emplace_back(it->site, it->values);
   REQUIRE(save_checkpoint(path, view, "cfg-1234").ok());
   CHECK(read_file(path) == bytes);
   // Its rules are OuterState::validate()'s.
@@ -257,8 +258,9 @@ TEST_CASE("checkpoint: kill -9 of a writer at random instants leaves the old or 
   // Calibrate: how long one save takes here.
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(save_checkpoint(path, state_at(round, values), "h").ok());
-  double max_delay_us = 2.0 * static_cast<double>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+  double max_delay_us =
+      2.0 * static_cast<double>(
+                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
 
   std::mt19937_64 rng(20261130);
   const int trials = 60;

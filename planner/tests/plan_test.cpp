@@ -37,16 +37,16 @@ TEST_CASE("plain DiLoCo: the round is compute plus an exchange of 3 RTT and the 
   auto p = make_plan(four_sites());
   REQUIRE(p.ok());
   const Figures& d = p->diloco;
-  CHECK(d.bytes_per_site == Approx(1.5e9));          // 2 (k-1)/k of 1 GB
-  CHECK(d.bytes_per_pair == Approx(5e8));            // 2/k of 1 GB
-  CHECK(d.exchange_seconds == Approx(0.3 + 12.0));   // 1.5e9 B x 8 / 1e9 bit/s
+  CHECK(d.bytes_per_site == Approx(1.5e9));         // 2 (k-1)/k of 1 GB
+  CHECK(d.bytes_per_pair == Approx(5e8));           // 2/k of 1 GB
+  CHECK(d.exchange_seconds == Approx(0.3 + 12.0));  // 1.5e9 B x 8 / 1e9 bit/s
   CHECK(d.compute_seconds == Approx(100.0));
   CHECK(d.stall_seconds == Approx(12.3));
   CHECK(d.round_seconds == Approx(112.3));
   CHECK(d.utilization == Approx(100.0 / 112.3));
-  CHECK(d.bytes_per_token == Approx(1.5e9 / 4e8));   // 4 sites x 100 steps x 1M tokens a round
+  CHECK(d.bytes_per_token == Approx(1.5e9 / 4e8));  // 4 sites x 100 steps x 1M tokens a round
   REQUIRE(d.train_seconds);
-  CHECK(*d.train_seconds == Approx(2500 * 112.3));   // 1e12 tokens / 4e8 a round
+  CHECK(*d.train_seconds == Approx(2500 * 112.3));  // 1e12 tokens / 4e8 a round
   CHECK(p->bottleneck.link == "site-1's link");
   CHECK(p->rtt_ms == 100);
 
@@ -64,9 +64,10 @@ TEST_CASE("below the target the plan names the link and the H, compression and o
   auto p = make_plan(four_sites());
   REQUIRE(p.ok());
   REQUIRE(p->warnings.size() == 4);
-  CHECK(mentions(*p, "DiLoCo computes 89% of the time, below the target 95%: site-1's link (1 Gbit/s) needs 12 s "
-                     "a round for 1.5 GB, plus 3 x RTT = 300 ms, and none of it hides"));
-  CHECK(mentions(*p, "a larger H: 234 inner steps or more"));      // 12.3 s stall hidden at 95%: H >= 233.7
+  CHECK(mentions(*p,
+                 "DiLoCo computes 89% of the time, below the target 95%: site-1's link (1 Gbit/s) needs 12 s "
+                 "a round for 1.5 GB, plus 3 x RTT = 300 ms, and none of it hides"));
+  CHECK(mentions(*p, "a larger H: 234 inner steps or more"));       // 12.3 s stall hidden at 95%: H >= 233.7
   CHECK(mentions(*p, "more compression: a ratio of 9.7 or more"));  // 12 s x 4 / (100 (1/0.95 - 1) - 0.3) s
   CHECK(mentions(*p, "overlap: 8 steps"));                          // 12.3 s - 5.26 s allowed = 7.04 steps
 

@@ -32,8 +32,8 @@ TEST_CASE("the simulator's exchange computes what the transport's all-reduce com
   auto& sites = *made;
 
   const std::size_t model = 30000, offset = 1000, n = 25000;  // a fragment [1000, 26000) of the model
-  compression::PipelineSpec q8{{compression::QuantizeSpec{8, 128, compression::Rounding::stochastic},
-                                compression::ZstdSpec{3}}};
+  compression::PipelineSpec q8{
+      {compression::QuantizeSpec{8, 128, compression::Rounding::stochastic}, compression::ZstdSpec{3}}};
   const std::vector<double> weights{640, 1280, 960};
   std::vector<std::vector<float>> replicas(3, std::vector<float>(n));
   std::vector<float> anchor(n);
@@ -81,10 +81,12 @@ TEST_CASE("the simulator's exchange computes what the transport's all-reduce com
   }
   std::vector<std::vector<float>> wire_delta(3, std::vector<float>(n));
   for (std::size_t s = 0; s < 3; ++s) {
-    REQUIRE(encoded[s].for_each([&](std::uint64_t begin, std::span<const float> v) {
-      std::copy(v.begin(), v.end(), wire_delta[s].begin() + static_cast<long>(begin));
-      return Status();
-    }).ok());
+    REQUIRE(encoded[s]
+                .for_each([&](std::uint64_t begin, std::span<const float> v) {
+                  std::copy(v.begin(), v.end(), wire_delta[s].begin() + static_cast<long>(begin));
+                  return Status();
+                })
+                .ok());
   }
 
   // In memory.

@@ -38,7 +38,9 @@ std::vector<std::string> names_for(int n) {
 }
 
 // Site s's input: quarter-integers, exact in fp32 and in every lossless codec.
-float input_value(std::size_t s, std::size_t i) { return 0.25f * static_cast<float>(static_cast<int>((i * 7 + s * 3) % 19) - 9); }
+float input_value(std::size_t s, std::size_t i) {
+  return 0.25f * static_cast<float>(static_cast<int>((i * 7 + s * 3) % 19) - 9);
+}
 
 struct Outcome {
   std::vector<Result<AllReduceStats>> results;
@@ -250,7 +252,8 @@ TEST_CASE("two-phase all-reduce over loopback TLS: exact, bounded, identical eve
       damaged.chunks.back().pop_back();
       const Status refused = damaged.for_each([](std::uint64_t, std::span<const float>) { return Status(); });
       CHECK_FALSE(refused.ok());
-      CHECK_THAT(refused.message(), Catch::Contains(cat("chunk ", e.chunks.size() - 1, " (averaged by " , names.back(), ")")));
+      CHECK_THAT(refused.message(),
+                 Catch::Contains(cat("chunk ", e.chunks.size() - 1, " (averaged by ", names.back(), ")")));
     }
 
     std::vector<compression::ErrorFeedback> narrow;
@@ -411,7 +414,8 @@ TEST_CASE("after set_job, a new job's first round works although an old job reac
   auto& sites = federated.sites;
   auto old_job = run_all(sites, 7, 5000, {});
   for (auto& r : old_job.results) REQUIRE(r.ok());
-  for (auto& s : sites) s->call([&s] {
+  for (auto& s : sites)
+    s->call([&s] {
       s->mesh().set_job(2);
       return 0;
     });

@@ -45,8 +45,8 @@ TEST_CASE("the TLS files' dates are read from the files") {
   REQUIRE(items.ok());
   REQUIRE(items->size() == 2);
   CHECK((*items)[0].what == "site certificate");
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   CHECK(std::abs((*items)[0].at - (now + 10 * 86400 - 300)) < 120);
   CHECK((*items)[1].what == "CA certificate");
   CHECK((*items)[1].at > (*items)[0].at);

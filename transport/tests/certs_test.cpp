@@ -58,7 +58,7 @@ TEST_CASE("a site certificate chains to the federation CA and names the site") {
   CHECK(X509_check_host(cert, "site-b.eu", 0, 0, nullptr) != 1);
   CHECK(X509_check_ca(ca) == 1);
   CHECK(X509_check_ca(cert) == 0);  // a site cannot sign other sites
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat((t.path / "a" / "site.key").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   REQUIRE(::stat((t.path / "ca" / "ca.key").c_str(), &st) == 0);
@@ -134,7 +134,7 @@ TEST_CASE("issuing again renews a site: a new key and certificate, the old pair 
   X509* first = load(dir / "site.pem");
   // The operator made the key readable to the daemon's group.
   REQUIRE(::chmod((dir / "site.key").c_str(), 0640) == 0);
-  struct stat before{};
+  struct stat before {};
   REQUIRE(::stat((dir / "site.key").c_str(), &before) == 0);
 
   REQUIRE(issue_site_cert(ca, "a", dir.string(), {30, -300}).ok());
@@ -143,7 +143,7 @@ TEST_CASE("issuing again renews a site: a new key and certificate, the old pair 
   CHECK(serial_of(renewed) != serial_of(first));
   CHECK(serial_of(previous) == serial_of(first));
   CHECK(X509_cmp(previous, first) == 0);
-  struct stat after{};
+  struct stat after {};
   REQUIRE(::stat((dir / "site.key").c_str(), &after) == 0);
   CHECK((after.st_mode & 0777) == 0640);
   CHECK(after.st_gid == before.st_gid);

@@ -71,10 +71,13 @@ TEST_CASE("control frames reach the peer's handler in order, outside any all-red
   CHECK(got == std::vector<std::string>{"a:1:ready-1", "a:2:ready-2", "a:3:ready-3", "a:4:ready-4", "a:5:ready-5"});
 
   // a has no handler: b's control frame is refused, with its reason.
-  Status sent = sites[1]->spawn([&]() -> asio::awaitable<Status> {
-                   const std::string text = "plan";
-                   co_return co_await sites[1]->mesh().send_control("a", 9, std::as_bytes(std::span(text.data(), text.size())));
-                 }).get();
+  Status sent = sites[1]
+                    ->spawn([&]() -> asio::awaitable<Status> {
+                      const std::string text = "plan";
+                      co_return co_await sites[1]->mesh().send_control(
+                          "a", 9, std::as_bytes(std::span(text.data(), text.size())));
+                    })
+                    .get();
   CHECK(sent.ok());
   bool refused = false;
   for (int tries = 0; tries < 200 && !refused; ++tries) {
@@ -99,9 +102,11 @@ TEST_CASE("a control frame of a job this site does not run yet is dropped, and w
   auto* a = sites[0].get();
   auto* b = sites[1].get();
   auto send = [a](std::uint64_t round, const std::string& text) {
-    return a->spawn([a, round, text]() -> asio::awaitable<Status> {
-              co_return co_await a->mesh().send_control("b", round, std::as_bytes(std::span(text.data(), text.size())));
-            }).get();
+    return a
+        ->spawn([a, round, text]() -> asio::awaitable<Status> {
+          co_return co_await a->mesh().send_control("b", round, std::as_bytes(std::span(text.data(), text.size())));
+        })
+        .get();
   };
   a->call([&] {
     a->mesh().set_job(7);  // a's job started; b's start is on its way
@@ -145,9 +150,11 @@ TEST_CASE("control frames arrive while a data connection waits for an operation 
   send_round_5_to_observer_b(*sites[0]);
   auto* a = sites[0].get();
   REQUIRE(a->spawn([a]() -> asio::awaitable<Status> {
-               const std::string text = "plan-5";
-               co_return co_await a->mesh().send_control("b", 5, std::as_bytes(std::span(text.data(), text.size())));
-             }).get().ok());
+             const std::string text = "plan-5";
+             co_return co_await a->mesh().send_control("b", 5, std::as_bytes(std::span(text.data(), text.size())));
+           })
+              .get()
+              .ok());
   auto got = [&] { return sites[1]->call([&] { return received; }); };
   for (int tries = 0; tries < 200 && got().empty(); ++tries) std::this_thread::sleep_for(10ms);
   CHECK(got() == std::vector<std::string>{"a:5:plan-5"});
@@ -192,9 +199,13 @@ TEST_CASE("frames of an operation this site never heard of are dropped once it d
   state.type = FrameType::state;
   state.round = 6;
   const std::string text = "state-6";
-  REQUIRE(sites[0]->spawn([&ma, state, text]() -> asio::awaitable<Status> {
-                     co_return co_await ma.send_state_frame("b", state, std::as_bytes(std::span(text.data(), text.size())), 0);
-                   }).get().ok());
+  REQUIRE(sites[0]
+              ->spawn([&ma, state, text]() -> asio::awaitable<Status> {
+                co_return co_await ma.send_state_frame("b", state, std::as_bytes(std::span(text.data(), text.size())),
+                                                       0);
+              })
+              .get()
+              .ok());
   auto got = [&] { return sites[1]->call([&] { return received; }); };
   std::this_thread::sleep_for(200ms);
   CHECK(got().empty());  // behind round 5's frames
@@ -233,7 +244,9 @@ TEST_CASE("control frames travel on the control connection only, data and state 
   state.type = FrameType::state;
   FrameHeader plan;
   plan.type = FrameType::control;
-  auto send = [&](auto body) { return a->spawn([body]() -> asio::awaitable<Status> { co_return co_await body(); }).get(); };
+  auto send = [&](auto body) {
+    return a->spawn([body]() -> asio::awaitable<Status> { co_return co_await body(); }).get();
+  };
   Status s1 = send([&]() { return ma.send_control_frame("b", state, bytes); });
   CHECK(s1.message() == "send_control_frame sends control frames, not state");
   Status s2 = send([&]() { return ma.send_state_frame("b", state, bytes, control); });

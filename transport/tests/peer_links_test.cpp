@@ -20,7 +20,7 @@ TEST_CASE("an unreachable peer is said once per outage, reminded once a minute, 
         "while it lasts");
   CHECK(links.dial_failed("b", "connection refused", 200ms, t0 + 1s).empty());
   CHECK(links.dial_failed("b", "TLS handshake failed: reset", 400ms, t0 + 2s).empty());  // the same outage
-  CHECK(links.dial_failed("c", "connection refused", 100ms, t0 + 3s).size() > 0);       // per peer
+  CHECK(links.dial_failed("c", "connection refused", 100ms, t0 + 3s).size() > 0);        // per peer
   CHECK(links.dial_failed("b", "certificate verify failed", 10s, t0 + 59s).empty());
   CHECK(links.dial_failed("b", "certificate verify failed", 10s, t0 + 60s) ==
         "still cannot reach b: 5 failed dial(s) in 60 s (last: certificate verify failed)");
@@ -39,7 +39,8 @@ TEST_CASE("an unreachable peer is said once per outage, reminded once a minute, 
 TEST_CASE("a drop is said once and counted; the next outage's first failure is said again") {
   PeerLinks links;
   CHECK(links.connected("b", t0).empty());  // reached at the first dial: nothing to say
-  CHECK(links.lost("b", "connection to b closed", t0 + 2s) == "lost the connection to b after 2 s: connection to b closed");
+  CHECK(links.lost("b", "connection to b closed", t0 + 2s) ==
+        "lost the connection to b after 2 s: connection to b closed");
   CHECK(links.lost("b", "connection to b closed", t0 + 3s).empty());  // not up: nothing more
   CHECK(links.links().at("b").drops == 1);
   CHECK(links.dial_failed("b", "connection refused", 100ms, t0 + 3s).size() > 0);

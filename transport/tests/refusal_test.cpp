@@ -176,8 +176,9 @@ TEST_CASE("bad peers are refused with their own messages while honest sites all-
       Rogue r(a.port(), federation.files("mallory"), real_ca);
       r.hello("mallory", 1, 3);  // configured with another connections_per_peer
     }
-    CHECK(refused_with(a, "mallory has transport.connections_per_peer 3, this site 2: they must be the same on every "
-                          "site"));
+    CHECK(refused_with(a,
+                       "mallory has transport.connections_per_peer 3, this site 2: they must be the same on every "
+                       "site"));
 
     {
       asio::io_context io;

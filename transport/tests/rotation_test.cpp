@@ -67,7 +67,8 @@ void all_reduces(std::vector<loopback::Site*> sites, std::uint64_t first_round, 
     const std::uint64_t round = first_round + static_cast<std::uint64_t>(r);
     auto futures = spawn_round(sites, round, in, out);
     auto results = loopback::wait_all(futures);
-    for (std::size_t s = 0; s < n; ++s) UNSCOPED_INFO("round " << round << " site " << sites[s]->name() << ": " << results[s].status().message());
+    for (std::size_t s = 0; s < n; ++s)
+      UNSCOPED_INFO("round " << round << " site " << sites[s]->name() << ": " << results[s].status().message());
     for (std::size_t s = 0; s < n; ++s) {
       INFO("round " << round << " site " << sites[s]->name() << ": " << results[s].status().message());
       REQUIRE(results[s].ok());
@@ -223,8 +224,9 @@ TEST_CASE("a slot's frames keep their order across a replacement, even when the 
   CHECK(b->call([&] { return b->mesh().rejected_frames(); }) == 0);
 }
 
-TEST_CASE("reloads in quick succession, with connections dropping meanwhile, end with every slot connected and "
-          "nothing left draining") {
+TEST_CASE(
+    "reloads in quick succession, with connections dropping meanwhile, end with every slot connected and "
+    "nothing left draining") {
   auto f = federate({"a", "b", "c"});
   auto* a = f.sites[0].get();
   auto* b = f.sites[1].get();
@@ -275,8 +277,9 @@ TEST_CASE("a CRL loaded by a reload cuts a revoked peer off and refuses it by na
     files.crl_file = crl;
     REQUIRE(reload(*site, files).ok());
   }
-  CHECK(refused_with(*b, "the certificate of a is refused since this site's TLS reload: peer certificate refused: "
-                         "certificate revoked"));
+  CHECK(refused_with(*b,
+                     "the certificate of a is refused since this site's TLS reload: peer certificate refused: "
+                     "certificate revoked"));
   CHECK(refused_with(*b, "peer certificate refused: certificate revoked (the certificate of 'a')"));
   CHECK(refused_with(*c, "peer certificate refused: certificate revoked (the certificate of 'a')"));
   std::this_thread::sleep_for(500ms);  // a dials again and again meanwhile
@@ -312,7 +315,8 @@ TEST_CASE("a reload with files that cannot be used is refused and changes nothin
   mismatched.key_file = f.federation->files("b").key_file;
   Status s = reload(*a, mismatched);
   CHECK(s.code() == Err::invalid_argument);
-  CHECK(s.message() == cat("cannot use key ", mismatched.key_file, ": key values mismatch (x509 certificate routines)"));
+  CHECK(s.message() ==
+        cat("cannot use key ", mismatched.key_file, ": key values mismatch (x509 certificate routines)"));
 
   auto other_site = f.federation->files("b");
   s = reload(*a, other_site);

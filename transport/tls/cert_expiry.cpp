@@ -29,7 +29,8 @@ Result<std::pair<std::int64_t, std::int64_t>> certificate_dates(const std::strin
   std::fclose(f);
   ERR_clear_error();
   GEOLOCO_RETURN_IF(!cert, Err::invalid_argument, path, " is not a PEM certificate");
-  return std::pair{asn1_time_to_unix(X509_get0_notBefore(cert.get())), asn1_time_to_unix(X509_get0_notAfter(cert.get()))};
+  return std::pair{asn1_time_to_unix(X509_get0_notBefore(cert.get())),
+                   asn1_time_to_unix(X509_get0_notAfter(cert.get()))};
 }
 
 Result<std::pair<std::int64_t, std::int64_t>> crl_dates(const std::string& path) {
@@ -87,8 +88,8 @@ std::vector<std::string> expiry_warnings(std::int64_t now, const std::vector<Tls
   std::vector<std::string> out;
   for (const auto& item : items) {
     const std::int64_t left = item.at - now;
-    const std::int64_t window = item.from > 0 && item.at > item.from ? std::min(window_s, (item.at - item.from) / 4)
-                                                                     : window_s;
+    const std::int64_t window =
+        item.from > 0 && item.at > item.from ? std::min(window_s, (item.at - item.from) / 4) : window_s;
     if (left > window) continue;
     const std::string where = item.path.empty() ? "" : cat(" (", item.path, ")");
     const bool crl = item.what == "CRL";

@@ -18,9 +18,9 @@ struct TlsFiles;
 
 /// One dated item of a site's TLS material.
 struct TlsExpiry {
-  std::string what;     ///< "site certificate", "CA certificate", "CRL", or "certificate of peer NAME"
-  std::string path;     ///< the file it came from (empty for a peer's)
-  std::int64_t at = 0;  ///< Unix seconds when it stops being valid
+  std::string what;       ///< "site certificate", "CA certificate", "CRL", or "certificate of peer NAME"
+  std::string path;       ///< the file it came from (empty for a peer's)
+  std::int64_t at = 0;    ///< Unix seconds when it stops being valid
   std::int64_t from = 0;  ///< Unix seconds since when it is valid (0: unknown)
 };
 

@@ -85,7 +85,7 @@ Status add_crls(SSL_CTX* native, const std::string& path) {
 
 // Verifies `leaf` (with the peer's `chain`, which may be null) against the
 // store of `context`, as of now. Returns X509_V_OK or OpenSSL's code.
-int verify_against(SSL_CTX* context, X509* leaf, STACK_OF(X509)* chain, const char* purpose) {
+int verify_against(SSL_CTX* context, X509* leaf, STACK_OF(X509) * chain, const char* purpose) {
   std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
   if (!ctx || X509_STORE_CTX_init(ctx.get(), SSL_CTX_get_cert_store(context), leaf, chain) != 1)
     return X509_V_ERR_UNSPECIFIED;
@@ -171,8 +171,7 @@ Status check_peer_name(SSL* ssl, const std::string& site) {
   X509* cert = SSL_get0_peer_certificate(ssl);
   GEOLOCO_RETURN_IF(cert == nullptr, Err::invalid_argument, "peer presented no certificate");
   GEOLOCO_RETURN_IF(SSL_get_verify_result(ssl) != X509_V_OK, Err::invalid_argument,
-                    "peer certificate did not verify: ",
-                    X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
+                    "peer certificate did not verify: ", X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
   if (X509_check_host(cert, site.data(), site.size(), X509_CHECK_FLAG_NO_WILDCARDS, nullptr) == 1) return {};
   char cn[256] = "?";
   X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
@@ -183,8 +182,8 @@ Status verify_peer_again(SSL* ssl, SSL_CTX* context) {
   X509* cert = SSL_get0_peer_certificate(ssl);
   GEOLOCO_RETURN_IF(cert == nullptr, Err::invalid_argument, "peer presented no certificate");
   // The peer's chain as sent (on the client side it starts with the leaf).
-  const int verified = verify_against(context, cert, SSL_get_peer_cert_chain(ssl),
-                                      SSL_is_server(ssl) ? "ssl_client" : "ssl_server");
+  const int verified =
+      verify_against(context, cert, SSL_get_peer_cert_chain(ssl), SSL_is_server(ssl) ? "ssl_client" : "ssl_server");
   GEOLOCO_RETURN_IF(verified != X509_V_OK, Err::invalid_argument, kPeerCertificateRefused, ": ",
                     X509_verify_cert_error_string(verified));
   return {};

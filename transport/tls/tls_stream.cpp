@@ -58,8 +58,8 @@ asio::awaitable<std::error_code> TlsStream::flush() {
     char* data = nullptr;
     const int pending = BIO_nread0(network_, &data);
     if (pending <= 0) break;
-    auto [ec, written] =
-        co_await asio::async_write(socket_, asio::buffer(data, static_cast<std::size_t>(pending)), as_tuple(use_awaitable));
+    auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(data, static_cast<std::size_t>(pending)),
+                                                    as_tuple(use_awaitable));
     if (ec) {
       result = ec;
       break;
@@ -75,8 +75,8 @@ asio::awaitable<std::error_code> TlsStream::fill() {
   char* space = nullptr;
   const int room = BIO_nwrite0(network_, &space);
   if (room <= 0) co_return std::make_error_code(std::errc::no_buffer_space);  // OpenSSL consumes before we refill
-  auto [ec, n] = co_await socket_.async_read_some(asio::buffer(space, static_cast<std::size_t>(room)),
-                                                  as_tuple(use_awaitable));
+  auto [ec, n] =
+      co_await socket_.async_read_some(asio::buffer(space, static_cast<std::size_t>(room)), as_tuple(use_awaitable));
   if (ec) co_return ec;
   BIO_nwrite(network_, &space, static_cast<int>(n));
   co_return std::error_code();

@@ -71,9 +71,9 @@ inline bool wait_flag(const std::atomic<bool>& flag) {
 struct TrainerLog {
   Status status;
   bool anchor_ready = false;
-  std::vector<float> welcomed;                 // the segment right after WELCOME (or after INIT's RESULT)
-  std::vector<std::uint64_t> next_rounds;      // per fragment, after WELCOME
-  std::vector<std::vector<float>> anchors;     // the segment after each round's RESULTs
+  std::vector<float> welcomed;              // the segment right after WELCOME (or after INIT's RESULT)
+  std::vector<std::uint64_t> next_rounds;   // per fragment, after WELCOME
+  std::vector<std::vector<float>> anchors;  // the segment after each round's RESULTs
   bool stopped = false;
 };
 
@@ -108,6 +108,5 @@ inline Result<std::unique_ptr<TrainerHost>> open_host(asio::io_context& io, Trai
 }
 
 // --- engines --------------------------------------------------------------
-
 
 }  // namespace geoloco::daemon::test

@@ -8,7 +8,8 @@ using namespace geoloco::daemon::test;
 
 namespace {
 
-asio::awaitable<void> engine_refusing_wrong_layout(TrainerHost& host, std::atomic<bool>& go_b, std::atomic<bool>& go_c) {
+asio::awaitable<void> engine_refusing_wrong_layout(TrainerHost& host, std::atomic<bool>& go_b,
+                                                   std::atomic<bool>& go_c) {
   // ask_for_initial is off: the first trainer's HELLO waits for the anchor.
   std::function<bool()> hello_waits = [&] { return host.snapshot().phase == protocol::Phase::hello_pending; };
   const bool waits = co_await eventually(hello_waits, 10s);
@@ -31,7 +32,9 @@ asio::awaitable<void> engine_refusing_wrong_layout(TrainerHost& host, std::atomi
   CHECK(before.layout == layout());  // pinned by the first trainer
   const TrainerHostStats stats = host.stats();
   go_b = true;
-  std::function<bool()> b_refused = [&] { return host.stats().refusals == stats.refusals + 1 && !host.trainer_attached(); };
+  std::function<bool()> b_refused = [&] {
+    return host.stats().refusals == stats.refusals + 1 && !host.trainer_attached();
+  };
   const bool refused = co_await eventually(b_refused, 10s);
   REQUIRE(refused);
   CHECK(host.snapshot() == before);
@@ -159,24 +162,28 @@ TEST_CASE("the job's layout, learnt from a peer's state, refuses a waiting train
     right = c.ok() ? Status() : c.status();
     done = true;
   });
-  test::run_on(io, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    // The transposed trainer's HELLO waits for the anchor (it connects at
-    // once); 200 ms later the state's layout arrives.
-    t.expires_after(200ms);
-    co_await t.async_wait(asio::use_awaitable);
-    CHECK((*host)->expect_layout(layout()).ok());
-    co_await until(refused_done);
-    CHECK((*host)->stats().refusals == 1);
-    CHECK((*host)->set_anchor(std::vector<float>(9, 1.0f), 1).ok());
-    co_await until(done);
-    // A layout other than the one pinned is refused, and changes nothing.
-    CHECK((*host)->expect_layout(wrong_layout()).code() == Err::mismatch);
-  }(), 30s);
+  test::run_on(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        // The transposed trainer's HELLO waits for the anchor (it connects at
+        // once); 200 ms later the state's layout arrives.
+        t.expires_after(200ms);
+        co_await t.async_wait(asio::use_awaitable);
+        CHECK((*host)->expect_layout(layout()).ok());
+        co_await until(refused_done);
+        CHECK((*host)->stats().refusals == 1);
+        CHECK((*host)->set_anchor(std::vector<float>(9, 1.0f), 1).ok());
+        co_await until(done);
+        // A layout other than the one pinned is refused, and changes nothing.
+        CHECK((*host)->expect_layout(wrong_layout()).code() == Err::mismatch);
+      }(),
+      30s);
   host->reset();
   threads.clear();
   CHECK(transposed.code() == Err::mismatch);
-  CHECK_THAT(transposed.message(), Catch::Contains("tensor 0 ('w'): the job expects shape [2, 3], the trainer sent [3, 2]"));
+  CHECK_THAT(transposed.message(),
+             Catch::Contains("tensor 0 ('w'): the job expects shape [2, 3], the trainer sent [3, 2]"));
   INFO(right.to_string());
   CHECK(right.ok());
 }
@@ -200,4 +207,3 @@ TEST_CASE("TrainerHost::open refuses a bad job", "[daemon][trainer]") {
   // A socket served by a live host is not taken over.
   CHECK(TrainerHost::open(io.get_executor(), same).status().code() == Err::io);
 }
-

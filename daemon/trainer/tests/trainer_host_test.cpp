@@ -26,8 +26,8 @@ asio::awaitable<void> engine_with_initialization(TrainerHost& host) {
     auto phase = co_await host.next_phase();
     REQUIRE(phase.ok());
     CHECK(phase->round == r);
-    CHECK(phase->tokens == 101);    // the largest fragment's report
-    CHECK(phase->loss == 2.5);      // mean of 2.0 and 3.0
+    CHECK(phase->tokens == 101);  // the largest fragment's report
+    CHECK(phase->loss == 2.5);    // mean of 2.0 and 3.0
     // The trainer's own clock rides on its SYNC, for watch and the metrics.
     REQUIRE(phase->timing.has_value());
     CHECK(*phase->timing == protocol::SyncTiming{r + 1.0, 2.0 * r + 2.0});
@@ -85,9 +85,9 @@ asio::awaitable<void> engine_after_partial_round(TrainerHost& host, std::atomic<
   REQUIRE(host.finish_round(std::vector<float>(9, 6.0f), true).ok());
 }
 
-
 // The engine owns the anchor (anchor_view): the host reads it only to welcome a trainer.
-asio::awaitable<void> engine_owning_the_anchor(TrainerHost& host, std::vector<float>& anchor, std::atomic<bool>& a_gone) {
+asio::awaitable<void> engine_owning_the_anchor(TrainerHost& host, std::vector<float>& anchor,
+                                               std::atomic<bool>& a_gone) {
   auto phase = co_await host.next_phase();
   REQUIRE(phase.ok());
   CHECK(phase->round == 7);
@@ -106,8 +106,7 @@ asio::awaitable<void> engine_owning_the_anchor(TrainerHost& host, std::vector<fl
 
 }  // namespace
 
-TEST_CASE("an external trainer hands over its initialization and syncs 3 rounds of 2 fragments",
-          "[daemon][trainer]") {
+TEST_CASE("an external trainer hands over its initialization and syncs 3 rounds of 2 fragments", "[daemon][trainer]") {
   std::vector<std::jthread> threads;  // declared first: joined after the host is gone
   asio::io_context io;
   TrainerHostOptions o;
@@ -357,8 +356,7 @@ TEST_CASE("streaming: each round syncs one fragment, and a late fragment comes b
     CHECK(phases[i].tokens == 10 + want[i].first);
     if (want[i].first % 2 == 1)
       CHECK(phases[i].timing == protocol::SyncTiming{0.25 * want[i].first, 0.5 * want[i].first});
-    else
-      CHECK_FALSE(phases[i].timing.has_value());
+    else CHECK_FALSE(phases[i].timing.has_value());
     CHECK(log[i].round == want[i].first);
     CHECK(log[i].fragment == want[i].second);
   }

@@ -306,11 +306,37 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
   o.workers = 2;
   o.extra_args = {"--text", "/tmp/kjv.txt"};
   REQUIRE(o.validate().ok());
-  const std::vector<std::string> want{
-      "/opt/geoloco/bin/geoloco-train", "--model", "gpt", "--layers", "2", "--width", "64", "--heads", "4",
-      "--context", "32", "--steps", "1000", "--batch", "8", "--lr", "5e-04", "--warmup", "0",
-      "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3", "--workers", "2",
-      "--text", "/tmp/kjv.txt"};
+  const std::vector<std::string> want{"/opt/geoloco/bin/geoloco-train",
+                                      "--model",
+                                      "gpt",
+                                      "--layers",
+                                      "2",
+                                      "--width",
+                                      "64",
+                                      "--heads",
+                                      "4",
+                                      "--context",
+                                      "32",
+                                      "--steps",
+                                      "1000",
+                                      "--batch",
+                                      "8",
+                                      "--lr",
+                                      "5e-04",
+                                      "--warmup",
+                                      "0",
+                                      "--seed",
+                                      "3",
+                                      "--sync-every",
+                                      "50",
+                                      "--site-shard",
+                                      "1",
+                                      "--site-shards",
+                                      "3",
+                                      "--workers",
+                                      "2",
+                                      "--text",
+                                      "/tmp/kjv.txt"};
   CHECK(job::trainer_arguments(o) == want);
 
   TrainerProcessOptions mlp = o;
@@ -320,19 +346,56 @@ TEST_CASE("geoloco-train's arguments and the options' rules", "[daemon][trainer]
   mlp.warmup.reset();
   mlp.workers = 1;
   mlp.extra_args.clear();
-  const std::vector<std::string> want_mlp{
-      "/opt/geoloco/bin/geoloco-train", "--model", "mlp", "--hidden", "256", "128", "--steps", "1000", "--batch", "8",
-      "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--site-shard", "1", "--site-shards", "3"};
+  const std::vector<std::string> want_mlp{"/opt/geoloco/bin/geoloco-train",
+                                          "--model",
+                                          "mlp",
+                                          "--hidden",
+                                          "256",
+                                          "128",
+                                          "--steps",
+                                          "1000",
+                                          "--batch",
+                                          "8",
+                                          "--lr",
+                                          "5e-04",
+                                          "--seed",
+                                          "3",
+                                          "--sync-every",
+                                          "50",
+                                          "--site-shard",
+                                          "1",
+                                          "--site-shards",
+                                          "3"};
   CHECK(job::trainer_arguments(mlp) == want_mlp);
 
   // Streaming DiLoCo's τ and α, after the round flags; absent while 0 (above).
   TrainerProcessOptions streaming = mlp;
   streaming.overlap_steps = 5;
   streaming.alpha = 0.25;
-  const std::vector<std::string> want_streaming{
-      "/opt/geoloco/bin/geoloco-train", "--model", "mlp", "--hidden", "256", "128", "--steps", "1000", "--batch", "8",
-      "--lr", "5e-04", "--seed", "3", "--sync-every", "50", "--overlap", "5", "--alpha", "0.25", "--site-shard", "1",
-      "--site-shards", "3"};
+  const std::vector<std::string> want_streaming{"/opt/geoloco/bin/geoloco-train",
+                                                "--model",
+                                                "mlp",
+                                                "--hidden",
+                                                "256",
+                                                "128",
+                                                "--steps",
+                                                "1000",
+                                                "--batch",
+                                                "8",
+                                                "--lr",
+                                                "5e-04",
+                                                "--seed",
+                                                "3",
+                                                "--sync-every",
+                                                "50",
+                                                "--overlap",
+                                                "5",
+                                                "--alpha",
+                                                "0.25",
+                                                "--site-shard",
+                                                "1",
+                                                "--site-shards",
+                                                "3"};
   REQUIRE(streaming.validate().ok());
   CHECK(job::trainer_arguments(streaming) == want_streaming);
   for (double alpha : {-0.5, 1.5, std::nan("")}) {

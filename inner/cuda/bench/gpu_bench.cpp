@@ -77,7 +77,9 @@ Result<double> gemm_peak(gpu::Context& ctx, int n) {
   GEOLOCO_TRY(a.assign(host, ctx.stream()));
   GEOLOCO_TRY(b.assign(host, ctx.stream()));
   GEOLOCO_TRY(c.allocate(count));
-  const auto run = [&] { return gpu::gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
+  const auto run = [&] {
+    return gpu::gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
   GEOLOCO_TRY(run());  // cuBLAS picks and loads its kernel
   GEOLOCO_TRY(ctx.synchronize());
   const int reps = ctx.tf32() ? 20 : 5;
@@ -106,10 +108,11 @@ Status run(const Options& o) {
   const std::size_t params = cpu_model.layout().total();
   const std::size_t tokens_per_step = o.batch * o.gpt.context;
   const double flops_per_step = cpu_model.train_flops(o.batch);
-  std::printf("gpt: %zu layers, width %zu, %zu heads, context %zu, vocab %zu: %.1fM parameters; batch %zu = %zu tokens, "
-              "%.2f TFLOP per step\n",
-              o.gpt.layers, o.gpt.width, o.gpt.heads, o.gpt.context, o.gpt.vocab, params / 1e6, o.batch,
-              tokens_per_step, flops_per_step / 1e12);
+  std::printf(
+      "gpt: %zu layers, width %zu, %zu heads, context %zu, vocab %zu: %.1fM parameters; batch %zu = %zu tokens, "
+      "%.2f TFLOP per step\n",
+      o.gpt.layers, o.gpt.width, o.gpt.heads, o.gpt.context, o.gpt.vocab, params / 1e6, o.batch, tokens_per_step,
+      flops_per_step / 1e12);
 
   std::vector<float> host(params);
   cpu_model.init(host, 1);
@@ -162,8 +165,7 @@ Status run(const Options& o) {
     if (datasheet > 0)
       std::printf("[%s] MFU %.1f%% of the %s peak %.1f TFLOP/s\n", mode, 100.0 * achieved / datasheet,
                   !tf32 ? "fp32 datasheet" : "given", datasheet / 1e12);
-    else
-      std::printf("[%s] MFU vs the datasheet: pass --peak-tflops (the TF32 tensor-core peak) to print it\n", mode);
+    else std::printf("[%s] MFU vs the datasheet: pass --peak-tflops (the TF32 tensor-core peak) to print it\n", mode);
     std::printf("[%s] ratio to the measured cuBLAS gemm: %.1f%%\n", mode, 100.0 * achieved / *peak);
   }
   return {};

@@ -125,14 +125,18 @@ ncclResult_t refuse(ncclResult_t result, const std::string& why) {
 std::size_t type_size(ncclDataType_t t) {
   switch (t) {
     case ncclInt8:
-    case ncclUint8: return 1;
-    case ncclFloat16: return 2;
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+      return 2;
     case ncclInt32:
     case ncclUint32:
-    case ncclFloat32: return 4;
+    case ncclFloat32:
+      return 4;
     case ncclInt64:
     case ncclUint64:
-    case ncclFloat64: return 8;
+    case ncclFloat64:
+      return 8;
   }
   return 0;
 }
@@ -204,11 +208,21 @@ void reduce_chunk(const ncclComm& c, float* out, std::size_t n, ncclRedOp_t op) 
     const auto* in = reinterpret_cast<const float*>(c.slot(r));
     for (std::size_t i = 0; i < n; ++i) {
       switch (op) {
-        case ncclSum: out[i] += in[i]; break;
-        case ncclAvg: out[i] += in[i] * scale; break;
-        case ncclProd: out[i] *= in[i]; break;
-        case ncclMax: out[i] = std::max(out[i], in[i]); break;
-        case ncclMin: out[i] = std::min(out[i], in[i]); break;
+        case ncclSum:
+          out[i] += in[i];
+          break;
+        case ncclAvg:
+          out[i] += in[i] * scale;
+          break;
+        case ncclProd:
+          out[i] *= in[i];
+          break;
+        case ncclMax:
+          out[i] = std::max(out[i], in[i]);
+          break;
+        case ncclMin:
+          out[i] = std::min(out[i], in[i]);
+          break;
       }
     }
   }
@@ -218,14 +232,22 @@ void reduce_chunk(const ncclComm& c, float* out, std::size_t n, ncclRedOp_t op) 
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
   }
   return "unknown result code";
 }

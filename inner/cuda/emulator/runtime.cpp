@@ -28,36 +28,60 @@ cudaError_t precheck(const char* call, cudaStream_t stream) {
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
 }
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
   }
   return "unknown error";
 }
@@ -108,9 +132,15 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   if (value == nullptr) return emu::fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: null value");
   if (!valid_device(device)) return emu::fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: no such device");
   switch (attr) {
-    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
-    case cudaDevAttrClockRate: *value = 1000000; return cudaSuccess;  // kHz; the emulator has no real clock
-    case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      return cudaSuccess;
+    case cudaDevAttrClockRate:
+      *value = 1000000;
+      return cudaSuccess;  // kHz; the emulator has no real clock
+    case cudaDevAttrMultiProcessorCount:
+      *value = 1;
+      return cudaSuccess;
   }
   return emu::fail(cudaErrorInvalidValue,
                    cat("cudaDeviceGetAttribute: attribute ", static_cast<int>(attr), " is not emulated"));
@@ -153,12 +183,22 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaM
   const bool dst_overrun = !dst_device && emu::is_device(dst, 0), src_overrun = !src_device && emu::is_device(src, 0);
   bool ok = !dst_overrun && !src_overrun;
   switch (kind) {
-    case cudaMemcpyHostToHost: ok = ok && !dst_device && !src_device; break;
-    case cudaMemcpyHostToDevice: ok = ok && dst_device && !src_device; break;
-    case cudaMemcpyDeviceToHost: ok = ok && !dst_device && src_device; break;
-    case cudaMemcpyDeviceToDevice: ok = ok && dst_device && src_device; break;
-    case cudaMemcpyDefault: break;
-    default: ok = false;
+    case cudaMemcpyHostToHost:
+      ok = ok && !dst_device && !src_device;
+      break;
+    case cudaMemcpyHostToDevice:
+      ok = ok && dst_device && !src_device;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = ok && !dst_device && src_device;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = ok && dst_device && src_device;
+      break;
+    case cudaMemcpyDefault:
+      break;
+    default:
+      ok = false;
   }
   if (!ok)
     return emu::fail(

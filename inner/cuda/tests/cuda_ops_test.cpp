@@ -42,14 +42,13 @@
 #include "inner/cuda/residual.cuh"
 #include "inner/cuda/tests/gpu_test.h"
 
-
 using namespace geoloco;
 using namespace geoloco::inner;
 namespace gpu = geoloco::inner::cuda;
+using gpu::testing::down;
 using gpu::testing::gpu_or_skip;
 using gpu::testing::nmse;
 using gpu::testing::ok;
-using gpu::testing::down;
 using gpu::testing::randint;
 using gpu::testing::randn;
 using gpu::testing::require_close;
@@ -201,8 +200,8 @@ TEST_CASE("cuda layernorm matches the reference", "[cuda]") {
     require_close("layernorm out", down(*ctx, g_out), out, 1e-4, 1e-4);
 
     auto dx = dx0, dw = dw0, db = db0;
-    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
-                            n, c);
+    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), n,
+                            c);
     // The backward pass reads the reference's saved mean/rstd, so only its own rounding is compared.
     auto g_mean_ref = up(*ctx, mean), g_rstd_ref = up(*ctx, rstd);
     auto g_dx = up(*ctx, dx0), g_dw = up(*ctx, dw0), g_db = up(*ctx, db0);
@@ -242,8 +241,7 @@ TEST_CASE("cuda causal attention matches the reference", "[cuda]") {
     require_close("attention out", down(*ctx, g_out), out, 1e-5, 1e-4);
 
     auto dqkv = dqkv0;
-    cpu::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(), att.data(), k.batch, k.t, k.c,
-                            k.heads);
+    cpu::attention_backward(dqkv.data(), scratch.data(), dy.data(), qkv.data(), att.data(), k.batch, k.t, k.c, k.heads);
     auto g_att_ref = up(*ctx, att);
     auto g_dqkv = up(*ctx, dqkv0);
     ok(gpu::attention_backward(*ctx, g_dqkv.data(), g_dy.data(), g_qkv.data(), g_att_ref.data(), k.batch, k.t, k.c,
@@ -278,7 +276,8 @@ TEST_CASE("cuda embedding matches the reference bit for bit", "[cuda]") {
     for (std::int32_t p = index.offsets[v]; p < index.offsets[v + 1]; ++p) {
       REQUIRE(tokens[static_cast<std::size_t>(index.positions[static_cast<std::size_t>(p)])] ==
               static_cast<std::int32_t>(v));
-      if (p > index.offsets[v]) REQUIRE(index.positions[static_cast<std::size_t>(p - 1)] < index.positions[static_cast<std::size_t>(p)]);
+      if (p > index.offsets[v])
+        REQUIRE(index.positions[static_cast<std::size_t>(p - 1)] < index.positions[static_cast<std::size_t>(p)]);
     }
 
   auto dwte = dwte0, dwpe = dwpe0;

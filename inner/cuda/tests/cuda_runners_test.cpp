@@ -24,14 +24,13 @@
 #include "inner/models/gpt.h"
 #include "inner/models/mlp.h"
 
-
 using namespace geoloco;
 using namespace geoloco::inner;
 namespace gpu = geoloco::inner::cuda;
+using gpu::testing::down;
 using gpu::testing::gpu_or_skip;
 using gpu::testing::nmse;
 using gpu::testing::ok;
-using gpu::testing::down;
 using gpu::testing::randint;
 using gpu::testing::randn;
 using gpu::testing::require_equal;
@@ -254,7 +253,8 @@ TEST_CASE("cuda runners refuse bad batches as the CPU models do", "[cuda]") {
   CHECK((*runner)->upload(b).code() == Err::invalid_argument);
 }
 
-TEST_CASE("nccl collective with one rank: identity all-reduce, average, broadcast, barrier, host spans", "[cuda][nccl]") {
+TEST_CASE("nccl collective with one rank: identity all-reduce, average, broadcast, barrier, host spans",
+          "[cuda][nccl]") {
   auto ctx = gpu_or_skip();
   if (!ctx) return;
   LaunchInfo launch;  // a single worker, as launch_info_from_env() gives without a launcher

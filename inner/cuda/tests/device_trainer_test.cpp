@@ -63,8 +63,8 @@ std::shared_ptr<const Dataset> dataset_for(const TrainOptions& o) {
 }
 
 std::unique_ptr<gpu::DeviceTrainer> device_trainer(gpu::Context& ctx, const TrainOptions& o, Collective& c,
-                                                   std::shared_ptr<const Dataset> data,
-                                                   std::span<float> storage = {}, bool initialize = true) {
+                                                   std::shared_ptr<const Dataset> data, std::span<float> storage = {},
+                                                   bool initialize = true) {
   auto t = gpu::DeviceTrainer::create(ctx, o, c, std::move(data), storage, initialize);
   INFO(t.status().to_string());
   REQUIRE(t.ok());

@@ -26,8 +26,9 @@ namespace geoloco::inner::cuda::testing {
 inline std::unique_ptr<Context> gpu_or_skip() {
   std::string why;
   if (device_count(&why) == 0) {
-    WARN("SKIPPED: no CUDA device (" << why << "); the CUDA backend is checked against the CPU reference only "
-                                             "where a GPU is (scripts/gpu-check.sh)");
+    WARN("SKIPPED: no CUDA device (" << why
+                                     << "); the CUDA backend is checked against the CPU reference only "
+                                        "where a GPU is (scripts/gpu-check.sh)");
     return nullptr;
   }
   auto ctx = Context::create();
@@ -74,7 +75,6 @@ inline double nmse(const float* got, const float* ref, std::size_t n) {
   return den > 0.0 ? num / den : num;
 }
 
-
 inline std::vector<float> randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
   inner::Rng rng(seed);
   std::vector<float> v(n);
@@ -108,8 +108,8 @@ std::vector<T> down(Context& ctx, const DeviceBuffer<T>& d) {
 }
 
 /// Every element within atol + rtol·|ref|; reports the worst one.
-inline void require_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref, double atol,
-                   double rtol) {
+inline void require_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref,
+                          double atol, double rtol) {
   REQUIRE(got.size() == ref.size());
   std::size_t bad = 0, worst = 0;
   double worst_excess = -1.0;

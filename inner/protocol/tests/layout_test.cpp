@@ -44,7 +44,8 @@ TEST_CASE("layout comparison names the first difference", "[sanitize]") {
   CHECK(s.message() == "tensor 2 ('fc2.weight'): the job expects shape [3, 4], the trainer sent [4, 3]");
   Layout renamed = mlp();
   renamed[0].name = "embed";
-  CHECK(compare_layouts(mlp(), renamed).message() == "tensor 0: the job expects 'fc1.weight', the trainer sent 'embed'");
+  CHECK(compare_layouts(mlp(), renamed).message() ==
+        "tensor 0: the job expects 'fc1.weight', the trainer sent 'embed'");
   Layout shorter = mlp();
   shorter.pop_back();
   CHECK(compare_layouts(mlp(), shorter).message() ==
@@ -81,7 +82,8 @@ TEST_CASE("split_fragments cuts at the first tensor boundary past each share", "
   CHECK(split_fragments(mlp(), 0, 0).status().code() == Err::invalid_argument);
 }
 
-TEST_CASE("the welcome table: every fragment due at the next round, or with streaming at the round that syncs it", "[sanitize]") {
+TEST_CASE("the welcome table: every fragment due at the next round, or with streaming at the round that syncs it",
+          "[sanitize]") {
   auto plain = welcome_table(mlp(), 1, 5, false);
   REQUIRE(plain.ok());
   CHECK(*plain == std::vector<FragmentDesc>{{0, 43, 5}});

@@ -19,10 +19,7 @@ using namespace geoloco::inner::protocol;
 namespace {
 
 HelloMsg sample_hello() {
-  return HelloMsg{"fashion-mnist",
-                  {{"fc1.weight", {256, 784}, 0},
-                   {"fc1.bias", {256}, 200704},
-                   {"scale", {}, 200960}}};
+  return HelloMsg{"fashion-mnist", {{"fc1.weight", {256, 784}, 0}, {"fc1.bias", {256}, 200704}, {"scale", {}, 200960}}};
 }
 
 std::vector<Message> samples() {
@@ -74,26 +71,25 @@ TEST_CASE("the bytes of a SYNC are pinned so the wire format cannot drift", "[sa
   // The same bytes are written by python/geoloco/sync_client.py (its test compares them too).
   auto bytes = encode(SyncMsg{3, 1, 1000, 0.5});
   REQUIRE(bytes.ok());
-  const std::vector<unsigned> expected = {
-      'G', 'L', 'S', '1', 1, 4, 0, 0, 32, 0, 0, 0,  // header: magic, version, SYNC, reserved, body length
-      3,   0,   0,   0,   0, 0, 0, 0,                // round
-      1,   0,   0,   0,   0, 0, 0, 0,                // fragment, reserved
-      0xe8, 3,  0,   0,   0, 0, 0, 0,                // tokens = 1000
-      0,   0,   0,   0,   0, 0, 0xe0, 0x3f};         // loss = 0.5 (IEEE-754 double)
+  const std::vector<unsigned> expected = {'G',  'L', 'S', '1', 1, 4, 0,    0,
+                                          32,   0,   0,   0,  // header: magic, version, SYNC, reserved, body length
+                                          3,    0,   0,   0,   0, 0, 0,    0,      // round
+                                          1,    0,   0,   0,   0, 0, 0,    0,      // fragment, reserved
+                                          0xe8, 3,   0,   0,   0, 0, 0,    0,      // tokens = 1000
+                                          0,    0,   0,   0,   0, 0, 0xe0, 0x3f};  // loss = 0.5 (IEEE-754 double)
   REQUIRE(bytes->size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(static_cast<unsigned>((*bytes)[i]) == expected[i]);
 
   // With the trainer's timing: flag bit 0, and two doubles after the loss.
   auto timed = encode(SyncMsg{3, 1, 1000, 0.5, SyncTiming{2.0, 0.25}});
   REQUIRE(timed.ok());
-  const std::vector<unsigned> timed_expected = {
-      'G', 'L', 'S', '1', 1, 4, 0, 0, 48, 0, 0, 0,  // body length 48
-      3,   0,   0,   0,   0, 0, 0, 0,                // round
-      1,   0,   0,   0,   1, 0, 0, 0,                // fragment, flags = timed
-      0xe8, 3,  0,   0,   0, 0, 0, 0,                // tokens = 1000
-      0,   0,   0,   0,   0, 0, 0xe0, 0x3f,          // loss = 0.5
-      0,   0,   0,   0,   0, 0, 0,    0x40,          // compute seconds = 2.0
-      0,   0,   0,   0,   0, 0, 0xd0, 0x3f};         // loop seconds = 0.25
+  const std::vector<unsigned> timed_expected = {'G',  'L', 'S', '1', 1, 4, 0,    0,    48, 0, 0, 0,  // body length 48
+                                                3,    0,   0,   0,   0, 0, 0,    0,                  // round
+                                                1,    0,   0,   0,   1, 0, 0,    0,      // fragment, flags = timed
+                                                0xe8, 3,   0,   0,   0, 0, 0,    0,      // tokens = 1000
+                                                0,    0,   0,   0,   0, 0, 0xe0, 0x3f,   // loss = 0.5
+                                                0,    0,   0,   0,   0, 0, 0,    0x40,   // compute seconds = 2.0
+                                                0,    0,   0,   0,   0, 0, 0xd0, 0x3f};  // loop seconds = 0.25
   REQUIRE(timed->size() == timed_expected.size());
   for (std::size_t i = 0; i < timed_expected.size(); ++i)
     CHECK(static_cast<unsigned>((*timed)[i]) == timed_expected[i]);

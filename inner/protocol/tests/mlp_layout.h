@@ -6,10 +6,7 @@
 namespace geoloco::inner::protocol::testing {
 
 inline Layout mlp() {
-  return {{"fc1.weight", {4, 6}, 0},
-          {"fc1.bias", {4}, 24},
-          {"fc2.weight", {3, 4}, 28},
-          {"fc2.bias", {3}, 40}};
+  return {{"fc1.weight", {4, 6}, 0}, {"fc1.bias", {4}, 24}, {"fc2.weight", {3, 4}, 28}, {"fc2.bias", {3}, 40}};
 }
 
 }  // namespace geoloco::inner::protocol::testing

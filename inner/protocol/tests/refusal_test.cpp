@@ -264,7 +264,8 @@ TEST_CASE("messages out of order are refused without changing the phase") {
 
   // The daemon's own calls are checked too, and a misuse changes nothing.
   CHECK_THAT(server->publish_initial(std::vector<float>(43)).message(), Catch::Contains("no INIT is waiting"));
-  CHECK_THAT(server->complete_sync(0, std::vector<float>(43), 1, false).message(), Catch::Contains("fragment 0 does not exist (the job has 0)"));
+  CHECK_THAT(server->complete_sync(0, std::vector<float>(43), 1, false).message(),
+             Catch::Contains("fragment 0 does not exist (the job has 0)"));
   std::vector<FragmentDesc> cut = {{0, 20, 0}, {20, 23, 0}};
   CHECK_THAT(server->welcome(cut, std::vector<float>(43)).message(), Catch::Contains("inside a tensor"));
   auto whole = split_fragments(mlp(), 1, 0);

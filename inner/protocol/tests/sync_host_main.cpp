@@ -105,18 +105,23 @@ struct Host {
 
   void check() {
     long want_syncs = opt.expect_syncs >= 0 ? opt.expect_syncs : static_cast<long>(opt.rounds * opt.fragments);
-    if (syncs != want_syncs) problems.push_back("saw " + std::to_string(syncs) + " SYNCs, expected " + std::to_string(want_syncs));
+    if (syncs != want_syncs)
+      problems.push_back("saw " + std::to_string(syncs) + " SYNCs, expected " + std::to_string(want_syncs));
     if (refusals != opt.expect_refusals)
-      problems.push_back("saw " + std::to_string(refusals) + " refusals, expected " + std::to_string(opt.expect_refusals));
+      problems.push_back("saw " + std::to_string(refusals) + " refusals, expected " +
+                         std::to_string(opt.expect_refusals));
     for (const auto& [f, rs] : rounds)
       for (std::size_t i = 0; i < rs.size(); ++i)
-        if (rs[i] != i) problems.push_back("fragment " + std::to_string(f) + " synced round " + std::to_string(rs[i]) + " in place " + std::to_string(i));
+        if (rs[i] != i)
+          problems.push_back("fragment " + std::to_string(f) + " synced round " + std::to_string(rs[i]) + " in place " +
+                             std::to_string(i));
     for (const auto& [r, ls] : losses)
       for (double l : ls)
         if (!std::isfinite(l)) problems.push_back("round " + std::to_string(r) + " reported a non-finite loss");
     if (opt.expect_loss_drop && losses.size() >= 2) {
       double first = losses.begin()->second.front(), last = losses.rbegin()->second.front();
-      if (!(last < first)) problems.push_back("loss did not fall: " + std::to_string(first) + " -> " + std::to_string(last));
+      if (!(last < first))
+        problems.push_back("loss did not fall: " + std::to_string(first) + " -> " + std::to_string(last));
     }
   }
 };
@@ -129,7 +134,10 @@ int main(int argc, char** argv) {
   for (; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--") { ++i; break; }
+    if (a == "--") {
+      ++i;
+      break;
+    }
     if (a == "--rounds") opt.rounds = std::strtoull(value(), nullptr, 10);
     else if (a == "--fragments") opt.fragments = static_cast<std::uint32_t>(std::strtoul(value(), nullptr, 10));
     else if (a == "--eta") opt.eta = std::strtof(value(), nullptr);

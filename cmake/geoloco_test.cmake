@@ -16,6 +16,9 @@ function(geoloco_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} geoloco_catch_main)
+  if(T_THREADS)
+    target_link_libraries(${T_NAME} PRIVATE geoloco_threads_test_init)
+  endif()
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} --order rand --rng-seed 20261130
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
@@ -48,6 +51,12 @@ endfunction()
 # Catch2 v2's main is slow to compile: build it once.
 add_library(geoloco_catch_main STATIC ${GEOLOCO_CATCH_MAIN_SOURCE})
 target_link_libraries(geoloco_catch_main PUBLIC Catch2::Catch2)
+
+# THREADS tests make spdlog's default logger before main (threads_test_init.cpp).
+# An OBJECT library, so its static initializer is always linked in.
+find_package(spdlog REQUIRED)
+add_library(geoloco_threads_test_init OBJECT ${CMAKE_CURRENT_LIST_DIR}/threads_test_init.cpp)
+target_link_libraries(geoloco_threads_test_init PUBLIC spdlog::spdlog)
 
 if(GEOLOCO_SANITIZE)
   add_custom_target(geoloco_sanitize_tests)

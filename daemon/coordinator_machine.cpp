@@ -10,10 +10,12 @@ CoordinatorMachine::CoordinatorMachine(CoordinatorOptions options, std::uint64_t
       round_(round),
       attempt_(std::max(options_.first_attempt, first_attempt_of(options_.epoch))),
       tokens_(options_.tokens_so_far) {
-  for (const auto& s : options_.sites)
-    heard_[s] = options_.live_at_start.empty() || options_.live_at_start.count(s)
-                    ? now
-                    : now - options_.quorum.heartbeat_timeout_ms;
+  for (const auto& s : options_.sites) {
+    const bool live = options_.live_at_start.empty() || options_.live_at_start.count(s);
+    heard_[s] = live ? now : now - options_.quorum.heartbeat_timeout_ms;
+    if (!live) restarted_.insert(s);  // back, it trains from a later start than the others (on_lost)
+  }
+  if (round_ > 1) joining_ = restarted_;
 }
 
 std::string CoordinatorMachine::phase_of(const std::string& site) const {
@@ -29,7 +31,10 @@ void CoordinatorMachine::start_collecting(std::uint64_t round) {
   phase_ = Phase::collecting;
   ready_.clear();
   ready_at_.clear();
-  joining_.clear();
+  // A site back from a closed connection cannot have started this round's
+  // phase when the others did: its READY would hold every other site.
+  if (round > 1) joining_ = restarted_;
+  else joining_.clear();
   participants_.clear();
   late_.clear();
   commits_.clear();
@@ -58,6 +63,8 @@ Status CoordinatorMachine::on_lost(const std::string& site, Clock::time_point no
                     "', not a site of this job");
   it->second = std::min(it->second, now - options_.quorum.heartbeat_timeout_ms);
   phase_of_[site] = "idle";  // back, it catches up and starts a trainer before it trains
+  restarted_.insert(site);
+  if (round_ > 1) joining_.insert(site);
   ready_.erase(site);
   ready_at_.erase(site);
   if (phase_ == Phase::planned && !failure_ && !commits_.count(site) &&
@@ -72,6 +79,7 @@ Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage&
   // A READY is work from a trainer that trains: the "idle" of a heartbeat
   // sent before it (heartbeats come once a second, rounds may be faster) is over.
   phase_of_[site] = "inner";
+  restarted_.erase(site);  // its trainer trains again: the next rounds wait for it as for any other
   GEOLOCO_RETURN_IF(phase_ != Phase::collecting || r.round != round_, Err::mismatch, "READY of round ", r.round,
                     " from ", site, ", but round ", round_, " is ",
                     phase_ == Phase::collecting ? "collecting" : "being exchanged");
@@ -129,8 +137,13 @@ std::map<std::string, diloco::SiteReport> CoordinatorMachine::reports(Clock::tim
     const bool sits_out = out_until != sits_out_until_.end() && now < out_until->second;
     if (auto it = ready_at_.find(site); it != ready_at_.end() && !sits_out) r.ready_at = it->second;
     if (auto it = ready_.find(site); it != ready_.end()) r.tokens = it->second.tokens;
-    // Joining: idle at the round's first READY, or idle now (its state came in meanwhile).
-    r.joining = joining_.count(site) > 0 || (round_ > 1 && !ready_.empty() && phase_of(site) == "idle");
+    // Joining: idle at the round's first READY or back from closed connections, while its
+    // state is in place and its trainer has no READY yet (one still fetching the state, or
+    // holding a READY it cannot send before it catches up, is waited for up to the
+    // deadline); or idle now (its state came in meanwhile).
+    const std::string phase = phase_of(site);
+    r.joining = (joining_.count(site) > 0 && (phase == "idle" || phase == "inner")) ||
+                (round_ > 1 && !ready_.empty() && phase == "idle");
     out[site] = r;
   }
   return out;

@@ -53,7 +53,8 @@ struct CoordinatorOptions {
   std::uint64_t tokens_so_far = 0;      ///< tokens of the rounds committed before `round` (a resumed job)
   /// Sites known to be live when the machine starts (a successor's view); the
   /// others count as silent from the start, not for one more heartbeat
-  /// timeout. Empty: every site counts as heard from at the start.
+  /// timeout, and as back from closed connections once heard (on_lost).
+  /// Empty: every site counts as heard from at the start.
   std::set<std::string> live_at_start;
   std::uint64_t first_attempt =
       0;  ///< the first plan's attempt (a resumed job: past the journal's last; at least first_attempt_of(epoch))
@@ -85,7 +86,9 @@ class CoordinatorMachine {
   /// later, its READY is forgotten, and a participant of the current plan
   /// that has not sent its COMMIT fails the exchange, so the round is
   /// planned again without it at once. Its next heartbeat or READY counts it
-  /// in again. Errors: invalid_argument (unknown site).
+  /// live again, but until its next READY it is joining (not waited for) in
+  /// every round after round 1: its trainer's phase began after the others'.
+  /// Errors: invalid_argument (unknown site).
   Status on_lost(const std::string& site, Clock::time_point now);
   /// A READY for another round than the current one is refused with the
   /// reason (the site learns the current round from the next PLAN). Any
@@ -134,7 +137,10 @@ class CoordinatorMachine {
   std::uint64_t round_;
   std::map<std::string, Clock::time_point> heard_;
   std::map<std::string, std::string> phase_of_;  // each site's last heartbeat phase
-  std::set<std::string> joining_;                // idle when the current round's first READY came
+  std::set<std::string> joining_;                // idle when the current round's first READY came, or restarted (below)
+  /// Sites whose connections closed (on_lost) and that have sent no READY
+  /// since: joining in every round that starts before their next READY.
+  std::set<std::string> restarted_;
   std::map<std::string, ReadyMessage> ready_;
   std::map<std::string, Clock::time_point> ready_at_;
   std::vector<std::string> participants_;

@@ -403,25 +403,32 @@ asio::awaitable<void> JobRun::ticker() {
   auto keep = shared_from_this();
   const auto interval = Millis(env_.site.heartbeat_interval_ms);
   auto heartbeat_at = Clock::now();
+  std::string last_phase;
   while (!done()) {
     const auto now = Clock::now();
-    if (now >= heartbeat_at) {
-      // To every site: the coordinator counts who is live, and every site
-      // watches the office holder and ranks its possible successors.
-      // A site whose trainer is not training (none attached, or not welcomed yet) trains nothing,
-      // whatever it holds: "idle", so the coordinator does not hold a round for it
-      // (coordinator_machine.h, joining sites).
-      std::string phase(machine_->heartbeat_phase());
-      if (phase == "inner" && (!host_ || !host_->trainer_training())) phase = "idle";
+    // A site whose trainer is not training (none attached, or not welcomed yet) trains nothing,
+    // whatever it holds: "idle", so the coordinator does not hold a round for it
+    // (coordinator_machine.h, joining sites).
+    std::string phase(machine_->heartbeat_phase());
+    if (phase == "inner" && (!host_ || !host_->trainer_training())) phase = "idle";
+    // To every site, once an interval and as soon as the phase changes: the
+    // coordinator counts who is live and which site it should wait for, and
+    // every site watches the office holder and ranks its possible successors.
+    if (now >= heartbeat_at || phase != last_phase) {
       const HeartbeatMessage beat{state_.round + 1, phase, succession_->epoch(), coordinator(),
                                   journal_->committed_round()};
       for (const auto& site : spec_.sites) send(site, beat);
       heartbeat_at = now + interval;
+      last_phase = phase;
     }
     if (wake_at_ && *wake_at_ <= now) wake_at_.reset();
     for (const auto& l : repeats_.flush(now)) spdlog::info("[{}] {}", spec_.name, l);
     drive();  // READY, COMMIT or a state request again, when due
-    wake_->expires_at(wake_at_ ? std::min(*wake_at_, heartbeat_at) : heartbeat_at);
+    auto until = wake_at_ ? std::min(*wake_at_, heartbeat_at) : heartbeat_at;
+    // Fetching the state or waiting for its trainer, the phase changes
+    // soon, and rounds are held or not by it: look again every 100 ms.
+    if (phase == "catching_up" || phase == "idle") until = std::min(until, now + Millis(100));
+    wake_->expires_at(until);
     co_await wake_->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
   for (const auto& l : repeats_.drain(Clock::now())) spdlog::info("[{}] {}", spec_.name, l);

@@ -459,14 +459,51 @@ TEST_CASE("a participant whose connections close before its COMMIT aborts the ex
   auto again = c.step(t0 + 1s + CoordinatorMachine::kReplanPause);
   REQUIRE(again.plan);
   CHECK(again.plan->participants == std::vector<std::string>{"a", "c"});
-  // Back and training: its heartbeat counts it live again, and the quorum waits for it.
+  // Back and training: its heartbeat counts it live again, but its phase
+  // began after the others': round 2 closes without it, and its work is late.
   REQUIRE(c.on_commit("a", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
   REQUIRE(c.on_commit("c", {1, "aaaaaaaaaaaaaaaa", 1}).ok());
   REQUIRE(c.step(t0 + 2s).committed);
   REQUIRE(c.on_heartbeat("b", t0 + 3s, "inner").ok());
   REQUIRE(c.on_ready("a", ready(2, 10), t0 + 3s).ok());
   REQUIRE(c.on_ready("c", ready(2, 10), t0 + 3s).ok());
-  CHECK_FALSE(c.step(t0 + 3s).plan);
+  auto without_b = c.step(t0 + 3s);
+  REQUIRE(without_b.plan);
+  CHECK(without_b.plan->participants == std::vector<std::string>{"a", "c"});
+  CHECK(without_b.plan->late == std::vector<std::string>{"b"});
+}
+
+TEST_CASE("a site back from closed connections does not hold the rounds before its first READY, whatever it says") {
+  // c's connections close during round 5's collection (a killed process);
+  // it is back and says "inner" before the first READY of round 6, but its
+  // trainer started after the others' phase: waiting for it would hold both.
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 5, t0);
+  REQUIRE(c.on_lost("c", t0 + 100ms).ok());
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_ready(s, ready(5, 100), t0 + 1s).ok());
+  REQUIRE(c.step(t0 + 1s).plan);
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {5, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.step(t0 + 1100ms).committed);
+  REQUIRE(c.on_heartbeat("c", t0 + 1200ms, "catching_up").ok());
+  REQUIRE(c.on_heartbeat("c", t0 + 1400ms, "inner").ok());
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_ready(s, ready(6, 100), t0 + 2s).ok());
+  auto p = c.step(t0 + 2s);  // not the deadline (t0 + 12 s)
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+  // Its late READY of round 6 ends it: round 7 waits for c as for any other.
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_commit(s, {6, "aaaaaaaaaaaaaaaa"}).ok());
+  REQUIRE(c.on_commit("c", {6, "aaaaaaaaaaaaaaaa"}).ok());  // its ack as an observer
+  REQUIRE(c.step(t0 + 2100ms).committed);
+  REQUIRE(c.on_ready("c", ready(7, 100, 6), t0 + 2300ms).ok());
+  REQUIRE(c.on_ready("a", ready(7, 100), t0 + 3s).ok());
+  auto wait = c.step(t0 + 3s);
+  CHECK_FALSE(wait.plan);  // b still trains
+  REQUIRE(c.on_ready("b", ready(7, 100), t0 + 3100ms).ok());
+  auto all = c.step(t0 + 3100ms);
+  REQUIRE(all.plan);
+  CHECK(all.plan->participants == std::vector<std::string>{"a", "b", "c"});
 }
 
 TEST_CASE("a participant lost after its COMMIT does not undo the round") {
@@ -523,6 +560,44 @@ TEST_CASE("a READY ends the idle of the heartbeat before it: the next round wait
   auto p = c.step(t0 + 1300ms);
   REQUIRE(p.plan);
   CHECK(p.plan->participants == std::vector<std::string>{"a", "b", "c"});
+}
+
+TEST_CASE("a site back from closed connections that still fetches the state is waited for up to the deadline") {
+  // A slow link: not waiting would let the rounds run away from it.
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  CoordinatorMachine c(o, 5, t0);
+  REQUIRE(c.on_lost("c", t0 + 100ms).ok());
+  REQUIRE(c.on_heartbeat("c", t0 + 500ms, "catching_up").ok());
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_ready(s, ready(5, 100), t0 + 1s).ok());
+  auto wait = c.step(t0 + 1s);
+  CHECK_FALSE(wait.plan);
+  REQUIRE(wait.wake_at);
+  CHECK(*wait.wake_at == t0 + 11s);
+  // Its trainer holds a READY it cannot send before it catches up: still waited for.
+  REQUIRE(c.on_heartbeat("c", t0 + 2s, "ready").ok());
+  CHECK_FALSE(c.step(t0 + 2s).plan);
+  // Its state is in place, its trainer not yet training: the round goes on without it.
+  REQUIRE(c.on_heartbeat("c", t0 + 3s, "idle").ok());
+  auto p = c.step(t0 + 3s);
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
+}
+
+TEST_CASE("a successor does not hold its first rounds for a site it did not know live when it took the office") {
+  // The old coordinator c was killed; b took the office with a's vote and
+  // resumes at round 58. c comes back and trains, from a later start.
+  auto o = three_sites(2);
+  o.stop_after_round = 0;
+  o.live_at_start = {"a", "b"};
+  CoordinatorMachine c(o, 58, t0);
+  REQUIRE(c.on_heartbeat("c", t0 + 3s, "inner").ok());
+  for (const char* s : {"a", "b"}) REQUIRE(c.on_ready(s, ready(58, 100), t0 + 4s).ok());
+  auto p = c.step(t0 + 4s);  // not the deadline (t0 + 14 s)
+  REQUIRE(p.plan);
+  CHECK(p.plan->participants == std::vector<std::string>{"a", "b"});
+  CHECK(p.plan->late == std::vector<std::string>{"c"});
 }
 
 TEST_CASE("at round 1 every site is waited for, idle or not: all trainers start at once") {

@@ -31,8 +31,13 @@ void CoordinatorMachine::start_collecting(std::uint64_t round) {
   phase_ = Phase::collecting;
   ready_.clear();
   ready_at_.clear();
-  // A site back from a closed connection cannot have started this round's
-  // phase when the others did: its READY would hold every other site.
+  // A site back from closed connections whose trainer trains as this round
+  // begins starts its phase with the others; one whose trainer does not yet
+  // cannot have, and its READY would hold every other site.
+  std::erase_if(restarted_, [this](const std::string& site) {
+    const std::string phase = phase_of(site);
+    return phase == "inner" || phase == "ready" || phase == "exchange";
+  });
   if (round > 1) joining_ = restarted_;
   else joining_.clear();
   participants_.clear();
@@ -79,7 +84,7 @@ Status CoordinatorMachine::on_ready(const std::string& site, const ReadyMessage&
   // A READY is work from a trainer that trains: the "idle" of a heartbeat
   // sent before it (heartbeats come once a second, rounds may be faster) is over.
   phase_of_[site] = "inner";
-  restarted_.erase(site);  // its trainer trains again: the next rounds wait for it as for any other
+  restarted_.erase(site);  // its trainer trains: the next rounds wait for it as for any other
   GEOLOCO_RETURN_IF(phase_ != Phase::collecting || r.round != round_, Err::mismatch, "READY of round ", r.round,
                     " from ", site, ", but round ", round_, " is ",
                     phase_ == Phase::collecting ? "collecting" : "being exchanged");

@@ -86,8 +86,10 @@ class CoordinatorMachine {
   /// later, its READY is forgotten, and a participant of the current plan
   /// that has not sent its COMMIT fails the exchange, so the round is
   /// planned again without it at once. Its next heartbeat or READY counts it
-  /// live again, but until its next READY it is joining (not waited for) in
-  /// every round after round 1: its trainer's phase began after the others'.
+  /// live again, but it is joining (not waited for) in every round after
+  /// round 1 that begins before its next READY while its trainer does not
+  /// train (its heartbeat not `inner`, `ready` or `exchange`): its trainer's
+  /// phase began after the others'.
   /// Errors: invalid_argument (unknown site).
   Status on_lost(const std::string& site, Clock::time_point now);
   /// A READY for another round than the current one is refused with the
@@ -138,8 +140,9 @@ class CoordinatorMachine {
   std::map<std::string, Clock::time_point> heard_;
   std::map<std::string, std::string> phase_of_;  // each site's last heartbeat phase
   std::set<std::string> joining_;                // idle when the current round's first READY came, or restarted (below)
-  /// Sites whose connections closed (on_lost) and that have sent no READY
-  /// since: joining in every round that starts before their next READY.
+  /// Sites whose connections closed (on_lost), until their next READY or a
+  /// round that begins while their trainer trains: joining in the rounds
+  /// that begin before (while their state is in place and no READY is held).
   std::set<std::string> restarted_;
   std::map<std::string, ReadyMessage> ready_;
   std::map<std::string, Clock::time_point> ready_at_;

@@ -251,8 +251,12 @@ class Federation:
         return self.by_name[name]
 
     def peer_port(self, site, peer):
-        """The port `site` dials to reach `peer`: the proxy's link, or the peer itself."""
-        return self.proxy.port_of(site.name, peer.name) if self.proxy else peer.port
+        """The port `site` dials to reach `peer`: the proxy's link, or the peer itself.
+        Only the site whose name sorts first dials; the other only knocks
+        ("dial me now") when it starts, and a link leads to the site that is
+        dialed, so its knocks go to the peer itself (through the link they
+        would come back to the knocking site)."""
+        return self.proxy.port_of(site.name, peer.name) if self.proxy and site.name < peer.name else peer.port
 
     def start(self):
         if self.proxy:

@@ -59,6 +59,8 @@ Result<TrainerArgs> builtin_trainer_options(const JobSpec& job, const std::strin
   o.eval_rounds = job.trainer.eval_rounds;
   o.eval_limit = job.trainer.eval_items;
   o.state_dir = (std::filesystem::path(paths.job_dir) / "trainer-state").string();
+  // A restarted trainer reads the images back instead of decompressing them again.
+  if (o.model == "mlp") o.cache_dir = (std::filesystem::path(paths.job_dir) / "dataset-cache").string();
   o.site_shard = static_cast<std::uint32_t>(it - job.sites.begin());
   o.site_shards = static_cast<std::uint32_t>(job.sites.size());
   if (job.trainer.data != "contiguous") o.data_split = job.trainer.data;

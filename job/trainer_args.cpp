@@ -76,6 +76,7 @@ std::vector<std::string> trainer_arguments(const TrainerArgs& o) {
   if (o.clip) add("--clip", number(*o.clip));
   if (!o.eval_log.empty()) add("--eval-log", o.eval_log);
   if (!o.state_dir.empty()) add("--state-dir", o.state_dir);
+  if (!o.cache_dir.empty()) add("--cache-dir", o.cache_dir);
   if (!o.backend.empty()) add("--backend", o.backend);
   add("--site-shard", std::to_string(o.site_shard));
   add("--site-shards", std::to_string(o.site_shards));

@@ -46,6 +46,7 @@ struct TrainerArgs {
   std::optional<double> clip;          ///< --clip: global gradient-norm bound, 0 = off
   std::string eval_log;                ///< --eval-log: the trainer evaluates every anchor into this file
   std::string state_dir;               ///< --state-dir: AdamW state kept across trainer restarts
+  std::string cache_dir;               ///< --cache-dir: decompressed dataset kept for the next start
   std::string backend;                 ///< --backend: cpu | cuda (empty: the trainer's default, cpu)
   /// GPUs the trainer may use (the site file's `gpus`): CUDA_VISIBLE_DEVICES
   /// in its environment; empty leaves the variable as the daemon has it.

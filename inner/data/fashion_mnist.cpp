@@ -1,6 +1,6 @@
 #include "inner/data/fashion_mnist.h"
 
-#include "inner/data/idx.h"
+#include "inner/data/idx_cache.h"
 
 namespace geoloco::inner {
 
@@ -11,10 +11,13 @@ constexpr float kMean = 0.2860f;
 constexpr float kStd = 0.3530f;
 }  // namespace
 
-Result<ImageSet> load_image_set(const std::string& images_path, const std::string& labels_path, std::size_t classes) {
-  auto images = read_idx_gz(images_path, 3);
-  if (!images.ok()) return images.status();
-  auto labels = read_idx_gz(labels_path, 1);
+Result<ImageSet> load_image_set(const std::string& images_path, const std::string& labels_path, std::size_t classes,
+                                const std::string& cache_dir, std::string* source) {
+  auto cached = read_idx_gz_cached(images_path, 3, cache_dir);
+  if (!cached.ok()) return cached.status();
+  IdxArray* images = &cached->array;
+  if (source) *source = std::move(cached->source);
+  auto labels = read_idx_gz(labels_path, 1);  // 29 kB of gzip: not worth a cache
   if (!labels.ok()) return labels.status();
   GEOLOCO_RETURN_IF(images->dims[0] != labels->dims[0], Err::mismatch, images_path, " holds ", images->dims[0],
                     " images but ", labels_path, " holds ", labels->dims[0], " labels");
@@ -30,10 +33,13 @@ Result<ImageSet> load_image_set(const std::string& images_path, const std::strin
   return set;
 }
 
-Result<std::unique_ptr<FashionMnist>> FashionMnist::load(const std::string& dir, std::size_t eval_limit) {
-  auto train = load_image_set(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz");
+Result<std::unique_ptr<FashionMnist>> FashionMnist::load(const std::string& dir, std::size_t eval_limit,
+                                                         const std::string& cache_dir) {
+  std::string source;
+  auto train =
+      load_image_set(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz", 10, cache_dir, &source);
   if (!train.ok()) return train.status();
-  auto eval = load_image_set(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  auto eval = load_image_set(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz", 10, cache_dir);
   if (!eval.ok()) return eval.status();
   GEOLOCO_RETURN_IF(train->rows != eval->rows || train->cols != eval->cols, Err::mismatch, dir,
                     ": training images are ", train->rows, "x", train->cols, ", evaluation images ", eval->rows, "x",
@@ -44,10 +50,11 @@ Result<std::unique_ptr<FashionMnist>> FashionMnist::load(const std::string& dir,
     eval->pixels.resize(eval_limit * pixels);
     eval->labels.resize(eval_limit);
   }
-  return std::make_unique<FashionMnist>(std::move(*train), std::move(*eval));
+  return std::make_unique<FashionMnist>(std::move(*train), std::move(*eval), cache_dir.empty() ? "" : source);
 }
 
-FashionMnist::FashionMnist(ImageSet train, ImageSet eval) : train_(std::move(train)), eval_(std::move(eval)) {}
+FashionMnist::FashionMnist(ImageSet train, ImageSet eval, std::string source)
+    : train_(std::move(train)), eval_(std::move(eval)), source_(std::move(source)) {}
 
 void FashionMnist::fill(const ImageSet& set, std::span<const std::size_t> items, Batch& batch) {
   const std::size_t f = set.rows * set.cols;
@@ -67,7 +74,8 @@ void FashionMnist::train_batch(std::span<const std::size_t> items, Batch& batch)
 void FashionMnist::eval_batch(std::span<const std::size_t> items, Batch& batch) const { fill(eval_, items, batch); }
 
 std::string FashionMnist::describe() const {
-  return cat("fashion-mnist (", train_.count, " train, ", eval_.count, " eval, ", train_.rows, "x", train_.cols, ")");
+  return cat("fashion-mnist (", train_.count, " train, ", eval_.count, " eval, ", train_.rows, "x", train_.cols,
+             source_.empty() ? "" : "; images " + source_, ")");
 }
 
 }  // namespace geoloco::inner

@@ -54,12 +54,12 @@ std::uint64_t digest(const std::vector<std::uint8_t>& bytes) {
 /// The source's size and modification time; nullopt when it cannot be stat'ed
 /// (then the load itself reports why).
 std::optional<Header> source_identity(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   Header h;
   h.source_size = static_cast<std::uint64_t>(st.st_size);
-  h.source_mtime_ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u +
-                      static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+  h.source_mtime_ns =
+      static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
   return h;
 }
 
@@ -135,7 +135,8 @@ Result<CachedIdx> read_idx_gz_cached(const std::string& path, std::size_t rank, 
   const std::string cache_path = idx_cache_path(path, cache_dir);
   if (auto raw = read_cached(cache_path, *source)) {
     // A cache that does not parse (it never should) is rebuilt below.
-    if (auto a = parse_idx(std::move(*raw), rank, cache_path); a.ok()) return CachedIdx{std::move(*a), "from the cache"};
+    if (auto a = parse_idx(std::move(*raw), rank, cache_path); a.ok())
+      return CachedIdx{std::move(*a), "from the cache"};
   }
   auto gz = read_file(path, kMaxIdxBytes);
   if (!gz.ok()) return gz.status();

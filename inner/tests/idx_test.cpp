@@ -12,58 +12,11 @@
 
 #include "inner/data/fashion_mnist.h"
 #include "inner/data/idx.h"
+#include "inner/tests/idx_files.h"
 
 using namespace geoloco;
 using namespace geoloco::inner;
-
-namespace {
-
-using Bytes = std::vector<std::uint8_t>;
-
-Bytes idx_bytes(std::vector<std::uint32_t> dims, std::uint8_t fill = 7, std::uint8_t type = 0x08) {
-  Bytes b = {0, 0, type, static_cast<std::uint8_t>(dims.size())};
-  std::size_t n = 1;
-  for (std::uint32_t d : dims) {
-    b.push_back(static_cast<std::uint8_t>(d >> 24));
-    b.push_back(static_cast<std::uint8_t>(d >> 16));
-    b.push_back(static_cast<std::uint8_t>(d >> 8));
-    b.push_back(static_cast<std::uint8_t>(d));
-    n *= d;
-  }
-  for (std::size_t i = 0; i < n; ++i) b.push_back(static_cast<std::uint8_t>(fill + i));
-  return b;
-}
-
-Bytes gzip(const Bytes& raw) {
-  z_stream zs{};
-  REQUIRE(deflateInit2(&zs, 6, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  Bytes out(deflateBound(&zs, raw.size()) + 64);
-  zs.next_in = const_cast<Bytef*>(raw.data());
-  zs.avail_in = static_cast<uInt>(raw.size());
-  zs.next_out = out.data();
-  zs.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
-bool mentions(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
-
-struct TempDir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("geoloco_idx_test_" + std::to_string(::getpid()));
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string write(const std::string& name, const Bytes& bytes) const {
-    const std::string p = (path / name).string();
-    std::ofstream(p, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    return p;
-  }
-};
-
-}  // namespace
+using namespace geoloco::inner::testing;
 
 TEST_CASE("a well-formed IDX file parses", "[idx]") {
   auto a = parse_idx(idx_bytes({3, 2, 2}), 3, "ok.idx");
@@ -167,7 +120,7 @@ TEST_CASE("gunzip refuses non-gzip, truncated, corrupt and oversized streams", "
 }
 
 TEST_CASE("image sets: missing files, count mismatch and bad labels are refused", "[idx]") {
-  TempDir dir;
+  IdxDir dir;
   const std::string images = dir.write("img.gz", gzip(idx_bytes({3, 2, 2})));
   Bytes labels = idx_bytes({3}, 0);
   const std::string good_labels = dir.write("lab.gz", gzip(labels));

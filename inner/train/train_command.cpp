@@ -63,6 +63,8 @@ ParsedTrainCommand parse_train_command(const std::vector<std::string>& args, con
   app.add_option("--heads", o.gpt.heads, "gpt attention heads")->capture_default_str();
   app.add_option("--context", o.gpt.context, "gpt sequence length in bytes")->capture_default_str();
   app.add_option("--data-dir", o.data.fashion_mnist_dir, "Fashion-MNIST folder")->capture_default_str();
+  app.add_option("--cache-dir", o.data.cache_dir,
+                 "folder for the decompressed Fashion-MNIST images, read back at the next start (default: none)");
   app.add_option("--text", o.data.text_path, "text file for gpt (default: run `bible`)");
   app.add_option("--heldout", o.data.heldout_fraction, "fraction of the text held out")->capture_default_str();
   app.add_option("--site-shard", o.data.site_shard, "this site's data shard")->capture_default_str();

@@ -39,7 +39,7 @@ Result<std::unique_ptr<Model>> make_model(const TrainOptions& options) {
 Result<std::shared_ptr<const Dataset>> load_dataset(const TrainOptions& options) {
   GEOLOCO_TRY(options.validate());
   if (options.model == "mlp") {
-    auto d = FashionMnist::load(options.data.fashion_mnist_dir, options.data.eval_limit);
+    auto d = FashionMnist::load(options.data.fashion_mnist_dir, options.data.eval_limit, options.data.cache_dir);
     if (!d.ok()) return d.status();
     GEOLOCO_RETURN_IF((*d)->features() != options.mlp.inputs, Err::mismatch, options.data.fashion_mnist_dir,
                       ": images have ", (*d)->features(), " pixels, the mlp expects ", options.mlp.inputs, " inputs");

@@ -19,6 +19,7 @@ namespace geoloco::inner {
 
 struct DataOptions {
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";  ///< for mlp
+  std::string cache_dir;                    ///< mlp: decompressed images kept here for the next start (empty: none)
   std::string text_path;                    ///< for gpt; empty = run `bible` (package bible-kjv)
   double heldout_fraction = 0.05;           ///< gpt: tail of the text held out for evaluation, in (0, 1)
   std::size_t eval_limit = 0;               ///< evaluation items kept (images or windows), 0 = all

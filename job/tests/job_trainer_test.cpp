@@ -46,6 +46,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(o->clip == 0.5);
   CHECK(o->eval_log == "/var/lib/geoloco/jobs/demo/eval.jsonl");
   CHECK(o->state_dir == "/var/lib/geoloco/jobs/demo/trainer-state");
+  CHECK(o->cache_dir == "/var/lib/geoloco/jobs/demo/dataset-cache");
   const auto a = trainer_arguments(*o);
   auto value_of = [&a](const std::string& flag) {
     auto it = std::find(a.begin(), a.end(), flag);
@@ -61,6 +62,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(value_of("--clip") == "0.5");
   CHECK(value_of("--eval-log") == "/var/lib/geoloco/jobs/demo/eval.jsonl");
   CHECK(value_of("--state-dir") == "/var/lib/geoloco/jobs/demo/trainer-state");
+  CHECK(value_of("--cache-dir") == "/var/lib/geoloco/jobs/demo/dataset-cache");
   CHECK(value_of("--eval-rounds") == "(absent)");  // every anchor: the trainer's default
   CHECK(value_of("--eval-limit") == "(absent)");
 
@@ -75,6 +77,7 @@ TEST_CASE("a job's built-in trainer becomes geoloco-train's options for each sit
   CHECK(g->site_shard == 2);
   const auto args = trainer_arguments(*g);
   CHECK(std::find(args.begin(), args.end(), "--sync-every") != args.end());
+  CHECK(std::find(args.begin(), args.end(), "--cache-dir") == args.end());  // gpt reads plain text: nothing to cache
   auto split = std::find(args.begin(), args.end(), "--data-split");
   REQUIRE(split != args.end());
   CHECK(*(split + 1) == "interleaved");

@@ -1,8 +1,10 @@
 #include "inner/data/idx_cache.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -84,6 +86,17 @@ std::optional<std::vector<std::uint8_t>> read_cached(const std::string& cache_pa
   return raw;
 }
 
+/// cache_room_refusal() for the disk that holds `dir`.
+std::string room_for(const std::string& dir, std::size_t bytes) {
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0)
+    return cat("cannot read the free space of ", dir, " (", std::strerror(errno), ")");
+  const std::uint64_t unit = fs.f_frsize ? fs.f_frsize : fs.f_bsize;
+  const std::string why =
+      cache_room_refusal(std::uint64_t{fs.f_bavail} * unit, std::uint64_t{fs.f_blocks} * unit, bytes);
+  return why.empty() ? why : cat(dir, ": ", why);
+}
+
 /// Writes the cache file under a temporary name and renames it into place,
 /// so a reader sees the old file or the whole new one. Returns why not.
 std::string write_cache(const std::string& cache_dir, const std::string& cache_path, Header h,
@@ -91,6 +104,7 @@ std::string write_cache(const std::string& cache_dir, const std::string& cache_p
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec) return cat("cannot create ", cache_dir, " (", ec.message(), ")");
+  if (std::string why = room_for(cache_dir, kHeaderBytes + raw.size()); !why.empty()) return why;
   h.raw_size = raw.size();
   h.raw_digest = digest(raw);
   const std::string tmp = cat(cache_path, ".tmp-", ::getpid());
@@ -116,6 +130,13 @@ std::string write_cache(const std::string& cache_dir, const std::string& cache_p
 }
 
 }  // namespace
+
+std::string cache_room_refusal(std::uint64_t free, std::uint64_t total, std::uint64_t bytes) {
+  const std::uint64_t keep = std::max<std::uint64_t>(bytes, total / 10);
+  if (free >= bytes && free - bytes >= keep) return {};
+  return cat(free >> 20, " MiB free of ", total >> 20, " MiB; a cache of ", bytes >> 20, " MiB would leave less than ",
+             keep >> 20, " MiB");
+}
 
 std::string idx_cache_path(const std::string& path, const std::string& cache_dir) {
   std::string name = std::filesystem::path(path).filename().string();

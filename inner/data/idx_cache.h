@@ -10,9 +10,12 @@
 // match; otherwise (another source, a torn or corrupted file) the source is
 // decompressed again and the cache file replaced (written to a temporary
 // name, then renamed). The cache is an optimisation only: a cache folder
-// that cannot be written costs the decompression, never the load.
+// that cannot be written, or whose disk it would take near full (less than
+// its own size again or a tenth of the disk left), costs the decompression,
+// never the load.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "inner/data/idx.h"
@@ -31,6 +34,12 @@ struct CachedIdx {
 /// cache, the same as read_idx_gz). Errors: those of read_idx_gz(); a cache
 /// file is never an error.
 Result<CachedIdx> read_idx_gz_cached(const std::string& path, std::size_t rank, const std::string& cache_dir);
+
+/// Why a cache of `bytes` is not written on a disk with `free` of `total`
+/// bytes free, or empty. A cache never takes a disk near full (the folder may
+/// be the daemon's data folder, whose journal and checkpoints need the room
+/// more): after it, at least as much again and a tenth of the disk stay free.
+std::string cache_room_refusal(std::uint64_t free, std::uint64_t total, std::uint64_t bytes);
 
 /// The cache file that read_idx_gz_cached uses for `path` in `cache_dir`.
 std::string idx_cache_path(const std::string& path, const std::string& cache_dir);

@@ -168,3 +168,18 @@ TEST_CASE("Fashion-MNIST through the cache: the same images, and the start-up li
   (*second)->eval_batch(items, b);
   CHECK(a.features == b.features);
 }
+
+TEST_CASE("a cache never takes a disk near full", "[idx][cache]") {
+  constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+  CHECK(cache_room_refusal(1000 * MiB, 2000 * MiB, 47 * MiB).empty());
+  // After the cache at least its own size again stays free...
+  CHECK(cache_room_refusal(94 * MiB, 200 * MiB, 47 * MiB).empty());
+  CHECK(cache_room_refusal(93 * MiB, 200 * MiB, 47 * MiB) ==
+        "93 MiB free of 200 MiB; a cache of 47 MiB would leave less than 47 MiB");
+  // ... and a tenth of the disk.
+  CHECK(cache_room_refusal(147 * MiB, 1000 * MiB, 47 * MiB).empty());
+  CHECK(!cache_room_refusal(146 * MiB, 1000 * MiB, 47 * MiB).empty());
+  // The small disks of the full-disk scenario: never.
+  CHECK(!cache_room_refusal(3 * MiB, 4 * MiB, 47 * MiB).empty());
+  CHECK(!cache_room_refusal(0, 0, 1).empty());
+}

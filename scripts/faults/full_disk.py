@@ -13,8 +13,10 @@ restarted on its own folder. Needs root
 checker."""
 
 import contextlib
+import glob
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -139,6 +141,11 @@ def small_data_folder(site, size="4m"):
     os.makedirs(data)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", data], check=True)
     try:
+        # The built-in trainer's decompressed dataset is a cache, larger than
+        # the small disk: left behind (the trainer decompresses it again, and
+        # does not cache it on a disk it would fill).
+        for cache in glob.glob(os.path.join(saved, "jobs", "*", "dataset-cache")):
+            shutil.rmtree(cache)
         subprocess.run(["cp", "-a", saved + "/.", data], check=True)
         if running:
             site.start()

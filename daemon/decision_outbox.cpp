@@ -46,8 +46,7 @@ DecisionOutbox::Flushed DecisionOutbox::flush(Clock::time_point now, const Write
 nlohmann::json plan_record(std::uint64_t round, std::uint64_t attempt, const std::vector<std::string>& participants,
                            const std::vector<double>& weights, const std::vector<std::string>& late,
                            std::uint64_t epoch) {
-  return nlohmann::json{{"type", "plan"},     {"round", round}, {"attempt", attempt}, {"participants", participants},
-                        {"weights", weights}, {"late", late},   {"epoch", epoch}};
+  return to_json(PlanRecord{round, attempt, participants, weights, late, epoch});
 }
 
 nlohmann::json committed_record(std::uint64_t round, const std::string& anchor_digest, std::uint64_t tokens, bool final,
@@ -56,7 +55,7 @@ nlohmann::json committed_record(std::uint64_t round, const std::string& anchor_d
 }
 
 nlohmann::json abort_record(std::uint64_t round, const std::string& reason, std::uint64_t epoch) {
-  return nlohmann::json{{"type", "abort"}, {"round", round}, {"reason", reason}, {"epoch", epoch}};
+  return to_json(AbortRecord{round, reason, epoch});
 }
 
 }  // namespace geoloco::daemon

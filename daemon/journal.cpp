@@ -20,75 +20,6 @@ std::optional<nlohmann::json> parse_line(std::string_view line) {
   return record;
 }
 
-enum class Kind { u64, text, boolean, list, object };
-
-bool has_kind(const nlohmann::json& v, Kind k) {
-  switch (k) {
-    case Kind::u64:
-      return is_count(v);
-    case Kind::text:
-      return v.is_string();
-    case Kind::boolean:
-      return v.is_boolean();
-    case Kind::list:
-      return v.is_array();
-    case Kind::object:
-      return v.is_object();
-  }
-  return false;
-}
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::u64:
-      return "an unsigned integer";
-    case Kind::text:
-      return "a string";
-    case Kind::boolean:
-      return "true or false";
-    case Kind::list:
-      return "an array";
-    case Kind::object:
-      return "an object";
-  }
-  return "?";
-}
-
-// The fields of each record type geolocod reads, with their JSON types.
-// A field may be absent (it reads as 0, "", false or empty, as records of
-// older versions lack some), but one that is present has its type.
-const std::map<std::string, std::vector<std::pair<const char*, Kind>>>& record_fields() {
-  static const std::map<std::string, std::vector<std::pair<const char*, Kind>>> fields{
-      {"plan",
-       {{"round", Kind::u64},
-        {"attempt", Kind::u64},
-        {"epoch", Kind::u64},
-        {"participants", Kind::list},
-        {"weights", Kind::list},
-        {"late", Kind::list}}},
-      {"committed",
-       {{"round", Kind::u64},
-        {"anchor_digest", Kind::text},
-        {"tokens", Kind::u64},
-        {"final", Kind::boolean},
-        {"attempt", Kind::u64},
-        {"epoch", Kind::u64},
-        {"via", Kind::text}}},
-      {"abort", {{"round", Kind::u64}, {"reason", Kind::text}, {"epoch", Kind::u64}}},
-      {"pending",
-       {{"none", Kind::boolean},
-        {"round", Kind::u64},
-        {"attempt", Kind::u64},
-        {"anchor_digest", Kind::text},
-        {"tokens", Kind::u64},
-        {"plan", Kind::object}}},
-      {"vote", {{"epoch", Kind::u64}, {"for", Kind::text}}},
-      {"office", {{"epoch", Kind::u64}, {"coordinator", Kind::text}}},
-      {"office_started", {{"epoch", Kind::u64}}},
-  };
-  return fields;
-}
-
 }  // namespace
 
 Status check_journal_record(const nlohmann::json& record) {
@@ -96,14 +27,10 @@ Status check_journal_record(const nlohmann::json& record) {
   const auto type = record.find("type");
   if (type == record.end()) return {};  // read as no type: skipped
   GEOLOCO_RETURN_IF(!type->is_string(), Err::malformed, "a record's 'type' is ", type->type_name(), ", not a string");
-  const auto known = record_fields().find(type->get<std::string>());
-  if (known == record_fields().end()) return {};  // a type this version does not read: skipped
-  for (const auto& [key, kind] : known->second) {
-    const auto field = record.find(key);
-    GEOLOCO_RETURN_IF(field != record.end() && !has_kind(*field, kind), Err::malformed, "a '", known->first,
-                      "' record's '", key, "' is ", field->type_name(), ", not ", kind_name(kind));
-  }
-  return {};
+  // A type this version does not read is skipped; one it reads, read by its codec.
+  Status check;
+  if (!known_record_type(type->get<std::string>(), record, check)) return {};
+  return check;
 }
 
 Result<Journal> Journal::open(const std::string& path) {
@@ -154,8 +81,10 @@ JournalSummary summarize_journal(const std::vector<nlohmann::json>& records) {
   for (const auto& r : records) {
     const std::string type = r.value("type", "");
     if (type == "plan") {
-      planned_round = r.value("round", std::uint64_t{0});
-      planned_attempt = r.value("attempt", std::uint64_t{0});
+      const auto plan = plan_record_of(r);
+      if (!plan.ok()) continue;  // check_journal_record() let none such in
+      planned_round = plan->round;
+      planned_attempt = plan->attempt;
     } else if (type == "committed") {
       const auto committed = committed_record_of(r);
       if (!committed.ok()) continue;  // check_journal_record() let none such in

@@ -1,5 +1,7 @@
 #include "daemon/journal_records.h"
 
+#include <map>
+
 namespace geoloco::daemon {
 
 namespace {
@@ -15,7 +17,8 @@ class Fields {
     if (it == j_.end() || it->is_null()) return false;
     if (!fits<T>(*it)) {
       if (error_.ok())
-        error_ = GEOLOCO_ERROR(Err::malformed, "a '", type_, "' record's '", key, "' is ", it->type_name());
+        error_ = GEOLOCO_ERROR(Err::malformed, "a '", type_, "' record's '", key, "' is ", it->type_name(), ", not ",
+                               kind_name<T>());
       return false;
     }
     out = it->get<T>();
@@ -29,6 +32,17 @@ class Fields {
   const Status& error() const { return error_; }
 
  private:
+  template <class T>
+  static const char* kind_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return "an unsigned integer";
+    else if constexpr (std::is_same_v<T, double>) return "a number";
+    else if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "an array of strings";
+    else if constexpr (std::is_same_v<T, std::vector<std::uint64_t>>) return "an array of unsigned integers";
+    else if constexpr (std::is_same_v<T, std::vector<double>>) return "an array of numbers";
+    return "?";
+  }
   template <class T>
   static bool fits(const nlohmann::json& v) {
     if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
@@ -126,6 +140,8 @@ Result<PendingRecord> pending_record_of(const nlohmann::json& j) {
   f.take("tokens", r.commit.tokens);
   if (!f.error().ok()) return f.error();
   const auto plan = j.find("plan");
+  GEOLOCO_RETURN_IF(plan != j.end() && !plan->is_null() && !plan->is_object(), Err::malformed,
+                    "a 'pending' record's 'plan' is ", plan->type_name(), ", not an object");
   if (plan != j.end() && plan->is_object()) {
     // A plan that does not read is no plan: the site then takes the round's
     // state from a peer instead of stepping it from its round log.
@@ -138,6 +154,99 @@ Result<PendingRecord> pending_record_of(const nlohmann::json& j) {
     if (whole && g.error().ok()) r.plan = std::move(p);
   }
   return r;
+}
+
+nlohmann::json to_json(const PlanRecord& r) {
+  return nlohmann::json{
+      {"type", "plan"},       {"round", r.round}, {"attempt", r.attempt}, {"participants", r.participants},
+      {"weights", r.weights}, {"late", r.late},   {"epoch", r.epoch}};
+}
+
+nlohmann::json to_json(const AbortRecord& r) {
+  return nlohmann::json{{"type", "abort"}, {"round", r.round}, {"reason", r.reason}, {"epoch", r.epoch}};
+}
+
+nlohmann::json to_json(const OfficeRecord& r) {
+  return nlohmann::json{{"type", "office"}, {"epoch", r.epoch}, {"coordinator", r.coordinator}};
+}
+
+nlohmann::json to_json(const VoteRecord& r) {
+  return nlohmann::json{{"type", "vote"}, {"epoch", r.epoch}, {"for", r.candidate}};
+}
+
+nlohmann::json to_json(const OfficeStartedRecord& r) {
+  return nlohmann::json{{"type", "office_started"}, {"epoch", r.epoch}};
+}
+
+Result<PlanRecord> plan_record_of(const nlohmann::json& j) {
+  GEOLOCO_TRY(check_type(j, "plan"));
+  PlanRecord r;
+  Fields f(j, "plan");
+  f.take("round", r.round);
+  f.take("attempt", r.attempt);
+  f.take("participants", r.participants);
+  f.take("weights", r.weights);
+  f.take("late", r.late);
+  f.take("epoch", r.epoch);
+  if (!f.error().ok()) return f.error();
+  return r;
+}
+
+Result<AbortRecord> abort_record_of(const nlohmann::json& j) {
+  GEOLOCO_TRY(check_type(j, "abort"));
+  AbortRecord r;
+  Fields f(j, "abort");
+  f.take("round", r.round);
+  f.take("reason", r.reason);
+  f.take("epoch", r.epoch);
+  if (!f.error().ok()) return f.error();
+  return r;
+}
+
+Result<OfficeRecord> office_record_of(const nlohmann::json& j) {
+  GEOLOCO_TRY(check_type(j, "office"));
+  OfficeRecord r;
+  Fields f(j, "office");
+  f.take("epoch", r.epoch);
+  f.take("coordinator", r.coordinator);
+  if (!f.error().ok()) return f.error();
+  return r;
+}
+
+Result<VoteRecord> vote_record_of(const nlohmann::json& j) {
+  GEOLOCO_TRY(check_type(j, "vote"));
+  VoteRecord r;
+  Fields f(j, "vote");
+  f.take("epoch", r.epoch);
+  f.take("for", r.candidate);
+  if (!f.error().ok()) return f.error();
+  return r;
+}
+
+Result<OfficeStartedRecord> office_started_record_of(const nlohmann::json& j) {
+  GEOLOCO_TRY(check_type(j, "office_started"));
+  OfficeStartedRecord r;
+  Fields f(j, "office_started");
+  f.take("epoch", r.epoch);
+  if (!f.error().ok()) return f.error();
+  return r;
+}
+
+bool known_record_type(const std::string& type, const nlohmann::json& json, Status& check) {
+  using Check = Status (*)(const nlohmann::json&);
+  static const std::map<std::string, Check> codecs{
+      {"committed", [](const nlohmann::json& j) { return committed_record_of(j).status(); }},
+      {"pending", [](const nlohmann::json& j) { return pending_record_of(j).status(); }},
+      {"plan", [](const nlohmann::json& j) { return plan_record_of(j).status(); }},
+      {"abort", [](const nlohmann::json& j) { return abort_record_of(j).status(); }},
+      {"office", [](const nlohmann::json& j) { return office_record_of(j).status(); }},
+      {"vote", [](const nlohmann::json& j) { return vote_record_of(j).status(); }},
+      {"office_started", [](const nlohmann::json& j) { return office_started_record_of(j).status(); }},
+  };
+  const auto it = codecs.find(type);
+  if (it == codecs.end()) return false;
+  check = it->second(json);
+  return true;
 }
 
 }  // namespace geoloco::daemon

@@ -1,9 +1,9 @@
-// The journal's `committed` and `pending` records as types, each with its
-// one JSON form (docs/wire.md §4), instead of JSON built by hand where each
-// is written: every writer fills the struct, and the readers take the
-// fields back through the same codec. The other record types have their
-// one writer each (decision_outbox.h: plan, abort; succession.h: vote,
-// office, office_started).
+// The journal's records as types, each with its one JSON form
+// (docs/wire.md §4), instead of JSON built by hand where each is written:
+// every writer fills the struct, and every reader takes the fields back
+// through the same codec. The codecs are also the journal's schema: a
+// record of a known type that its codec refuses is refused when the
+// journal is opened or appended to (check_journal_record, journal.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -52,6 +52,48 @@ struct PendingRecord {
   std::optional<PendingPlan> plan;
 };
 
+/// The coordinator's plan of a round's attempt, journaled before the PLAN
+/// is sent.
+struct PlanRecord {
+  std::uint64_t round = 0;
+  std::uint64_t attempt = 0;
+  std::vector<std::string> participants;
+  std::vector<double> weights;
+  std::vector<std::string> late;
+  std::uint64_t epoch = 0;
+  bool operator==(const PlanRecord&) const = default;
+};
+
+/// The coordinator's abort of a round's attempt, journaled before the ABORT
+/// is sent.
+struct AbortRecord {
+  std::uint64_t round = 0;
+  std::string reason;
+  std::uint64_t epoch = 0;
+  bool operator==(const AbortRecord&) const = default;
+};
+
+/// The office of an epoch, taken or learned: who coordinates.
+struct OfficeRecord {
+  std::uint64_t epoch = 0;
+  std::string coordinator;
+  bool operator==(const OfficeRecord&) const = default;
+};
+
+/// This site's vote in the election of an epoch (JSON field `for`).
+struct VoteRecord {
+  std::uint64_t epoch = 0;
+  std::string candidate;
+  bool operator==(const VoteRecord&) const = default;
+};
+
+/// A successor's coordinator role journaled its start (after its recovery):
+/// an office record without it is not acted on after a restart.
+struct OfficeStartedRecord {
+  std::uint64_t epoch = 0;
+  bool operator==(const OfficeStartedRecord&) const = default;
+};
+
 /// Whether a journal field holds a count: a JSON integer that is not
 /// negative (a record built in memory from an int is signed, one read back
 /// from disk unsigned).
@@ -59,10 +101,25 @@ bool is_count(const nlohmann::json& value);
 
 nlohmann::json to_json(const CommittedRecord& record);
 nlohmann::json to_json(const PendingRecord& record);
+nlohmann::json to_json(const PlanRecord& record);
+nlohmann::json to_json(const AbortRecord& record);
+nlohmann::json to_json(const OfficeRecord& record);
+nlohmann::json to_json(const VoteRecord& record);
+nlohmann::json to_json(const OfficeStartedRecord& record);
 
 /// The record back from its JSON. Errors: malformed (another type, or a
-/// field of the wrong type; absent fields read as 0, "" or none).
+/// field of the wrong type, named with the type it must have; absent fields
+/// read as 0, "" or none, as records of older versions lack some).
 Result<CommittedRecord> committed_record_of(const nlohmann::json& json);
 Result<PendingRecord> pending_record_of(const nlohmann::json& json);
+Result<PlanRecord> plan_record_of(const nlohmann::json& json);
+Result<AbortRecord> abort_record_of(const nlohmann::json& json);
+Result<OfficeRecord> office_record_of(const nlohmann::json& json);
+Result<VoteRecord> vote_record_of(const nlohmann::json& json);
+Result<OfficeStartedRecord> office_started_record_of(const nlohmann::json& json);
+
+/// Whether `type` is a record type this version reads; then `check` is
+/// set to what its codec says of `json` (ok, or why not).
+bool known_record_type(const std::string& type, const nlohmann::json& json, Status& check);
 
 }  // namespace geoloco::daemon

@@ -2,32 +2,32 @@
 
 #include <algorithm>
 
+#include "daemon/journal_records.h"
+
 namespace geoloco::daemon {
 
 using namespace succession;
 using diloco::is_majority;
 using diloco::majority_words;
 
-nlohmann::json office_record(const Office& office) {
-  return nlohmann::json{{"type", "office"}, {"epoch", office.epoch}, {"coordinator", office.coordinator}};
-}
+nlohmann::json office_record(const Office& office) { return to_json(OfficeRecord{office.epoch, office.coordinator}); }
 
-nlohmann::json vote_record(const Office& vote) {
-  return nlohmann::json{{"type", "vote"}, {"epoch", vote.epoch}, {"for", vote.coordinator}};
-}
+nlohmann::json vote_record(const Office& vote) { return to_json(VoteRecord{vote.epoch, vote.coordinator}); }
 
-nlohmann::json office_started_record(std::uint64_t epoch) {
-  return nlohmann::json{{"type", "office_started"}, {"epoch", epoch}};
-}
+nlohmann::json office_started_record(std::uint64_t epoch) { return to_json(OfficeStartedRecord{epoch}); }
 
 OfficeRecords office_records(const std::vector<nlohmann::json>& records) {
+  // Records the journal let in read (check_journal_record); any other is skipped.
   OfficeRecords out;
   for (const auto& r : records) {
-    const std::string type = r.value("type", "");
-    if (type == "office")
-      out.office = Office{r.value("epoch", std::uint64_t{0}), r.value("coordinator", std::string())};
-    else if (type == "vote") out.vote = Office{r.value("epoch", std::uint64_t{0}), r.value("for", std::string())};
-    else if (type == "office_started") out.started = r.value("epoch", std::uint64_t{0});
+    const std::string type = r.is_object() ? r.value("type", "") : "";
+    if (type == "office") {
+      if (auto o = office_record_of(r); o.ok()) out.office = Office{o->epoch, o->coordinator};
+    } else if (type == "vote") {
+      if (auto v = vote_record_of(r); v.ok()) out.vote = Office{v->epoch, v->candidate};
+    } else if (type == "office_started") {
+      if (auto st = office_started_record_of(r); st.ok()) out.started = st->epoch;
+    }
   }
   return out;
 }

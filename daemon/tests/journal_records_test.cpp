@@ -85,8 +85,54 @@ TEST_CASE("a record of another type, or with a field of the wrong type, is refus
         "a journal record is not a 'committed' record");
   CHECK(committed_record_of(json::array()).status().message() == "a journal record is array, not an object");
   CHECK(committed_record_of(json{{"type", "committed"}, {"round", -2}}).status().message() ==
-        "a 'committed' record's 'round' is number");
+        "a 'committed' record's 'round' is number, not an unsigned integer");
   CHECK(committed_record_of(json{{"type", "committed"}, {"round", 2}, {"final", "yes"}}).status().message() ==
-        "a 'committed' record's 'final' is string");
+        "a 'committed' record's 'final' is string, not true or false");
   CHECK(pending_record_of(json{{"type", "pending"}, {"attempt", "1"}}).status().code() == Err::malformed);
+}
+
+TEST_CASE("the coordinator's and the election's records have their JSON form and read back the same") {
+  const PlanRecord plan{7, 2, {"site-a", "site-c"}, {0.5, 0.25}, {"site-b"}, 3};
+  CHECK(to_json(plan) == json{{"type", "plan"},
+                              {"round", 7},
+                              {"attempt", 2},
+                              {"participants", {"site-a", "site-c"}},
+                              {"weights", {0.5, 0.25}},
+                              {"late", {"site-b"}},
+                              {"epoch", 3}});
+  CHECK(plan_record_of(to_json(plan)).value() == plan);
+  const AbortRecord abort{7, "site-b failed", 3};
+  CHECK(to_json(abort) == json{{"type", "abort"}, {"round", 7}, {"reason", "site-b failed"}, {"epoch", 3}});
+  CHECK(abort_record_of(to_json(abort)).value() == abort);
+  const OfficeRecord office{4, "site-b"};
+  CHECK(to_json(office) == json{{"type", "office"}, {"epoch", 4}, {"coordinator", "site-b"}});
+  CHECK(office_record_of(to_json(office)).value() == office);
+  const VoteRecord vote{5, "site-c"};
+  CHECK(to_json(vote) == json{{"type", "vote"}, {"epoch", 5}, {"for", "site-c"}});
+  CHECK(vote_record_of(to_json(vote)).value() == vote);
+  CHECK(to_json(OfficeStartedRecord{6}) == json{{"type", "office_started"}, {"epoch", 6}});
+  CHECK(office_started_record_of(to_json(OfficeStartedRecord{6})).value() == OfficeStartedRecord{6});
+  // A plan of an older version, without its epoch: read as epoch 0.
+  CHECK(plan_record_of(json{{"type", "plan"}, {"round", 1}, {"attempt", 0}}).value() ==
+        PlanRecord{1, 0, {}, {}, {}, 0});
+}
+
+TEST_CASE("every record type the journal reads is checked by its codec, and only those") {
+  Status check;
+  CHECK(!known_record_type("later_version", json{{"type", "later_version"}}, check));
+  for (const char* type : {"committed", "pending", "plan", "abort", "office", "vote", "office_started"}) {
+    INFO(type);
+    CHECK(known_record_type(type, json{{"type", type}}, check));
+    CHECK(check.ok());
+  }
+  CHECK(known_record_type("plan", json{{"type", "plan"}, {"participants", {1, 2}}}, check));
+  CHECK(check.message() == "a 'plan' record's 'participants' is array, not an array of strings");
+  CHECK(known_record_type("vote", json{{"type", "vote"}, {"for", 3}}, check));
+  CHECK(check.message() == "a 'vote' record's 'for' is number, not a string");
+  CHECK(known_record_type("abort", json{{"type", "abort"}, {"round", 1.5}}, check));
+  CHECK(check.message() == "a 'abort' record's 'round' is number, not an unsigned integer");
+  CHECK(known_record_type("pending", json{{"type", "pending"}, {"plan", "x"}}, check));
+  CHECK(check.message() == "a 'pending' record's 'plan' is string, not an object");
+  CHECK(known_record_type("office_started", json{{"type", "office_started"}, {"epoch", -1}}, check));
+  CHECK(check.code() == Err::malformed);
 }

@@ -11,4 +11,6 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+void return_freed_memory() { malloc_trim(0); }
+
 }  // namespace geoloco

@@ -74,4 +74,10 @@ class BufferPool {
 /// again. Programs call it once at start; libraries never do.
 void keep_freed_memory_for_reuse();
 
+/// Hands the free memory of every malloc arena back to the kernel. A round
+/// frees a model-sized Δ in chunks smaller than the mapping threshold, on
+/// several threads' arenas; without this they stay resident between rounds
+/// and add to the next round's peak.
+void return_freed_memory();
+
 }  // namespace geoloco

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/cpu_time.h"
+#include "common/buffer.h"
 #include "common/digest.h"
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
@@ -223,6 +224,11 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   // Every pass over the averaged Δ since the exchange: the clip's, the digest's, the step's.
   round_costs_.averaged_values_decoded += delta_.values_decoded;
   forget_delta();
+  {
+    // The round's chunks, freed on the connections' threads, leave the process too.
+    ThreadCpuTimer timer(round_costs_.outer_step);
+    return_freed_memory();
+  }
   // Stepped in place: after a failure the anchor is no committed state
   // until one is installed (the machine catches up).
   anchor_committed_ = stepped.ok() && digest == c.anchor_digest;

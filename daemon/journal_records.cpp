@@ -166,12 +166,12 @@ nlohmann::json to_json(const AbortRecord& r) {
   return nlohmann::json{{"type", "abort"}, {"round", r.round}, {"reason", r.reason}, {"epoch", r.epoch}};
 }
 
-nlohmann::json to_json(const OfficeRecord& r) {
+nlohmann::json office_record(const Office& r) {
   return nlohmann::json{{"type", "office"}, {"epoch", r.epoch}, {"coordinator", r.coordinator}};
 }
 
-nlohmann::json to_json(const VoteRecord& r) {
-  return nlohmann::json{{"type", "vote"}, {"epoch", r.epoch}, {"for", r.candidate}};
+nlohmann::json vote_record(const Office& r) {
+  return nlohmann::json{{"type", "vote"}, {"epoch", r.epoch}, {"for", r.coordinator}};
 }
 
 nlohmann::json to_json(const OfficeStartedRecord& r) {
@@ -203,9 +203,9 @@ Result<AbortRecord> abort_record_of(const nlohmann::json& j) {
   return r;
 }
 
-Result<OfficeRecord> office_record_of(const nlohmann::json& j) {
+Result<Office> office_record_of(const nlohmann::json& j) {
   GEOLOCO_TRY(check_type(j, "office"));
-  OfficeRecord r;
+  Office r;
   Fields f(j, "office");
   f.take("epoch", r.epoch);
   f.take("coordinator", r.coordinator);
@@ -213,12 +213,12 @@ Result<OfficeRecord> office_record_of(const nlohmann::json& j) {
   return r;
 }
 
-Result<VoteRecord> vote_record_of(const nlohmann::json& j) {
+Result<Office> vote_record_of(const nlohmann::json& j) {
   GEOLOCO_TRY(check_type(j, "vote"));
-  VoteRecord r;
+  Office r;
   Fields f(j, "vote");
   f.take("epoch", r.epoch);
-  f.take("for", r.candidate);
+  f.take("for", r.coordinator);
   if (!f.error().ok()) return f.error();
   return r;
 }

@@ -73,18 +73,14 @@ struct AbortRecord {
   bool operator==(const AbortRecord&) const = default;
 };
 
-/// The office of an epoch, taken or learned: who coordinates.
-struct OfficeRecord {
+/// An office: the epoch and the site that holds it ("" while an election of
+/// that epoch is open). The content of the `office` record (an office taken
+/// or learned) and of the `vote` record (the epoch voted in, and for whom:
+/// JSON field `for`).
+struct Office {
   std::uint64_t epoch = 0;
   std::string coordinator;
-  bool operator==(const OfficeRecord&) const = default;
-};
-
-/// This site's vote in the election of an epoch (JSON field `for`).
-struct VoteRecord {
-  std::uint64_t epoch = 0;
-  std::string candidate;
-  bool operator==(const VoteRecord&) const = default;
+  bool operator==(const Office&) const = default;
 };
 
 /// A successor's coordinator role journaled its start (after its recovery):
@@ -103,8 +99,8 @@ nlohmann::json to_json(const CommittedRecord& record);
 nlohmann::json to_json(const PendingRecord& record);
 nlohmann::json to_json(const PlanRecord& record);
 nlohmann::json to_json(const AbortRecord& record);
-nlohmann::json to_json(const OfficeRecord& record);
-nlohmann::json to_json(const VoteRecord& record);
+nlohmann::json office_record(const Office& office);
+nlohmann::json vote_record(const Office& vote);
 nlohmann::json to_json(const OfficeStartedRecord& record);
 
 /// The record back from its JSON. Errors: malformed (another type, or a
@@ -114,8 +110,8 @@ Result<CommittedRecord> committed_record_of(const nlohmann::json& json);
 Result<PendingRecord> pending_record_of(const nlohmann::json& json);
 Result<PlanRecord> plan_record_of(const nlohmann::json& json);
 Result<AbortRecord> abort_record_of(const nlohmann::json& json);
-Result<OfficeRecord> office_record_of(const nlohmann::json& json);
-Result<VoteRecord> vote_record_of(const nlohmann::json& json);
+Result<Office> office_record_of(const nlohmann::json& json);
+Result<Office> vote_record_of(const nlohmann::json& json);
 Result<OfficeStartedRecord> office_started_record_of(const nlohmann::json& json);
 
 /// Whether `type` is a record type this version reads; then `check` is

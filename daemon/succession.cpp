@@ -2,17 +2,11 @@
 
 #include <algorithm>
 
-#include "daemon/journal_records.h"
-
 namespace geoloco::daemon {
 
 using namespace succession;
 using diloco::is_majority;
 using diloco::majority_words;
-
-nlohmann::json office_record(const Office& office) { return to_json(OfficeRecord{office.epoch, office.coordinator}); }
-
-nlohmann::json vote_record(const Office& vote) { return to_json(VoteRecord{vote.epoch, vote.coordinator}); }
 
 nlohmann::json office_started_record(std::uint64_t epoch) { return to_json(OfficeStartedRecord{epoch}); }
 
@@ -22,9 +16,9 @@ OfficeRecords office_records(const std::vector<nlohmann::json>& records) {
   for (const auto& r : records) {
     const std::string type = r.is_object() ? r.value("type", "") : "";
     if (type == "office") {
-      if (auto o = office_record_of(r); o.ok()) out.office = Office{o->epoch, o->coordinator};
+      if (auto o = office_record_of(r); o.ok()) out.office = *o;
     } else if (type == "vote") {
-      if (auto v = vote_record_of(r); v.ok()) out.vote = Office{v->epoch, v->candidate};
+      if (auto v = vote_record_of(r); v.ok()) out.vote = *v;
     } else if (type == "office_started") {
       if (auto st = office_started_record_of(r); st.ok()) out.started = st->epoch;
     }

@@ -36,20 +36,13 @@
 #include <vector>
 
 #include "daemon/control_messages.h"
+#include "daemon/journal_records.h"
 #include "diloco/quorum.h"
 
 namespace geoloco::daemon {
 
 using diloco::Clock;
 using diloco::Millis;
-
-/// An office: the epoch and the site that holds it ("" while an election of
-/// that epoch is open).
-struct Office {
-  std::uint64_t epoch = 0;
-  std::string coordinator;
-  bool operator==(const Office&) const = default;
-};
 
 /// Where a new coordinator resumes, from the standings of a majority.
 struct Recovery {
@@ -92,9 +85,8 @@ struct OfficeRecords {
   std::optional<Office> vote;            ///< epoch voted in, for whom
   std::optional<std::uint64_t> started;  ///< the last epoch whose coordinator role journaled its start (office_started)
 };
-/// The journal records of an office taken or learned, and of a vote.
-nlohmann::json office_record(const Office& office);
-nlohmann::json vote_record(const Office& vote);
+// The journal records of an office taken or learned, and of a vote:
+// office_record() and vote_record() in journal_records.h.
 /// Journaled by a successor's role once its recovery is: an office record
 /// without it (a crash in between) is not acted on after a restart.
 nlohmann::json office_started_record(std::uint64_t epoch);

@@ -266,6 +266,30 @@ Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out
   return decode_body(stages_, *h, out, values_scratch_, raw_scratch_);
 }
 
+Status Pipeline::decode_add(std::span<const std::byte> payload, std::span<float> sum, float share) {
+  const bool raw_values = !stages_.sparsifier && !stages_.value && !stages_.bytes;
+  if (!raw_values) {
+    decoded_scratch_.resize(sum.size());
+    GEOLOCO_TRY(decode(payload, decoded_scratch_));
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * decoded_scratch_[i];
+    return {};
+  }
+  last_raw_.reset();
+  auto h = own_header(payload);
+  if (!h.ok()) return h.status();
+  // decode_body()'s checks, for a chain whose body is the values' bytes.
+  const std::size_t n = sum.size();
+  GEOLOCO_RETURN_IF(h->element_count != n, Err::mismatch, "payload: holds ", h->element_count,
+                    " values, the receiver expects ", n);
+  GEOLOCO_RETURN_IF(
+      h->raw_body_size != n * sizeof(float) || h->body_size != h->raw_body_size || h->body.size() != n * sizeof(float),
+      Err::malformed, "payload: raw value section of ", h->body.size(), " bytes for ", n, " values");
+  const auto& k = kernels::kernel_table(detected_simd());
+  GEOLOCO_RETURN_IF(!k.add_weighted_finite(h->body.data(), n, share, sum.data()), Err::malformed,
+                    "payload: raw values hold a NaN or Inf");
+  return {};
+}
+
 Status Pipeline::decode_last_encoded(std::span<const std::byte> payload, std::span<float> out) {
   if (!last_raw_ || last_raw_->values != out.size() || payload.data() != last_raw_->payload ||
       payload.size() != last_raw_->payload_size)

@@ -57,6 +57,12 @@ class Pipeline {
   /// (another chain, or another element count). On error `out` holds no
   /// meaningful values, and nothing is read or written out of bounds.
   Status decode(std::span<const std::byte> payload, std::span<float> out);
+  /// sum[i] ← sum[i] + share · v[i] for the payload's values v, in fp32
+  /// with no contraction: the bits of decode() then diloco::add_weighted().
+  /// A raw fp32 chain (no codec) does it in one pass over the payload's
+  /// bytes; other chains decode into scratch first. Errors: as decode(); on
+  /// error `sum` holds no meaningful values.
+  Status decode_add(std::span<const std::byte> payload, std::span<float> sum, float share);
   /// Checks a payload's header without decoding its body: this pipeline's
   /// chain, `values` elements, and a body as long as the header says. A body
   /// that does not decode passes; decode() refuses it. Errors: as decode()'s
@@ -82,6 +88,7 @@ class Pipeline {
   Stages stages_;
   std::vector<std::byte> descriptor_;
   std::vector<float> values_scratch_;
+  std::vector<float> decoded_scratch_;  ///< decode_add()'s values, for chains with a codec
   std::vector<std::byte> index_scratch_;
   std::vector<std::byte> raw_scratch_;
   /// The last encode()'s raw body, kept in raw_scratch_ (with a byte codec only).

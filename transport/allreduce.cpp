@@ -334,12 +334,12 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
     const double cpu_start = thread_cpu_seconds();  // decode_gathered() below counts itself
     const Range range = chunk_range(shard_range(total_, n_parts_, me_), c);
     sum_.assign(range.size, 0.0f);
-    decoded_.resize(range.size);
     for (std::size_t s = 0; s < n_parts_; ++s) {
-      Status st = pipeline_.decode(parts[s], decoded_);
+      // Decoded and added in one pass where the chain allows (raw fp32): the
+      // bits of decode() then diloco::add_weighted().
+      Status st = pipeline_.decode_add(parts[s], sum_, normalized_[s]);
       if (!st.ok())
         return GEOLOCO_ERROR(st.code(), "shard chunk ", c, " from ", r_.participants[s], ": ", st.message());
-      diloco::add_weighted(sum_, decoded_, normalized_[s]);
     }
     for (auto& [site, bytes] : parts) mesh_.pool().release(std::move(bytes));
     parts.clear();
@@ -412,7 +412,7 @@ class AllReduceOp final : public FrameSink, public std::enable_shared_from_this<
   std::vector<std::vector<bool>> gathered_;                   // per shard, per chunk
   std::uint64_t gathers_expected_ = 0;
   std::uint64_t gathers_received_ = 0;
-  std::vector<float> sum_, decoded_;
+  std::vector<float> sum_;
   int tasks_ = 0;
   bool finished_ = false;
   Status status_;

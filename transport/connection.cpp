@@ -176,7 +176,13 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     }
   }
 
+  // TLS's records carry an AEAD tag, so the all-reduce's frames skip the
+  // payload hash there (frame.h); plain TCP has nothing else to catch a
+  // flipped bit, and refuses an unhashed frame.
+  static constexpr bool kRecordsAuthenticated = std::is_same_v<Stream, tls::TlsStream>;
+
   asio::awaitable<Status> write_frame_here(FrameHeader header, std::span<const std::byte> payload) {
+    header.hashed = !(kRecordsAuthenticated && may_skip_hash(header.type));
     seal(header, payload);
     co_await write_lock_.lock();
     Status s;
@@ -199,6 +205,10 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       if (!s.ok()) co_return s;
       auto header = decode_header(bytes, options_.limits);
       if (!header.ok()) co_return header.status();
+      if (!kRecordsAuthenticated && !header->hashed)
+        co_return GEOLOCO_ERROR(Err::malformed, "a ", frame_type_name(header->type),
+                                " frame without its payload hash on a plain TCP connection, where nothing else "
+                                "proves its bytes (only TLS records may stand in for it)");
       if (header->type != FrameType::keepalive) co_return header;
     }
   }

@@ -29,9 +29,11 @@ std::string_view frame_type_name(FrameType type) {
   return "unknown";
 }
 
+bool may_skip_hash(FrameType type) { return type == FrameType::shard || type == FrameType::gather; }
+
 void seal(FrameHeader& header, std::span<const std::byte> payload) {
   header.payload_size = payload.size();
-  header.payload_hash = xxh3_64(payload);
+  header.payload_hash = header.hashed ? xxh3_64(payload) : 0;
 }
 
 std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& h) {
@@ -40,7 +42,7 @@ std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& h) {
   w.put<std::uint32_t>(kFrameMagic);
   w.put<std::uint8_t>(kFrameVersion);
   w.put<std::uint8_t>(static_cast<std::uint8_t>(h.type));
-  w.put<std::uint16_t>(0);
+  w.put<std::uint16_t>(h.hashed ? 0 : kUnhashedFlag);
   w.put<std::uint64_t>(h.job);
   w.put<std::uint64_t>(h.round);
   w.put<std::uint32_t>(h.attempt);
@@ -55,7 +57,7 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   const auto magic = r.get<std::uint32_t>();
   const auto version = r.get<std::uint8_t>();
   const auto type = r.get<std::uint8_t>();
-  const auto reserved = r.get<std::uint16_t>();
+  const auto flags = r.get<std::uint16_t>();
   FrameHeader h;
   h.job = r.get<std::uint64_t>();
   h.round = r.get<std::uint64_t>();
@@ -68,8 +70,13 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   GEOLOCO_RETURN_IF(version != kFrameVersion, Err::unsupported, "frame version ", int(version),
                     " is not supported (this build speaks version ", int(kFrameVersion), ")");
   GEOLOCO_RETURN_IF(type < 1 || type > 9, Err::malformed, "unknown frame type ", int(type));
-  GEOLOCO_RETURN_IF(reserved != 0, Err::malformed, "frame header reserved bits are set");
+  GEOLOCO_RETURN_IF((flags & ~kUnhashedFlag) != 0, Err::malformed, "frame header reserved bits are set");
   h.type = static_cast<FrameType>(type);
+  h.hashed = (flags & kUnhashedFlag) == 0;
+  GEOLOCO_RETURN_IF(!h.hashed && !may_skip_hash(h.type), Err::malformed, "a ", frame_type_name(h.type),
+                    " frame without its payload hash (only shard and gather frames may skip it)");
+  GEOLOCO_RETURN_IF(!h.hashed && h.payload_hash != 0, Err::malformed, "an unhashed ", frame_type_name(h.type),
+                    " frame with a hash");
   GEOLOCO_RETURN_IF(h.payload_size > limits.max_payload_bytes, Err::too_large, "frame payload of ", h.payload_size,
                     " bytes exceeds the bound of ", limits.max_payload_bytes, " bytes");
   const bool empty_kind = h.type == FrameType::keepalive || h.type == FrameType::redial || h.type == FrameType::goodbye;
@@ -81,7 +88,7 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
 Status verify_payload(const FrameHeader& h, std::span<const std::byte> payload) {
   GEOLOCO_RETURN_IF(payload.size() != h.payload_size, Err::truncated, "frame payload of ", payload.size(),
                     " bytes, header says ", h.payload_size);
-  GEOLOCO_RETURN_IF(xxh3_64(payload) != h.payload_hash, Err::malformed, "frame checksum mismatch (",
+  GEOLOCO_RETURN_IF(h.hashed && xxh3_64(payload) != h.payload_hash, Err::malformed, "frame checksum mismatch (",
                     frame_type_name(h.type), " round ", h.round, " chunk ", h.chunk, "): the payload was corrupted");
   return {};
 }

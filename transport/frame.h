@@ -4,17 +4,23 @@
 //   0      4    magic "GLF1"
 //   4      1    version (1)
 //   5      1    type (FrameType)
-//   6      2    reserved, 0
+//   6      2    flags: bit 0 = the payload carries no hash (below); the others 0
 //   8      8    job id
 //   16     8    round
 //   24     4    attempt (the plan's; a hello's: the sender's connections_per_peer)
 //   28     4    chunk index
 //   32     8    payload length (bounded by FrameLimits before anything is allocated)
-//   40     8    xxh3-64 of the payload
+//   40     8    xxh3-64 of the payload (0 when unhashed)
 //   48          payload
 //
 // All integers little-endian. A header is checked on its own (decode_header)
 // before the payload is read; the payload is checked against the hash once read.
+//
+// Unhashed frames: only shard and gather frames, and only on TLS
+// connections, where each record's AEAD tag already proves the bytes
+// arrived as sent. Their payloads are buffers the all-reduce encoded and
+// owns until written, so no hash is needed to catch a payload that changed
+// while it was sent; state frames, read from a model that may move, keep it.
 #pragma once
 
 #include <array>
@@ -30,6 +36,8 @@ namespace geoloco::transport {
 inline constexpr std::uint32_t kFrameMagic = 0x31464c47u;  // "GLF1" on the wire
 inline constexpr std::uint8_t kFrameVersion = 1;
 inline constexpr std::size_t kFrameHeaderSize = 48;
+/// Flag bit 0 of header bytes 6-7: the payload carries no hash.
+inline constexpr std::uint16_t kUnhashedFlag = 1;
 /// A hello's payload is a site name: at most 64 bytes (common/site_name.h).
 inline constexpr std::uint64_t kMaxHelloBytes = 64;
 
@@ -66,7 +74,12 @@ struct FrameHeader {
   std::uint32_t chunk = 0;
   std::uint64_t payload_size = 0;
   std::uint64_t payload_hash = 0;
+  /// False: the payload carries no hash (flag bit 0 on the wire); see above.
+  bool hashed = true;
 };
+
+/// Whether a frame of this type may travel unhashed (on a TLS connection).
+bool may_skip_hash(FrameType type);
 
 /// A hello's connections_per_peer, carried where other frames carry the attempt.
 inline std::uint32_t hello_connections(const FrameHeader& h) { return h.attempt; }
@@ -78,19 +91,20 @@ struct FrameLimits {
   bool operator==(const FrameLimits&) const = default;
 };
 
-/// Fills payload_size and payload_hash from `payload`.
+/// Fills payload_size and, when `header.hashed`, payload_hash from `payload` (else 0).
 void seal(FrameHeader& header, std::span<const std::byte> payload);
 
 /// Writes the 48 header bytes.
 std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& header);
 
-/// Parses and checks a header: magic, version, known type, zero reserved
-/// bits, payload length within `limits`. Errors: malformed (magic, type,
-/// reserved), unsupported (version), too_large (length).
+/// Parses and checks a header: magic, version, known type, no unknown flag,
+/// no hash skipped where may_skip_hash() forbids it (and a hash of 0 when
+/// skipped), payload length within `limits`. Errors: malformed (magic, type,
+/// flags), unsupported (version), too_large (length).
 Result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> bytes, const FrameLimits& limits);
 
-/// Checks the payload against the header's length and hash. Errors:
-/// malformed ("checksum mismatch").
+/// Checks the payload against the header's length and (when hashed) hash.
+/// Errors: truncated (length), malformed ("checksum mismatch").
 Status verify_payload(const FrameHeader& header, std::span<const std::byte> payload);
 
 }  // namespace geoloco::transport

@@ -33,6 +33,11 @@ using AllFiniteFn = bool (*)(const float* x, std::size_t n);
 /// value is finite. Either pointer may be unaligned (payload bytes). The raw
 /// value codec's encode and decode: a copy that must refuse NaN and Inf.
 using CopyFiniteFn = bool (*)(const void* x, std::size_t n, void* out);
+/// sum[i] = sum[i] + share * x[i] for n floats read from x (unaligned
+/// payload bytes), one multiply and one add per value in that order (the
+/// bits of copy_finite then diloco::add_weighted); true when every x[i] is
+/// finite. The raw codec's decode fused with the all-reduce's weighted sum.
+using AddWeightedFiniteFn = bool (*)(const void* x, std::size_t n, float share, float* sum);
 
 struct KernelTable {
   AbsmaxFn absmax;
@@ -44,6 +49,7 @@ struct KernelTable {
   FromHalfFn bf16_to_f32;
   AllFiniteFn all_finite;
   CopyFiniteFn copy_finite;
+  AddWeightedFiniteFn add_weighted_finite;
 };
 
 /// The kernels for `simd`; falls back to scalar where AVX2 was not compiled in.

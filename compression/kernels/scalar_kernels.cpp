@@ -82,6 +82,17 @@ bool copy_finite_scalar(const void* x, std::size_t n, void* out) {
   return ok;
 }
 
+bool add_weighted_finite_scalar(const void* x, std::size_t n, float share, float* sum) {
+  bool ok = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, static_cast<const char*>(x) + i * sizeof bits, sizeof bits);
+    ok &= is_finite_bits(bits);
+    sum[i] = sum[i] + share * std::bit_cast<float>(bits);
+  }
+  return ok;
+}
+
 }  // namespace
 
 std::uint16_t f32_to_f16_one(float value) {
@@ -126,9 +137,9 @@ std::uint16_t f32_to_bf16_one(float value) {
 float bf16_to_f32_one(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
 
 const KernelTable& scalar_kernels() {
-  static const KernelTable table{absmax_scalar,      quantize_nearest_scalar, dequantize_scalar,
-                                 f32_to_f16_scalar,  f16_to_f32_scalar,       f32_to_bf16_scalar,
-                                 bf16_to_f32_scalar, all_finite_scalar,       copy_finite_scalar};
+  static const KernelTable table{absmax_scalar,      quantize_nearest_scalar,   dequantize_scalar,  f32_to_f16_scalar,
+                                 f16_to_f32_scalar,  f32_to_bf16_scalar,        bf16_to_f32_scalar, all_finite_scalar,
+                                 copy_finite_scalar, add_weighted_finite_scalar};
   return table;
 }
 

@@ -140,6 +140,42 @@ TEST_CASE("decoding into a buffer of another size is a mismatch, not a misread")
   CHECK(p.decode(payload, large).code() == Err::mismatch);
 }
 
+TEST_CASE("decode_add gives the bits of a decode then a weighted add, and refuses what decode refuses", "[sanitize]") {
+  const std::size_t n = 5003;  // not a multiple of any vector width
+  const auto x = test::gradient(n, 9);
+  for (const auto& chain : test::all_chains()) {
+    for (Simd simd : {Simd::scalar, detected_simd()}) {
+      auto p = test::make_pipeline(chain, simd);
+      INFO(p.describe());
+      const auto payload = test::encode(p, x, 3);
+      const auto decoded = test::decode(p, payload, n);
+      std::vector<float> expected = test::gradient(n, 4), sum = expected;
+      const float share = 0.3f;
+      for (std::size_t i = 0; i < n; ++i) expected[i] = expected[i] + share * decoded[i];
+      REQUIRE(p.decode_add(payload, sum, share).ok());
+      CHECK(digest_f32(sum) == digest_f32(expected));
+      std::vector<float> other(n - 1);
+      CHECK(p.decode_add(payload, other, share).code() == Err::mismatch);
+      auto cut = payload;
+      cut.pop_back();
+      CHECK_FALSE(p.decode_add(cut, sum, share).ok());
+    }
+  }
+  // A raw payload holding a NaN: refused (the fused path checks every value).
+  auto raw = test::make_pipeline({});
+  auto values = x;
+  for (std::size_t at : {std::size_t{17}, n - 1}) {  // in the vector part, and in the tail
+    values = x;
+    values[at] = std::nanf("");
+    auto payload = test::encode(raw, x, 3);
+    std::memcpy(payload.data() + payload.size() - (n - at) * sizeof(float), &values[at], sizeof(float));
+    std::vector<float> sum(n);
+    Status s = raw.decode_add(payload, sum, 1.0f);
+    CHECK(s.code() == Err::malformed);
+    CHECK(s.message().find("NaN or Inf") != std::string::npos);
+  }
+}
+
 TEST_CASE("encode refuses non-finite input and a too-small output buffer") {
   for (const auto& chain : test::all_chains()) {
     auto p = test::make_pipeline(chain);

@@ -107,12 +107,26 @@ TEST_CASE("AVX2 kernels produce the same bytes as the scalar kernels") {
     CHECK(std::memcmp(ds.data() + 3, clean.data(), n * 4) == 0);
     CHECK(std::memcmp(da.data() + 3, clean.data(), n * 4) == 0);
   }
+  // add_weighted_finite: the same sums on both paths, read from unaligned
+  // bytes, and each the bits of a multiply then an add.
+  for (std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{8}, std::size_t{9}, clean.size()}) {
+    std::vector<std::byte> src(n * 4 + 1);
+    std::memcpy(src.data() + 1, clean.data(), n * 4);
+    std::vector<float> ss(clean.rbegin(), clean.rbegin() + static_cast<std::ptrdiff_t>(n)), sa = ss, expected = ss;
+    for (std::size_t i = 0; i < n; ++i) expected[i] = expected[i] + 0.7f * clean[i];
+    CHECK(s.add_weighted_finite(src.data() + 1, n, 0.7f, ss.data()));
+    CHECK(a.add_weighted_finite(src.data() + 1, n, 0.7f, sa.data()));
+    CHECK(same_bytes(ss, expected));
+    CHECK(same_bytes(sa, expected));
+  }
   for (float poison : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     for (std::size_t at : {std::size_t{3}, std::size_t{40}, std::size_t{41}}) {  // 41: in the tail of 42
       std::vector<float> v(42, 0.5f), out(42);
       v[at] = poison;
       CHECK_FALSE(s.copy_finite(v.data(), v.size(), out.data()));
       CHECK_FALSE(a.copy_finite(v.data(), v.size(), out.data()));
+      CHECK_FALSE(s.add_weighted_finite(v.data(), v.size(), 1.0f, out.data()));
+      CHECK_FALSE(a.add_weighted_finite(v.data(), v.size(), 1.0f, out.data()));
     }
   }
 }

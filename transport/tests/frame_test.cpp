@@ -56,8 +56,10 @@ TEST_CASE("each bad header is refused with its own message", "[sanitize]") {
   CHECK(version.message().find("frame version 9 is not supported") != std::string::npos);
   Status type = patched(5, 42, 1);
   CHECK(type.message().find("unknown frame type 42") != std::string::npos);
-  Status reserved = patched(6, 1, 2);
+  Status reserved = patched(6, 2, 2);  // bit 0 is the unhashed flag, bit 1 is no flag
   CHECK(reserved.message().find("reserved") != std::string::npos);
+  Status hashed_anyway = patched(6, kUnhashedFlag, 2);  // flagged unhashed, but a hash is there
+  CHECK(hashed_anyway.message().find("an unhashed shard frame with a hash") != std::string::npos);
   Status huge = patched(32, 1ull << 40, 8);
   CHECK(huge.code() == Err::too_large);
   CHECK(huge.message().find("exceeds the bound of 1048576 bytes") != std::string::npos);
@@ -74,6 +76,36 @@ TEST_CASE("a corrupted or truncated payload fails verification", "[sanitize]") {
   CHECK(s.message().find("checksum mismatch") != std::string::npos);
   payload.pop_back();
   CHECK(verify_payload(*h, payload).code() == Err::truncated);
+}
+
+TEST_CASE("only shard and gather frames travel without a payload hash", "[sanitize]") {
+  std::vector<std::byte> payload(4096, std::byte{3});
+  for (FrameType type : {FrameType::shard, FrameType::gather}) {
+    FrameHeader h;
+    h.type = type;
+    h.hashed = false;
+    seal(h, payload);
+    CHECK(h.payload_hash == 0);
+    const auto bytes = encode_header(h);
+    CHECK(static_cast<unsigned>(bytes[6]) == kUnhashedFlag);
+    auto back = decode_header(bytes, FrameLimits{});
+    REQUIRE(back.ok());
+    CHECK_FALSE(back->hashed);
+    payload[100] = std::byte{9};  // not caught here: the TLS record's tag catches it on the wire
+    CHECK(verify_payload(*back, payload).ok());
+    payload.pop_back();  // the length is still checked
+    CHECK(verify_payload(*back, payload).code() == Err::truncated);
+    payload.push_back(std::byte{3});
+  }
+  for (FrameType type : {FrameType::hello, FrameType::control, FrameType::state, FrameType::knock}) {
+    FrameHeader h;
+    h.type = type;
+    h.hashed = false;
+    seal(h, std::span(payload).first(8));
+    Status s = decode_header(encode_header(h), FrameLimits{}).status();
+    CHECK(s.code() == Err::malformed);
+    CHECK(s.message().find("without its payload hash (only shard and gather frames may skip it)") != std::string::npos);
+  }
 }
 
 TEST_CASE("the frame fuzz corpus decodes to a header or an error", "[sanitize]") {

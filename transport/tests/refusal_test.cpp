@@ -302,3 +302,38 @@ TEST_CASE("a flood of bad connections is refused one by one but logged once, wit
   // Every refusal is still in the list, with its own peer.
   CHECK(a.call([&] { return a.mesh().rejections().size(); }) >= 20);
 }
+
+TEST_CASE("a plain TCP connection refuses an all-reduce frame without its payload hash") {
+  // Over TLS a shard or gather frame may skip the hash: the record's tag
+  // proves its bytes. Over plain TCP nothing else does.
+  auto fed = loopback::Federation::create({"a", "m"});
+  REQUIRE(fed.ok());
+  auto options = loopback::test_options();
+  options.insecure_plaintext_for_tests = true;
+  auto made = loopback::make_sites(**fed, {"a"}, options, 1, {"a", "m"});
+  REQUIRE(made.ok());
+  loopback::Site& a = *(*made)[0];
+  asio::io_context io;
+  asio::ip::tcp::socket plain(io);
+  plain.connect({asio::ip::make_address("127.0.0.1"), a.port()});
+  auto send = [&](FrameHeader h, std::span<const std::byte> payload) {
+    seal(h, payload);
+    const auto head = encode_header(h);
+    asio::write(plain, asio::buffer(head.data(), head.size()));
+    if (!payload.empty()) asio::write(plain, asio::buffer(payload.data(), payload.size()));
+  };
+  const std::string name = "m";
+  FrameHeader hello;
+  hello.type = FrameType::hello;
+  hello.job = 1;
+  set_hello_connections(hello, options.connections_per_peer);
+  send(hello, std::as_bytes(std::span(name.data(), name.size())));
+  std::vector<std::byte> payload(64, std::byte{1});
+  FrameHeader shard;
+  shard.type = FrameType::shard;
+  shard.job = 1;
+  shard.round = 5;
+  shard.hashed = false;
+  send(shard, payload);
+  CHECK(refused_with(a, "shard frame without its payload hash on a plain TCP connection"));
+}

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 #include <string>
 
 #include "common/byte_io.h"
@@ -51,6 +52,15 @@ class ValueCodec : public Codec {
   /// Decodes exactly encoded_size(out.size()) bytes. Errors: mismatch (wrong
   /// size), malformed (a field no encoder writes, e.g. a non-finite scale).
   virtual Status decode(std::span<const std::byte> in, std::span<float> out) const = 0;
+  /// sum[i] ← sum[i] + share · v[i] (a multiply, then an add) for the values
+  /// v that decode() gives, with its checks; on error `sum` holds no
+  /// meaningful values. This one decodes whole first; a codec may fuse.
+  virtual Status decode_add(std::span<const std::byte> in, std::span<float> sum, float share) const {
+    std::vector<float> v(sum.size());
+    GEOLOCO_TRY(decode(in, v));
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * v[i];
+    return {};
+  }
 };
 
 /// Dense floats -> (delta-coded indices, kept floats) and back.

@@ -130,9 +130,10 @@ Status decode_values(const Stages& s, std::span<const std::byte> in, std::span<f
 // so scratch buffers never exceed the worst case of out.size() values.
 Status decode_raw(const Stages& s, std::span<const std::byte> raw, std::span<float> out,
                   std::vector<float>& values_scratch);
-Status decode_body(const Stages& s, const PayloadHeader& h, std::span<float> out, std::vector<float>& values_scratch,
-                   std::vector<std::byte>& raw_scratch) {
-  const std::size_t n = out.size();
+// The raw body of a payload of n values (the byte codec undone into
+// raw_scratch, or the body itself), every size checked.
+Result<std::span<const std::byte>> raw_body(const Stages& s, const PayloadHeader& h, std::size_t n,
+                                            std::vector<std::byte>& raw_scratch) {
   GEOLOCO_RETURN_IF(h.element_count != n, Err::mismatch, "payload: holds ", h.element_count,
                     " values, the receiver expects ", n);
   const std::size_t m = s.sparsifier ? s.sparsifier->kept_count(n) : n;
@@ -151,7 +152,14 @@ Status decode_body(const Stages& s, const PayloadHeader& h, std::span<float> out
     GEOLOCO_RETURN_IF(h.body_size != h.raw_body_size, Err::malformed, "payload: body of ", h.body_size,
                       " bytes but raw body of ", h.raw_body_size, " without a byte codec");
   }
-  return decode_raw(s, raw, out, values_scratch);
+  return raw;
+}
+
+Status decode_body(const Stages& s, const PayloadHeader& h, std::span<float> out, std::vector<float>& values_scratch,
+                   std::vector<std::byte>& raw_scratch) {
+  auto raw = raw_body(s, h, out.size(), raw_scratch);
+  if (!raw.ok()) return raw.status();
+  return decode_raw(s, *raw, out, values_scratch);
 }
 
 // The values of a raw body (what the byte codec gives back, or the body
@@ -267,25 +275,23 @@ Status Pipeline::decode(std::span<const std::byte> payload, std::span<float> out
 }
 
 Status Pipeline::decode_add(std::span<const std::byte> payload, std::span<float> sum, float share) {
-  const bool raw_values = !stages_.sparsifier && !stages_.value && !stages_.bytes;
-  if (!raw_values) {
+  if (stages_.sparsifier) {  // the kept values land anywhere: decoded whole first
     decoded_scratch_.resize(sum.size());
     GEOLOCO_TRY(decode(payload, decoded_scratch_));
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * decoded_scratch_[i];
     return {};
   }
-  last_raw_.reset();
+  last_raw_.reset();  // raw_scratch_ is overwritten
   auto h = own_header(payload);
   if (!h.ok()) return h.status();
-  // decode_body()'s checks, for a chain whose body is the values' bytes.
-  const std::size_t n = sum.size();
-  GEOLOCO_RETURN_IF(h->element_count != n, Err::mismatch, "payload: holds ", h->element_count,
-                    " values, the receiver expects ", n);
-  GEOLOCO_RETURN_IF(
-      h->raw_body_size != n * sizeof(float) || h->body_size != h->raw_body_size || h->body.size() != n * sizeof(float),
-      Err::malformed, "payload: raw value section of ", h->body.size(), " bytes for ", n, " values");
+  auto raw = raw_body(stages_, *h, sum.size(), raw_scratch_);
+  if (!raw.ok()) return raw.status();
+  if (stages_.value) return stages_.value->decode_add(*raw, sum, share);
+  // Raw fp32 values: added straight from the payload's bytes, checked in the same pass.
+  GEOLOCO_RETURN_IF(raw->size() != sum.size_bytes(), Err::malformed, "payload: raw value section of ", raw->size(),
+                    " bytes for ", sum.size(), " values");
   const auto& k = kernels::kernel_table(detected_simd());
-  GEOLOCO_RETURN_IF(!k.add_weighted_finite(h->body.data(), n, share, sum.data()), Err::malformed,
+  GEOLOCO_RETURN_IF(!k.add_weighted_finite(raw->data(), sum.size(), share, sum.data()), Err::malformed,
                     "payload: raw values hold a NaN or Inf");
   return {};
 }

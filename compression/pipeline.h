@@ -59,9 +59,10 @@ class Pipeline {
   Status decode(std::span<const std::byte> payload, std::span<float> out);
   /// sum[i] ← sum[i] + share · v[i] for the payload's values v, in fp32
   /// with no contraction: the bits of decode() then diloco::add_weighted().
-  /// A raw fp32 chain (no codec) does it in one pass over the payload's
-  /// bytes; other chains decode into scratch first. Errors: as decode(); on
-  /// error `sum` holds no meaningful values.
+  /// A raw fp32 chain adds straight from the payload's bytes, a value
+  /// codec (quantize) a block at a time; a sparsified chain decodes whole
+  /// into scratch first. Errors: as decode(); on error `sum` holds no
+  /// meaningful values.
   Status decode_add(std::span<const std::byte> payload, std::span<float> sum, float share);
   /// Checks a payload's header without decoding its body: this pipeline's
   /// chain, `values` elements, and a body as long as the header says. A body
@@ -88,7 +89,7 @@ class Pipeline {
   Stages stages_;
   std::vector<std::byte> descriptor_;
   std::vector<float> values_scratch_;
-  std::vector<float> decoded_scratch_;  ///< decode_add()'s values, for chains with a codec
+  std::vector<float> decoded_scratch_;  ///< decode_add()'s values, for sparsified chains
   std::vector<std::byte> index_scratch_;
   std::vector<std::byte> raw_scratch_;
   /// The last encode()'s raw body, kept in raw_scratch_ (with a byte codec only).

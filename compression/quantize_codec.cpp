@@ -150,4 +150,28 @@ Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out
   return {};
 }
 
+Status QuantizeCodec::decode_add(std::span<const std::byte> in, std::span<float> sum, float share) const {
+  const std::size_t n = sum.size();
+  GEOLOCO_RETURN_IF(in.size() != encoded_size(n), Err::mismatch, describe(), ": ", in.size(), " bytes cannot hold ", n,
+                    " values");
+  const std::size_t block = spec_.block;
+  const std::size_t blocks = (n + block - 1) / block;
+  const std::byte* codes_in = in.data() + blocks * sizeof(float);
+  std::vector<std::int8_t> codes(block);
+  std::vector<float> values(block);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t begin = b * block;
+    const std::size_t len = std::min(block, n - begin);
+    float scale;
+    std::memcpy(&scale, in.data() + b * sizeof(float), sizeof(float));
+    GEOLOCO_RETURN_IF(!std::isfinite(scale) || scale < 0.0f, Err::malformed, describe(), ": block ", b, " has scale ",
+                      scale, "; an encoder writes only finite scales >= 0");
+    unpack(codes_in + begin * spec_.bits / 8, len, codes.data());
+    k_->dequantize(codes.data(), len, scale, values.data());
+    float* s = sum.data() + begin;
+    for (std::size_t i = 0; i < len; ++i) s[i] = s[i] + share * values[i];
+  }
+  return {};
+}
+
 }  // namespace geoloco::compression

@@ -30,6 +30,8 @@ class QuantizeCodec final : public ValueCodec {
   std::size_t encoded_size(std::size_t n) const override;
   Status encode(std::span<const float> in, std::span<std::byte> out, std::uint64_t seed) const override;
   Status decode(std::span<const std::byte> in, std::span<float> out) const override;
+  /// decode()'s values added into `sum` a block at a time, never held whole.
+  Status decode_add(std::span<const std::byte> in, std::span<float> sum, float share) const override;
 
   int qmax() const { return qmax_; }
 

@@ -324,6 +324,8 @@ def run(args, name, P, layout):
                  "peak_rss_bytes_per_param_by_site": {n: (row["peak"][n] - base[n]) / P for n in sites},
                  "between_rounds_rss_bytes_per_param": max(lows) / P if lows else None,
                  "round_log_s": max(c["round_log_seconds"] for c in costs),
+                 # What the vote waited for the round log after the digest pass (it is written beside it).
+                 "round_log_wait_s": max(c.get("round_log_wait_seconds", 0.0) for c in costs),
                  "checkpoint_wait_s": max(c.get("checkpoint_wait_seconds", 0.0) for c in costs),
                  "checkpoint_s": max(c["checkpoint_seconds"] for c in checkpoint) if checkpoint else None,
                  "checkpoint_bytes": max(c["checkpoint_bytes"] for c in checkpoint) if checkpoint else None,
@@ -368,18 +370,20 @@ def print_run(name, rows, extra, P):
           + (f", links {rows[0]['rate_mbit']:g} Mbit/s and {rows[0]['rtt_ms']:g} ms RTT" if rows and rows[0]['rate_mbit']
              else ", uncapped"))
     print(f"{'round':>5} {'wall s':>7} {'link bound':>10} {'cpu bound':>9} {'ratio':>6} {'core-s/GB':>9} "
-          f"{'dec/chunk':>9} {'enc/chunk':>9} {'peak B/p':>8} {'low B/p':>7} {'log s':>6} {'ckpt s':>7} {'ckpt MB/s':>9} "
+          f"{'dec/chunk':>9} {'enc/chunk':>9} {'peak B/p':>8} {'low B/p':>7} {'log s':>6} {'log wait':>8} {'ckpt s':>7} {'ckpt MB/s':>9} "
           f"{'all MB/s':>8} {'disk MB/s':>9} {'waited s':>8}")
     for o in rows:
         ck = o["checkpoint_bytes"] / o["checkpoint_s"] / 1e6 if o["checkpoint_s"] else None
         print(f"{o['round']:>5} {o['wall_s']:7.2f} {o['link_bound_s']:10.2f} {o['cpu_bound_s']:9.2f} "
               f"{fmt(o['ratio_to_bound']):>6} {o['core_s_per_gb']:9.2f} {o['decodes_per_chunk']:9.2f} "
               f"{o['encodes_per_chunk']:9.2f} {o['peak_rss_bytes_per_param']:8.2f} "
-              f"{fmt(o['between_rounds_rss_bytes_per_param']):>7} {o['round_log_s']:6.2f} {fmt(o['checkpoint_s']):>7} "
+              f"{fmt(o['between_rounds_rss_bytes_per_param']):>7} {o['round_log_s']:6.2f} "
+              f"{o['round_log_wait_s']:8.2f} {fmt(o['checkpoint_s']):>7} "
               f"{fmt(ck, '.0f'):>9} "
               f"{fmt(o['checkpoint_all_bytes_per_s'] / 1e6 if o['checkpoint_all_bytes_per_s'] else None, '.0f'):>8} "
               f"{o['disk_bytes_per_s'] / 1e6:9.0f} {o['checkpoint_wait_s']:8.2f}")
-    print("(ratio: wall over the larger bound; ckpt MB/s: the slowest site's checkpoint; all MB/s: every site's "
+    print("(ratio: wall over the larger bound; log s: the round log's append, written beside the digest pass; "
+          "log wait: what the vote waited for it once the digest was known; ckpt MB/s: the slowest site's checkpoint; all MB/s: every site's "
           "checkpoint of the round together, on this one disk; waited: the round's exchange waited for the last "
           "checkpoint)")
     written = [o for o in rows if o["checkpoint_core_s_per_gb"] is not None]

@@ -8,6 +8,8 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <cmath>
+#include <future>
+#include <thread>
 #include <spdlog/spdlog.h>
 
 #include "common/cpu_time.h"
@@ -118,29 +120,53 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   round_costs_.averaged_values_decoded = result->gathered_values_decoded;
   round_costs_.own_values = participant ? n : 0;
   round_costs_.values_encoded = result->values_encoded;
-  Result<std::string> digest = exchange_digest();
   // On disk before the vote: a round commits only with a majority holding
   // its outcome, so a committed round survives on every site that voted.
-  if (digest.ok())
-    if (Status kept = keep_round_delta(plan, *digest); !kept.ok()) {
-      finish(kept, true);  // this site's own failure: it sits out the next attempts
-      co_return;
-    }
+  Status kept;
+  Result<std::string> digest = digest_while_keeping(plan, kept);
+  if (digest.ok() && !kept.ok()) {
+    finish(kept, true);  // this site's own failure: it sits out the next attempts
+    co_return;
+  }
   finish(digest);
 }
 
-Status JobRun::keep_round_delta(const PlanMessage& plan, const std::string& digest) {
-  if (!round_deltas_) return {};
-  const auto start = Clock::now();
-  ThreadCpuTimer timer(round_costs_.round_log);
-  Status kept = round_deltas_->append(plan.round, plan.attempt, delta_offset_, digest, delta_);
-  round_costs_.round_log_seconds = seconds_between(start, Clock::now());
+Result<std::string> JobRun::digest_while_keeping(const PlanMessage& plan, Status& kept) {
+  if (!round_deltas_) return exchange_digest();
+  // The round log's entry is written on a thread of its own while this one
+  // computes the digest (which the entry's last line holds): the disk's
+  // time overlaps the digest pass's instead of following it. Both only read
+  // the averaged Δ's chunks.
+  std::promise<Result<std::string>> digest_promise;
+  std::shared_future<Result<std::string>> digest_known = digest_promise.get_future().share();
+  double cpu = 0, wall = 0;
+  std::thread writer([&] {
+    const auto start = Clock::now();
+    ThreadCpuTimer timer(cpu);
+    kept = round_deltas_->append(
+        plan.round, plan.attempt, delta_offset_, [&] { return digest_known.get(); }, delta_);
+    wall = seconds_between(start, Clock::now());
+  });
+  Result<std::string> digest = Status(Err::internal, "the digest pass did not finish");
+  try {
+    digest = exchange_digest();
+  } catch (...) {  // (an allocation that failed): the writer must not wait for ever
+    digest_promise.set_value(digest);
+    writer.join();
+    throw;
+  }
+  digest_promise.set_value(digest);
+  const auto waited_from = Clock::now();
+  writer.join();
+  round_costs_.round_log += cpu;
+  round_costs_.round_log_seconds = wall;
+  round_costs_.round_log_wait_seconds = seconds_between(waited_from, Clock::now());
   show_round_log_bytes();
-  if (kept.ok()) return kept;
-  return Status(kept.code(), cat("round ", plan.round,
-                                 "'s averaged Δ cannot be kept on disk, so this site does not "
-                                 "vote for it: ",
-                                 kept.message()));
+  if (!kept.ok() && digest.ok())
+    kept = Status(kept.code(),
+                  cat("round ", plan.round,
+                      "'s averaged Δ cannot be kept on disk, so this site does not vote for it: ", kept.message()));
+  return digest;
 }
 
 Result<std::string> JobRun::exchange_digest() {

@@ -216,9 +216,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// committed without it, a state installed instead): the encodes took
   /// their rounding out of it, and the same Δ will be sent again.
   void drop_spent_residual();
-  /// The exchanged round's averaged Δ made durable in the round log before
-  /// this site votes for it (round_deltas.h). Errors: io (no vote then).
-  Status keep_round_delta(const PlanMessage& plan, const std::string& digest);
+  /// exchange_digest(), while the exchanged round's averaged Δ is made
+  /// durable in the round log on another thread (round_deltas.h), both done
+  /// before this site votes. `kept`: the round log's error (io: no vote then).
+  Result<std::string> digest_while_keeping(const PlanMessage& plan, Status& kept);
   /// Applies the exchanged round's outer step and records the round.
   /// Errors: the step's, and mismatch (the anchor is not the committed one).
   Status apply_round(const CommittedMessage& committed, bool participant);

@@ -31,8 +31,9 @@ struct RoundCosts {
   double history = 0;     ///< the round's record, history event and journal record
   double checkpoint = 0;  ///< the checkpoint saved after this round (0: none)
 
-  double round_log_seconds = 0;              ///< wall time of the round log's append (its fsyncs)
-  double checkpoint_wait_seconds = 0;        ///< the exchange waited this long for the last checkpoint to be written
+  double round_log_seconds = 0;        ///< wall time of the round log's append (its fsyncs), beside the digest pass
+  double round_log_wait_seconds = 0;   ///< of which the vote waited after the digest was known
+  double checkpoint_wait_seconds = 0;  ///< the exchange waited this long for the last checkpoint to be written
   std::optional<double> checkpoint_seconds;  ///< wall time of the checkpoint after this round, if one was saved
   std::uint64_t checkpoint_bytes = 0;
 
@@ -57,8 +58,8 @@ struct CostStage {
 extern const std::array<CostStage, 10> kCostStages;
 
 /// {"cpu_seconds": {stage: s, ..., "total": s}, "decodes_per_chunk", "encodes_per_chunk",
-///  "values", "round_log_seconds", "checkpoint_wait_seconds", "checkpoint_seconds" (null: none),
-///  "checkpoint_bytes"}.
+///  "values", "round_log_seconds", "round_log_wait_seconds", "checkpoint_wait_seconds", "checkpoint_seconds" (null:
+///  none), "checkpoint_bytes"}.
 nlohmann::json costs_json(const RoundCosts& costs);
 
 }  // namespace geoloco::daemon

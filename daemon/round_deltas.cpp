@@ -1,5 +1,6 @@
 #include "daemon/round_deltas.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -15,7 +16,13 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormat = 1;
+// Format 2 keeps the digest in a last line, so that the chunks can be
+// written while it is computed; format 1 (the digest in the first line) is
+// still read.
+constexpr int kFormat = 2;
+constexpr int kFirstFormat = 1;
+// A last line is `<hash> {"digest":"<16>","header":"<16>"}\n`: about 60 bytes.
+constexpr std::size_t kMaxLastLineBytes = 256;
 constexpr const char* kPrefix = "round-";
 constexpr const char* kSuffix = ".delta";
 // A header line longer than this is not one this program wrote (a chunk
@@ -58,21 +65,33 @@ fs::path RoundDeltas::file_of(std::uint64_t round) const {
 
 Status RoundDeltas::append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset, const std::string& digest,
                            const transport::EncodedOutput& d) {
+  return append(
+      round, attempt, offset, [&] { return Result<std::string>(digest); }, d);
+}
+
+Status RoundDeltas::append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset,
+                           const std::function<Result<std::string>()>& digest, const transport::EncodedOutput& d) {
   GEOLOCO_RETURN_IF(d.ranges.size() != d.chunks.size(), Err::internal, "round ", round, "'s Δ has ", d.ranges.size(),
                     " ranges for ", d.chunks.size(), " chunks");
   json chunks = json::array();
   for (std::size_t i = 0; i < d.chunks.size(); ++i)
     chunks.push_back(json::array(
         {d.ranges[i].begin, d.ranges[i].size, d.chunks[i].size(), hash_hex(std::span<const std::byte>(d.chunks[i]))}));
-  const std::string text =
-      json{{"format", kFormat}, {"config", config_hash_}, {"round", round},   {"attempt", attempt},
-           {"offset", offset},  {"values", d.values},     {"digest", digest}, {"chunks", std::move(chunks)}}
-          .dump();
-  const std::string line = hash_hex(std::as_bytes(std::span(text))) + " " + text + "\n";
+  const std::string text = json{{"format", kFormat},          {"config", config_hash_}, {"round", round},
+                                {"attempt", attempt},         {"offset", offset},       {"values", d.values},
+                                {"chunks", std::move(chunks)}}
+                               .dump();
+  const std::string header_hash = hash_hex(std::as_bytes(std::span(text)));
+  const std::string line = header_hash + " " + text + "\n";
   return write_file_durably(file_of(round), [&](const FileSink& put) -> Status {
     GEOLOCO_TRY(put(std::as_bytes(std::span(line))));
     for (const auto& c : d.chunks) GEOLOCO_TRY(put(std::span<const std::byte>(c)));
-    return {};
+    // The last line, once the digest is known (the chunks were written meanwhile).
+    auto known = digest();
+    if (!known.ok()) return known.status();
+    const std::string last = json{{"digest", *known}, {"header", header_hash}}.dump();
+    const std::string last_line = hash_hex(std::as_bytes(std::span(last))) + " " + last + "\n";
+    return put(std::as_bytes(std::span(last_line)));
   });
 }
 
@@ -99,16 +118,37 @@ Result<json> parse_header_line(std::string_view line, std::uint64_t round, const
   json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) return damaged("the header is not a JSON object");
   try {
-    if (h.at("format").get<int>() != kFormat) return damaged("format ", h.at("format").dump(), ", not ", kFormat);
+    const int format = h.at("format").get<int>();
+    if (format != kFormat && format != kFirstFormat)
+      return damaged("format ", h.at("format").dump(), ", not ", kFirstFormat, " or ", kFormat);
     GEOLOCO_RETURN_IF(h.at("config").get<std::string>() != config_hash, Err::mismatch, source,
                       " is of another configuration of the job: it is not replayed");
     if (h.at("round").get<std::uint64_t>() != round) return damaged("it holds round ", h.at("round").dump());
     (void)h.at("attempt").get<std::uint64_t>();
-    (void)h.at("digest").get<std::string>();
+    if (format == kFirstFormat) (void)h.at("digest").get<std::string>();
   } catch (const json::exception& x) {
     return damaged("header: ", x.what());
   }
   return h;
+}
+
+// Format 2's last line, `<hash> <json>` (no newline here): the digest of the
+// entry whose first line's hash is `header_hash`. Errors: mismatch naming `source`.
+Result<std::string> parse_last_line(std::string_view line, const std::string& header_hash, const std::string& source) {
+  auto damaged = [&](auto&&... why) {
+    return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
+  };
+  if (line.size() < 17 || line[16] != ' ') return damaged("no hash before its last line");
+  const std::string_view text = line.substr(17);
+  if (line.substr(0, 16) != hash_hex(std::as_bytes(std::span(text)))) return damaged("the last line's hash differs");
+  json t = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (t.is_discarded() || !t.is_object()) return damaged("the last line is not a JSON object");
+  try {
+    if (t.at("header").get<std::string>() != header_hash) return damaged("the last line is another entry's");
+    return t.at("digest").get<std::string>();
+  } catch (const json::exception& x) {
+    return damaged("last line: ", x.what());
+  }
 }
 
 }  // namespace
@@ -132,7 +172,7 @@ Result<RoundDelta> parse_round_delta(std::span<const std::byte> bytes, std::uint
     e.attempt = h.at("attempt").get<std::uint64_t>();
     e.offset = h.at("offset").get<std::uint64_t>();
     e.delta.values = h.at("values").get<std::uint64_t>();
-    e.digest = h.at("digest").get<std::string>();
+    if (h.at("format").get<int>() == kFirstFormat) e.digest = h.at("digest").get<std::string>();
     std::uint64_t covered = 0;
     for (const auto& c : h.at("chunks")) {
       const transport::Range r{c.at(0).get<std::uint64_t>(), c.at(1).get<std::uint64_t>()};
@@ -152,7 +192,16 @@ Result<RoundDelta> parse_round_delta(std::span<const std::byte> bytes, std::uint
   } catch (const json::exception& x) {
     return damaged("header: ", x.what());
   }
-  if (at != size) return damaged(size - at, " bytes past its chunks");
+  if (h.at("format").get<int>() == kFirstFormat) {
+    if (at != size) return damaged(size - at, " bytes past its chunks");
+    return e;
+  }
+  const std::string_view rest = all.substr(at);
+  if (rest.empty() || rest.back() != '\n' || rest.find('\n') != rest.size() - 1 || rest.size() > kMaxLastLineBytes)
+    return damaged(rest.size(), " bytes past its chunks, not its last line");
+  auto digest = parse_last_line(rest.substr(0, rest.size() - 1), std::string(all.substr(0, 16)), source);
+  if (!digest.ok()) return digest.status();
+  e.digest = *digest;
   return e;
 }
 
@@ -188,8 +237,30 @@ Result<std::optional<RoundDeltaHeader>> RoundDeltas::header(std::uint64_t round)
   auto h = parse_header_line(line, round, config_hash_, path.string());
   if (!h.ok()) return h.status();
   out.attempt = (*h)["attempt"].get<std::uint64_t>();
-  out.digest = (*h)["digest"].get<std::string>();
   out.hash = line.substr(0, 16);
+  if ((*h)["format"].get<int>() == kFirstFormat) {
+    out.digest = (*h)["digest"].get<std::string>();
+    return std::optional<RoundDeltaHeader>(std::move(out));
+  }
+  // The digest is in the last line, after the chunks the first line lists.
+  std::uint64_t chunks_end = line.size() + 1;
+  try {
+    for (const auto& c : (*h)["chunks"]) chunks_end += c.at(2).get<std::uint64_t>();
+  } catch (const json::exception& x) {
+    return Status(Err::mismatch, cat(path.string(), " is damaged (header: ", x.what(), "): it is not replayed"));
+  }
+  GEOLOCO_RETURN_IF(chunks_end > out.bytes || out.bytes - chunks_end > kMaxLastLineBytes, Err::mismatch, path.string(),
+                    " is damaged (", out.bytes, " bytes where its chunks end at ", chunks_end, "): it is not replayed");
+  std::string end(out.bytes - chunks_end, '\0');
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(chunks_end));
+  GEOLOCO_RETURN_IF(!in.read(end.data(), static_cast<std::streamsize>(end.size())), Err::io, "cannot read ",
+                    path.string(), ": it shrank while read");
+  GEOLOCO_RETURN_IF(end.empty() || end.back() != '\n' || end.find('\n') != end.size() - 1, Err::mismatch, path.string(),
+                    " is damaged (no complete last line): it is not replayed");
+  auto digest = parse_last_line(std::string_view(end).substr(0, end.size() - 1), out.hash, path.string());
+  if (!digest.ok()) return digest.status();
+  out.digest = *digest;
   return std::optional<RoundDeltaHeader>(std::move(out));
 }
 

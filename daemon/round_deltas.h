@@ -16,15 +16,20 @@
 // One file per round, `round-<round>.delta`, written as a temp file,
 // fdatasync'd and renamed into place (the folder fsync'd), so a file under
 // its final name is whole. A later attempt of the same round replaces it.
-// Format: a first line `<xxh3-64 hex of the JSON> <JSON>\n` naming the
-// round, attempt, range, the anchor digest this site computed from it, the
-// job's configuration and every chunk (its values, its bytes, their
-// xxh3-64), then the chunks' bytes back to back. Reading checks every hash
-// and the file's exact length: a damaged file is refused, never stepped.
+// Format 2: a first line `<xxh3-64 hex of the JSON> <JSON>\n` naming the
+// round, attempt, range, the job's configuration and every chunk (its
+// values, its bytes, their xxh3-64); the chunks' bytes back to back; and a
+// last line `<xxh3-64 hex> {"digest": <the anchor digest this site computed
+// from it>, "header": <the first line's hash>}\n`. The digest comes last so
+// that the chunks go to the disk while the digest pass runs (job_round.cpp).
+// Format 1 (still read) had the digest in the first line and no last line.
+// Reading checks every hash and the file's exact length: a damaged file is
+// refused, never stepped.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,14 +52,15 @@ struct RoundDelta {
   transport::EncodedOutput delta;
 };
 
-/// What an entry's first line says, and its size: enough to offer it to a
-/// peer without reading its chunks.
+/// What an entry's first and last lines say, and its size: enough to offer
+/// it to a peer without reading its chunks.
 struct RoundDeltaHeader {
   std::uint64_t round = 0;
   std::uint64_t attempt = 0;
   std::string digest;       ///< the anchor digest its round gives
   std::uint64_t bytes = 0;  ///< the file's size
   std::string hash;         ///< the first line's xxh3 (it covers every chunk's hash): the entry's identity
+                            ///< (format 2's last line names it, with the digest)
 };
 
 /// An entry's bytes (a file's, or a peer's copy of one) as round `round`'s
@@ -76,12 +82,17 @@ class RoundDeltas {
   /// name but what was there before (an earlier attempt's). Errors: io.
   Status append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset, const std::string& digest,
                 const transport::EncodedOutput& delta);
+  /// The same, with the digest asked for once the chunks are written (it
+  /// may block until another thread has computed it). A digest that is an
+  /// error leaves no entry and is returned.
+  Status append(std::uint64_t round, std::uint64_t attempt, std::uint64_t offset,
+                const std::function<Result<std::string>()>& digest, const transport::EncodedOutput& delta);
   /// The rounds that have an entry, in order.
   std::vector<std::uint64_t> rounds() const;
   /// Round `round`'s entry; none when there is no file. Errors: io, and
   /// mismatch for a damaged file or one of another configuration (named).
   Result<std::optional<RoundDelta>> read(std::uint64_t round) const;
-  /// Round `round`'s first line and size; none when there is no file.
+  /// Round `round`'s first and last lines and size; none when there is no file.
   /// Errors: io, mismatch (a damaged line, another configuration).
   Result<std::optional<RoundDeltaHeader>> header(std::uint64_t round) const;
   /// Where round `round`'s entry is (whether or not it exists).

@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "common/digest.h"
@@ -75,24 +77,51 @@ TEST_CASE("a damaged, truncated, padded or foreign round log entry is refused, n
   const auto d = encoded_delta(600, 256, 9, q8_zstd());
   const fs::path file = dir / "round-00000000000000000004.delta";
 
+  const std::uint64_t last_line = kEntryLastLine;
   REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
-  flip_byte(file, 3);  // inside the last chunk
+  flip_byte(file, last_line + 3);  // inside the last chunk
   auto flipped = log->read(4);
   REQUIRE_FALSE(flipped.ok());
   CHECK(flipped.status().code() == Err::mismatch);
   CHECK_THAT(flipped.status().message(), Catch::Contains("chunk 2's hash differs"));
 
   REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
-  fs::resize_file(file, fs::file_size(file) - 10);
+  fs::resize_file(file, fs::file_size(file) - last_line - 10);
   auto cut = log->read(4);
   REQUIRE_FALSE(cut.ok());
   CHECK_THAT(cut.status().message(), Catch::Contains("shorter than its chunks"));
+
+  // The digest's last line: changed, cut, or missing.
+  REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
+  flip_byte(file, 40);  // inside the digest
+  for (auto damaged : {log->read(4).status(), log->header(4).status()}) {
+    CHECK(damaged.code() == Err::mismatch);
+    CHECK_THAT(damaged.message(), Catch::Contains("the last line's hash differs"));
+  }
+  REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
+  fs::resize_file(file, fs::file_size(file) - 1);  // no newline at the end
+  CHECK_THAT(log->read(4).status().message(), Catch::Contains("not its last line"));
+  CHECK_THAT(log->header(4).status().message(), Catch::Contains("no complete last line"));
+  REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
+  fs::resize_file(file, fs::file_size(file) - last_line);  // the chunks, and nothing after them
+  CHECK_THAT(log->read(4).status().message(), Catch::Contains("0 bytes past its chunks, not its last line"));
 
   REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
   std::ofstream(file, std::ios::app) << "x";
   auto padded = log->read(4);
   REQUIRE_FALSE(padded.ok());
-  CHECK_THAT(padded.status().message(), Catch::Contains("1 bytes past its chunks"));
+  CHECK_THAT(padded.status().message(), Catch::Contains("76 bytes past its chunks, not its last line"));
+
+  // Another entry's last line, whole and hashed, spliced onto this one.
+  REQUIRE(log->append(5, 0, 0, "bbbbbbbbbbbbbbbb", encoded_delta(60, 64, 2, q8_zstd())).ok());
+  {
+    std::ifstream other(dir / "round-00000000000000000005.delta", std::ios::binary);
+    const std::string o((std::istreambuf_iterator<char>(other)), std::istreambuf_iterator<char>());
+    REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
+    fs::resize_file(file, fs::file_size(file) - last_line);
+    std::ofstream(file, std::ios::app | std::ios::binary) << o.substr(o.size() - last_line);
+  }
+  CHECK_THAT(log->read(4).status().message(), Catch::Contains("the last line is another entry's"));
 
   REQUIRE(log->append(4, 0, 0, "aaaaaaaaaaaaaaaa", d).ok());
   {  // a changed header: its hash no longer matches
@@ -215,5 +244,76 @@ TEST_CASE("replaying the round log on a checkpoint gives the live rounds' anchor
     CHECK(replayed.status().code() == Err::mismatch);
     CHECK_THAT(replayed.status().message(), Catch::Contains("replaying round 3"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an entry's digest may come after its chunks are written; one that fails leaves no entry") {
+  const fs::path dir = fresh_dir("round-deltas-late-digest");
+  auto log = RoundDeltas::open(dir, "cfg1");
+  REQUIRE(log.ok());
+  const auto d = encoded_delta(800, 200, 3, q8_zstd());
+  // The digest is asked for once, after every chunk was put.
+  int asked = 0;
+  REQUIRE(log->append(
+                 3, 1, 0, [&] { return ++asked, Result<std::string>(std::string("0123456789abcdef")); }, d)
+              .ok());
+  CHECK(asked == 1);
+  auto read = log->read(3);
+  REQUIRE(read.ok());
+  CHECK((*read)->digest == "0123456789abcdef");
+  auto header = log->header(3);
+  REQUIRE(header.ok());
+  CHECK((*header)->digest == "0123456789abcdef");
+  CHECK((*header)->attempt == 1);
+  CHECK((*header)->bytes == fs::file_size(log->file(3)));
+  // A failed digest: no entry, and the earlier attempt's is left as it was.
+  Status failed = log->append(
+      3, 2, 0, [] { return Result<std::string>(Status(Err::non_finite, "the step met a NaN")); }, d);
+  CHECK(failed.code() == Err::non_finite);
+  CHECK((*log->read(3))->attempt == 1);
+  CHECK_FALSE(fs::exists(log->file(3).string() + ".tmp"));
+  Status none = log->append(
+      4, 0, 0, [] { return Result<std::string>(Status(Err::non_finite, "the step met a NaN")); }, d);
+  CHECK(none.code() == Err::non_finite);
+  CHECK(log->rounds() == std::vector<std::uint64_t>{3});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a format 1 entry (the digest in its first line, no last line) is still read") {
+  const fs::path dir = fresh_dir("round-deltas-format1");
+  auto log = RoundDeltas::open(dir, "cfg1");
+  REQUIRE(log.ok());
+  const auto d = encoded_delta(500, 128, 4, q8_zstd());
+  // Written as the daemon wrote it before format 2.
+  nlohmann::json chunks = nlohmann::json::array();
+  for (std::size_t i = 0; i < d.chunks.size(); ++i)
+    chunks.push_back(nlohmann::json::array({d.ranges[i].begin, d.ranges[i].size, d.chunks[i].size(),
+                                            digest_hex(xxh3_64(std::span<const std::byte>(d.chunks[i])))}));
+  const std::string text = nlohmann::json{
+      {"format", 1},
+      {"config", "cfg1"},
+      {"round", 6},
+      {"attempt", 0},
+      {"offset", 0},
+      {"values", d.values},
+      {"digest", "fedcba9876543210"},
+      {"chunks", chunks}}.dump();
+  {
+    std::ofstream f(log->file(6), std::ios::binary);
+    f << digest_hex(xxh3_64(std::as_bytes(std::span(text)))) << " " << text << "\n";
+    for (const auto& c : d.chunks)
+      f.write(reinterpret_cast<const char*>(c.data()), static_cast<std::streamsize>(c.size()));
+  }
+  auto read = log->read(6);
+  REQUIRE(read.ok());
+  CHECK((*read)->digest == "fedcba9876543210");
+  REQUIRE((*read)->delta.chunks.size() == d.chunks.size());
+  CHECK((*read)->delta.chunks.back() == d.chunks.back());
+  auto header = log->header(6);
+  REQUIRE(header.ok());
+  CHECK((*header)->digest == "fedcba9876543210");
+  // Bytes past the chunks are damage in format 1: there is no last line.
+  std::ofstream(log->file(6), std::ios::app) << "x";
+  CHECK_THAT(log->read(6).status().message(), Catch::Contains("1 bytes past its chunks"));
   fs::remove_all(dir);
 }

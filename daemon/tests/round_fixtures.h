@@ -86,6 +86,10 @@ inline std::string live_round(outer::OuterState& s, const transport::EncodedOutp
 }
 
 // Flips one bit of the byte `from_end` bytes before the end of `file`.
+/// Bytes of a round-log entry's last line (format 2):
+/// `<16 hex> {"digest":"<16 hex>","header":"<16 hex>"}\n`.
+inline constexpr std::uint64_t kEntryLastLine = 17 + 57 + 1;
+
 inline void flip_byte(const fs::path& file, std::uint64_t from_end) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(-static_cast<std::streamoff>(from_end), std::ios::end);

@@ -321,7 +321,7 @@ TEST_CASE(
   SECTION("in place, the second round's step gives another anchor: the state is lost") { lost_at(1); }
 
   SECTION("in place, an entry that fails its checks before any step leaves the state as it was") {
-    flip_byte(log->file(6), 10);  // the second entry: the first is checked and not stepped either
+    flip_byte(log->file(6), kEntryLastLine + 10);  // the second entry: the first is checked and not stepped either
     on_b([&] {
       p.b_in_place = true;
       return 0;
@@ -335,7 +335,7 @@ TEST_CASE(
   }
 
   SECTION("a damaged entry voids the transfer, naming the round and the holder") {
-    flip_byte(log->file(5), 10);  // in a chunk: the header still reads, the frames carry the damage
+    flip_byte(log->file(5), kEntryLastLine + 10);  // in a chunk: the header still reads, the frames carry the damage
     outer::OuterState mine = at4;
     const auto outcomes = send_from_held(mine);
     CHECK(outcomes.back() == StateFrameOutcome::failed);

@@ -89,8 +89,8 @@ struct Bottleneck {
 /// sites sharing a 2-core machine: the median of rounds 2-4 of its linked
 /// and uncapped runs. With a lossy codec (compression > 1) the q8 + zstd
 /// figure with error feedback; raw fp32 otherwise.
-inline constexpr double kDaemonCoreSecondsPerGbCompressed = 2.7;
-inline constexpr double kDaemonCoreSecondsPerGbRaw = 4.6;
+inline constexpr double kDaemonCoreSecondsPerGbCompressed = 2.4;
+inline constexpr double kDaemonCoreSecondsPerGbRaw = 4.1;
 inline constexpr const char* kDaemonCostSource =
     "bench/scale.py: 256 Mi parameters, 3 sites on 2 cores, linked and uncapped (bench/RESULTS.md)";
 

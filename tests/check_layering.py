@@ -19,7 +19,14 @@ import sys
 
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
 SOURCES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".h.in")
-SKIP = {"build", "build-sanitize", "build-tsan", ".git", "demo", "python", "examples", "packaging", "cmake"}
+SKIP = {".git", "demo", "python", "examples", "packaging", "cmake"}
+
+
+def skipped(top):
+    """Folders outside the libraries: the ones above, hidden ones, and every
+    build folder (`build`, `build-*`: what .gitignore leaves out, generated
+    sources included)."""
+    return top in SKIP or top.startswith(".") or top == "build" or top.startswith("build-")
 # A library's tests and fuzzers may use whatever they test against (loopback
 # sites, a real all-reduce): the rule binds the library's own code.
 CONSUMERS = {"tests", "fuzz"}
@@ -27,7 +34,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def top_folders():
-    return {d for d in os.listdir(ROOT) if os.path.isdir(os.path.join(ROOT, d)) and d not in SKIP and not d.startswith(".")}
+    return {d for d in os.listdir(ROOT) if os.path.isdir(os.path.join(ROOT, d)) and not skipped(d)}
 
 
 def rule_of(folder):
@@ -55,7 +62,7 @@ def main():
     for dirpath, dirnames, filenames in os.walk(ROOT):
         rel_dir = os.path.relpath(dirpath, ROOT)
         parts = [] if rel_dir == "." else rel_dir.split(os.sep)
-        if parts and (parts[0] in SKIP or parts[0].startswith(".")):
+        if parts and skipped(parts[0]):
             dirnames[:] = []
             continue
         sources = [f for f in filenames if f.endswith(SOURCES)]

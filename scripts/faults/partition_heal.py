@@ -28,10 +28,13 @@ def body():
         commits = Commits(fed, "e2e")
         commits.wait_round(2, 120, "round 2")
         for i in range(args.repeat):
+            # Only the round in flight at the cut may still commit during the
+            # split (its votes may all have crossed before it), whenever a
+            # loaded machine gets to it; a round planned after the cut needs
+            # a site of the other side and cannot.
+            before = commits.poll()
             fed.proxy.partition(("site-a", "site-b"), ("site-c", "site-d"))
             cut_at = time.monotonic()
-            time.sleep(1.0)  # a round in flight at the cut may still commit before it
-            during = commits.poll()
             reset_done = False
             while time.monotonic() - cut_at < args.partition_seconds:
                 time.sleep(0.2)
@@ -44,8 +47,14 @@ def body():
                         for b in ("site-c", "site-d"):
                             fed.proxy.call({"command": "reset", "link": link_name(a, b)})
                     reset_done = True
-            after_split = max(commits.rounds().values())
-            assert after_split == during, f"partition {i + 1}: round {after_split} committed without min_sites ({during} before)"
+            during = max(commits.rounds().values())
+            assert during <= before + 1, (f"partition {i + 1}: round {during} committed without min_sites "
+                                          f"({before} before the cut)")
+            for s in fed.sites:  # and that one with min_sites sites in it
+                for r in (s.status("e2e") or {}).get("rounds", []):
+                    if before < r["round"] <= during:
+                        assert len(r["participants"]) >= 3, (f"partition {i + 1}: round {r['round']} committed with "
+                                                             f"{r['participants']} only")
             fed.proxy.heal()
             healed_at = time.monotonic()
             commits.wait_round(during + 1, args.resume_bound, f"a commit after heal {i + 1}")

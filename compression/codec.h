@@ -38,6 +38,12 @@ class Codec {
   virtual void write_params(ByteWriter& out) const = 0;
 };
 
+/// sum[i] ← sum[i] + share · v[i]: a multiply, then an add (this folder is
+/// compiled without contraction), the term diloco::add_weighted adds.
+inline void add_scaled(std::span<float> sum, std::span<const float> v, float share) {
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * v[i];
+}
+
 /// Dense floats <-> bytes whose size depends only on the number of floats.
 class ValueCodec : public Codec {
  public:
@@ -58,7 +64,7 @@ class ValueCodec : public Codec {
   virtual Status decode_add(std::span<const std::byte> in, std::span<float> sum, float share) const {
     std::vector<float> v(sum.size());
     GEOLOCO_TRY(decode(in, v));
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * v[i];
+    add_scaled(sum, v, share);
     return {};
   }
 };

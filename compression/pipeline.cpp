@@ -125,6 +125,18 @@ Status decode_values(const Stages& s, std::span<const std::byte> in, std::span<f
   return {};
 }
 
+// decode_values() added into `sum` instead (Pipeline::decode_add): raw
+// fp32 straight from the bytes, checked in the same pass.
+Status add_values(const Stages& s, std::span<const std::byte> in, std::span<float> sum, float share) {
+  if (s.value) return s.value->decode_add(in, sum, share);
+  GEOLOCO_RETURN_IF(in.size() != sum.size_bytes(), Err::malformed, "payload: raw value section of ", in.size(),
+                    " bytes for ", sum.size(), " values");
+  const auto& k = kernels::kernel_table(detected_simd());
+  GEOLOCO_RETURN_IF(!k.add_weighted_finite(in.data(), sum.size(), share, sum.data()), Err::malformed,
+                    "payload: raw values hold a NaN or Inf");
+  return {};
+}
+
 // The body decoder shared by Pipeline::decode and decode_payload. Every size
 // is checked against what `stages` and out.size() allow before it is used,
 // so scratch buffers never exceed the worst case of out.size() values.
@@ -278,7 +290,7 @@ Status Pipeline::decode_add(std::span<const std::byte> payload, std::span<float>
   if (stages_.sparsifier) {  // the kept values land anywhere: decoded whole first
     decoded_scratch_.resize(sum.size());
     GEOLOCO_TRY(decode(payload, decoded_scratch_));
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + share * decoded_scratch_[i];
+    add_scaled(sum, decoded_scratch_, share);
     return {};
   }
   last_raw_.reset();  // raw_scratch_ is overwritten
@@ -286,14 +298,7 @@ Status Pipeline::decode_add(std::span<const std::byte> payload, std::span<float>
   if (!h.ok()) return h.status();
   auto raw = raw_body(stages_, *h, sum.size(), raw_scratch_);
   if (!raw.ok()) return raw.status();
-  if (stages_.value) return stages_.value->decode_add(*raw, sum, share);
-  // Raw fp32 values: added straight from the payload's bytes, checked in the same pass.
-  GEOLOCO_RETURN_IF(raw->size() != sum.size_bytes(), Err::malformed, "payload: raw value section of ", raw->size(),
-                    " bytes for ", sum.size(), " values");
-  const auto& k = kernels::kernel_table(detected_simd());
-  GEOLOCO_RETURN_IF(!k.add_weighted_finite(raw->data(), sum.size(), share, sum.data()), Err::malformed,
-                    "payload: raw values hold a NaN or Inf");
-  return {};
+  return add_values(stages_, *raw, sum, share);
 }
 
 Status Pipeline::decode_last_encoded(std::span<const std::byte> payload, std::span<float> out) {

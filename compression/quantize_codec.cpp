@@ -129,8 +129,8 @@ Status QuantizeCodec::encode(std::span<const float> in, std::span<std::byte> out
   return {};
 }
 
-Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out) const {
-  const std::size_t n = out.size();
+template <class Block>
+Status QuantizeCodec::each_block(std::span<const std::byte> in, std::size_t n, Block&& block_values) const {
   GEOLOCO_RETURN_IF(in.size() != encoded_size(n), Err::mismatch, describe(), ": ", in.size(), " bytes cannot hold ", n,
                     " values");
   const std::size_t block = spec_.block;
@@ -145,33 +145,23 @@ Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out
     GEOLOCO_RETURN_IF(!std::isfinite(scale) || scale < 0.0f, Err::malformed, describe(), ": block ", b, " has scale ",
                       scale, "; an encoder writes only finite scales >= 0");
     unpack(codes_in + begin * spec_.bits / 8, len, codes.data());
-    k_->dequantize(codes.data(), len, scale, out.data() + begin);
+    block_values(begin, std::span<const std::int8_t>(codes.data(), len), scale);
   }
   return {};
 }
 
+Status QuantizeCodec::decode(std::span<const std::byte> in, std::span<float> out) const {
+  return each_block(in, out.size(), [&](std::size_t begin, std::span<const std::int8_t> codes, float scale) {
+    k_->dequantize(codes.data(), codes.size(), scale, out.data() + begin);
+  });
+}
+
 Status QuantizeCodec::decode_add(std::span<const std::byte> in, std::span<float> sum, float share) const {
-  const std::size_t n = sum.size();
-  GEOLOCO_RETURN_IF(in.size() != encoded_size(n), Err::mismatch, describe(), ": ", in.size(), " bytes cannot hold ", n,
-                    " values");
-  const std::size_t block = spec_.block;
-  const std::size_t blocks = (n + block - 1) / block;
-  const std::byte* codes_in = in.data() + blocks * sizeof(float);
-  std::vector<std::int8_t> codes(block);
-  std::vector<float> values(block);
-  for (std::size_t b = 0; b < blocks; ++b) {
-    const std::size_t begin = b * block;
-    const std::size_t len = std::min(block, n - begin);
-    float scale;
-    std::memcpy(&scale, in.data() + b * sizeof(float), sizeof(float));
-    GEOLOCO_RETURN_IF(!std::isfinite(scale) || scale < 0.0f, Err::malformed, describe(), ": block ", b, " has scale ",
-                      scale, "; an encoder writes only finite scales >= 0");
-    unpack(codes_in + begin * spec_.bits / 8, len, codes.data());
-    k_->dequantize(codes.data(), len, scale, values.data());
-    float* s = sum.data() + begin;
-    for (std::size_t i = 0; i < len; ++i) s[i] = s[i] + share * values[i];
-  }
-  return {};
+  std::vector<float> values(spec_.block);
+  return each_block(in, sum.size(), [&](std::size_t begin, std::span<const std::int8_t> codes, float scale) {
+    k_->dequantize(codes.data(), codes.size(), scale, values.data());
+    add_scaled(sum.subspan(begin, codes.size()), std::span<const float>(values.data(), codes.size()), share);
+  });
 }
 
 }  // namespace geoloco::compression

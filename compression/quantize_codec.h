@@ -38,6 +38,11 @@ class QuantizeCodec final : public ValueCodec {
  private:
   void pack(const std::int8_t* codes, std::size_t n, std::byte* out) const;
   void unpack(const std::byte* in, std::size_t n, std::int8_t* codes) const;
+  /// Checks the size and every block's scale, and calls
+  /// block_values(first value, the block's codes, its scale) in order.
+  /// Errors: decode()'s.
+  template <class Block>
+  Status each_block(std::span<const std::byte> in, std::size_t n, Block&& block_values) const;
 
   QuantizeSpec spec_;
   int qmax_;

@@ -31,6 +31,11 @@ constexpr std::size_t kMaxHeaderBytes = 64u << 20;
 
 std::string hash_hex(std::span<const std::byte> bytes) { return digest_hex(xxh3_64(bytes)); }
 
+// `<xxh3-64 of text, 16 hex> <text>\n`: the entry's first and last lines.
+std::string hashed_line(const std::string& text) {
+  return hash_hex(std::as_bytes(std::span(text))) + " " + text + "\n";
+}
+
 std::optional<std::uint64_t> round_of(const std::string& name) {
   const std::string prefix = kPrefix, suffix = kSuffix;
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
@@ -81,16 +86,15 @@ Status RoundDeltas::append(std::uint64_t round, std::uint64_t attempt, std::uint
                                 {"attempt", attempt},         {"offset", offset},       {"values", d.values},
                                 {"chunks", std::move(chunks)}}
                                .dump();
-  const std::string header_hash = hash_hex(std::as_bytes(std::span(text)));
-  const std::string line = header_hash + " " + text + "\n";
+  const std::string line = hashed_line(text);
+  const std::string header_hash = line.substr(0, 16);
   return write_file_durably(file_of(round), [&](const FileSink& put) -> Status {
     GEOLOCO_TRY(put(std::as_bytes(std::span(line))));
     for (const auto& c : d.chunks) GEOLOCO_TRY(put(std::span<const std::byte>(c)));
     // The last line, once the digest is known (the chunks were written meanwhile).
     auto known = digest();
     if (!known.ok()) return known.status();
-    const std::string last = json{{"digest", *known}, {"header", header_hash}}.dump();
-    const std::string last_line = hash_hex(std::as_bytes(std::span(last))) + " " + last + "\n";
+    const std::string last_line = hashed_line(json{{"digest", *known}, {"header", header_hash}}.dump());
     return put(std::as_bytes(std::span(last_line)));
   });
 }
@@ -106,17 +110,30 @@ std::vector<std::uint64_t> RoundDeltas::rounds() const {
 
 namespace {
 
+// A hashed line without its newline: its JSON object, the hash checked.
+// `what` names the line in errors ("the header", "the last line").
+// Errors: mismatch naming `source`.
+Result<json> parse_hashed_line(std::string_view line, const std::string& what, const std::string& source) {
+  auto damaged = [&](auto&&... why) {
+    return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
+  };
+  if (line.size() < 17 || line[16] != ' ') return damaged("no hash before ", what);
+  const std::string_view text = line.substr(17);
+  if (line.substr(0, 16) != hash_hex(std::as_bytes(std::span(text)))) return damaged(what, "'s hash differs");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return damaged(what, " is not a JSON object");
+  return j;
+}
+
 // The first line: `<hash> <json>`, the hash checked. Errors: mismatch naming `source`.
 Result<json> parse_header_line(std::string_view line, std::uint64_t round, const std::string& config_hash,
                                const std::string& source) {
   auto damaged = [&](auto&&... why) {
     return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
   };
-  if (line.size() < 17 || line[16] != ' ') return damaged("no hash before the header");
-  const std::string_view text = line.substr(17);
-  if (line.substr(0, 16) != hash_hex(std::as_bytes(std::span(text)))) return damaged("the header's hash differs");
-  json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (h.is_discarded() || !h.is_object()) return damaged("the header is not a JSON object");
+  auto parsed = parse_hashed_line(line, "the header", source);
+  if (!parsed.ok()) return parsed.status();
+  json& h = *parsed;
   try {
     const int format = h.at("format").get<int>();
     if (format != kFormat && format != kFirstFormat)
@@ -129,7 +146,7 @@ Result<json> parse_header_line(std::string_view line, std::uint64_t round, const
   } catch (const json::exception& x) {
     return damaged("header: ", x.what());
   }
-  return h;
+  return parsed;
 }
 
 // Format 2's last line, `<hash> <json>` (no newline here): the digest of the
@@ -138,11 +155,9 @@ Result<std::string> parse_last_line(std::string_view line, const std::string& he
   auto damaged = [&](auto&&... why) {
     return GEOLOCO_ERROR(Err::mismatch, source, " is damaged (", why..., "): it is not replayed");
   };
-  if (line.size() < 17 || line[16] != ' ') return damaged("no hash before its last line");
-  const std::string_view text = line.substr(17);
-  if (line.substr(0, 16) != hash_hex(std::as_bytes(std::span(text)))) return damaged("the last line's hash differs");
-  json t = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (t.is_discarded() || !t.is_object()) return damaged("the last line is not a JSON object");
+  auto parsed = parse_hashed_line(line, "the last line", source);
+  if (!parsed.ok()) return parsed.status();
+  const json& t = *parsed;
   try {
     if (t.at("header").get<std::string>() != header_hash) return damaged("the last line is another entry's");
     return t.at("digest").get<std::string>();

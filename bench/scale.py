@@ -27,6 +27,8 @@ background after a round has the phase to finish in. Per round it prints:
     checkpoint), summed over the sites, and per GB of fp32 model per site;
   - the passes over the averaged Δ (decodes per chunk) and over the site's
     own contribution (encodes per chunk), as the daemon counted them;
+  - the longest a daemon's event loop was held at once in the round (its
+    heartbeats waited as long; the passes over the model run off it);
   - each daemon's private memory (RssAnon, sampled every 50 ms), its peak in
     the round and its lowest between rounds, in bytes per parameter, next
     to the bounds (12 between rounds: anchor, momentum, residual; 13 during
@@ -40,7 +42,8 @@ start-up time of a site's daemon from its checkpoint (SIGTERM after the job,
 started again, until its status shows the anchor).
 
     /usr/bin/python3 bench/scale.py [--params N] [--sites N] [--rounds R] [--runs q8-link,q8,raw-link,raw]
-                                    [--rate 1G] [--rtt 100] [--phase-seconds 8] [--build DIR] [--json]
+                                    [--rate 1G] [--rtt 100] [--phase-seconds 8] [--step-threads N]
+                                    [--build DIR] [--json]
 
 --json prints one object per round (and one per run for the state sync
 and the start-up), with at least params, sites, wall_s, link_bound_s,
@@ -208,8 +211,12 @@ def run(args, name, P, layout):
     cores = os.cpu_count() or 1
     gb = 4 * P / 1e9  # the fp32 model at a site
     rows = []
+    # Each site its share of the cores for its passes over the model: the
+    # sites share this machine's cores, where a real site has a host of its own.
+    step_threads = args.step_threads if args.step_threads is not None else max(1, cores // len(sites))
+    extra = f"step_threads: {step_threads}\n"
     with Federation(names=sites, build=args.build, heartbeat_timeout="180s", read_timeout="120s", proxy=capped,
-                    keep=args.keep) as fed:
+                    keep=args.keep, site_extra=extra) as fed:
         fed.start()
         if capped:
             for i, a in enumerate(sites):
@@ -327,6 +334,8 @@ def run(args, name, P, layout):
                  # What the vote waited for the round log after the digest pass (it is written beside it).
                  "round_log_wait_s": max(c.get("round_log_wait_seconds", 0.0) for c in costs),
                  "checkpoint_wait_s": max(c.get("checkpoint_wait_seconds", 0.0) for c in costs),
+                 # The longest a daemon's event loop was held at once: its heartbeats waited as long.
+                 "loop_busy_s": max(c.get("loop_busy_seconds", 0.0) for c in costs),
                  "checkpoint_s": max(c["checkpoint_seconds"] for c in checkpoint) if checkpoint else None,
                  "checkpoint_bytes": max(c["checkpoint_bytes"] for c in checkpoint) if checkpoint else None,
                  # The sites checkpoint the same round at about the same time,
@@ -370,7 +379,7 @@ def print_run(name, rows, extra, P):
           + (f", links {rows[0]['rate_mbit']:g} Mbit/s and {rows[0]['rtt_ms']:g} ms RTT" if rows and rows[0]['rate_mbit']
              else ", uncapped"))
     print(f"{'round':>5} {'wall s':>7} {'link bound':>10} {'cpu bound':>9} {'ratio':>6} {'core-s/GB':>9} "
-          f"{'dec/chunk':>9} {'enc/chunk':>9} {'peak B/p':>8} {'low B/p':>7} {'log s':>6} {'log wait':>8} {'ckpt s':>7} {'ckpt MB/s':>9} "
+          f"{'dec/chunk':>9} {'enc/chunk':>9} {'peak B/p':>8} {'low B/p':>7} {'log s':>6} {'log wait':>8} {'loop busy':>9} {'ckpt s':>7} {'ckpt MB/s':>9} "
           f"{'all MB/s':>8} {'disk MB/s':>9} {'waited s':>8}")
     for o in rows:
         ck = o["checkpoint_bytes"] / o["checkpoint_s"] / 1e6 if o["checkpoint_s"] else None
@@ -378,12 +387,14 @@ def print_run(name, rows, extra, P):
               f"{fmt(o['ratio_to_bound']):>6} {o['core_s_per_gb']:9.2f} {o['decodes_per_chunk']:9.2f} "
               f"{o['encodes_per_chunk']:9.2f} {o['peak_rss_bytes_per_param']:8.2f} "
               f"{fmt(o['between_rounds_rss_bytes_per_param']):>7} {o['round_log_s']:6.2f} "
-              f"{o['round_log_wait_s']:8.2f} {fmt(o['checkpoint_s']):>7} "
+              f"{o['round_log_wait_s']:8.2f} {o['loop_busy_s']:9.2f} {fmt(o['checkpoint_s']):>7} "
               f"{fmt(ck, '.0f'):>9} "
               f"{fmt(o['checkpoint_all_bytes_per_s'] / 1e6 if o['checkpoint_all_bytes_per_s'] else None, '.0f'):>8} "
               f"{o['disk_bytes_per_s'] / 1e6:9.0f} {o['checkpoint_wait_s']:8.2f}")
     print("(ratio: wall over the larger bound; log s: the round log's append, written beside the digest pass; "
-          "log wait: what the vote waited for it once the digest was known; ckpt MB/s: the slowest site's checkpoint; all MB/s: every site's "
+          "log wait: what the vote waited for it once the digest was known; loop busy: the longest a daemon's event "
+          "loop was held at once (its heartbeats waited as long; a site silent for the heartbeat timeout, 60 s by "
+          "default, is counted dead); ckpt MB/s: the slowest site's checkpoint; all MB/s: every site's "
           "checkpoint of the round together, on this one disk; waited: the round's exchange waited for the last "
           "checkpoint)")
     written = [o for o in rows if o["checkpoint_core_s_per_gb"] is not None]
@@ -424,6 +435,9 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one round may take before the run fails")
     ap.add_argument("--build", default=os.path.join(HERE, "../build"))
+    ap.add_argument("--step-threads", type=int, default=None,
+                    help="each site's step_threads (the passes' threads; default: the cores over the sites, "
+                         "at least 1)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()

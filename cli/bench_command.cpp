@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -5,6 +6,7 @@
 
 #include "bench/allreduce_bench.h"
 #include "bench/codec_bench.h"
+#include "bench/step_bench.h"
 #include "cli/commands.h"
 #include "common/units.h"
 
@@ -100,6 +102,32 @@ void add_bench_command(CLI::App& app, Action& action) {
       if (*ar_json) bench::print_allreduce_json(*rows, std::cout);
       else bench::print_allreduce_table(*rows, std::cout);
       return 0;
+    };
+  });
+
+  auto st = std::make_shared<bench::StepBenchOptions>();
+  auto st_json = std::make_shared<bool>(false);
+  auto* step = bench->add_subcommand(
+      "step", "The passes over the model that end a round (the vote's digest, the outer step) on 1 thread and more");
+  step->add_option("--values", st->values, "parameters (suffixes k M G, Ki Mi Gi)")
+      ->transform(size_in_bytes())
+      ->capture_default_str();
+  step->add_option("--threads", st->threads, "thread counts, e.g. 1,2,4 (default: 1 and step_threads' default)")
+      ->delimiter(',');
+  step->add_option("--repeats", st->repeats, "timed passes per figure; the fastest counts")->capture_default_str();
+  step->add_option("--seed", st->seed, "seed of the synthetic anchor, momentum and Δ")->capture_default_str();
+  step->add_flag("--raw", st->raw, "Δ as raw fp32 chunks (default: q8 + zstd, the usual job's)");
+  step->add_flag("--json", *st_json, "one JSON object per thread count and line");
+  step->callback([&action, st, st_json] {
+    action = [st, st_json] {
+      auto rows = bench::run_step_bench(*st);
+      if (!rows.ok()) {
+        std::cerr << "geoloco bench step: " << rows.status().message() << '\n';
+        return 2;
+      }
+      if (*st_json) bench::print_step_json(*rows, std::cout);
+      else bench::print_step_table(*rows, *st, std::cout);
+      return std::all_of(rows->begin(), rows->end(), [](const auto& r) { return r.same_bits; }) ? 0 : 1;
     };
   });
 }

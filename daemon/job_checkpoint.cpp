@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 Status JobRun::save_checkpoint() {
   finish_checkpoint();
   if (state_.job.empty()) state_.job = spec_.name;
-  drop_spent_residual();  // the checkpoint keeps no rounding of a round that was not kept
+  // The checkpoint keeps no rounding of a round that was not kept; a round
+  // still in hand keeps its own (it may commit with this site's Δ).
+  if (!round_in_hand()) drop_spent_residual();
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_seconds();
   Status saved =
@@ -41,7 +43,7 @@ void JobRun::start_checkpoint() {
     return;
   }
   if (state_.job.empty()) state_.job = spec_.name;
-  drop_spent_residual();
+  if (!round_in_hand()) drop_spent_residual();
   auto write = std::make_unique<CheckpointWrite>();
   write->round = state_.round;
   CheckpointWrite* w = write.get();

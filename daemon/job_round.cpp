@@ -15,6 +15,7 @@
 #include "common/cpu_time.h"
 #include "common/buffer.h"
 #include "common/digest.h"
+#include "common/off_loop.h"
 #include "daemon/job_run.h"
 #include "daemon/job_util.h"
 #include "daemon/round_replay.h"
@@ -49,9 +50,23 @@ using Clock = std::chrono::steady_clock;
 
 asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   auto keep = shared_from_this();
+  // end_job() waits for every exchange begun to end, wherever it is.
+  exchange_active_ = true;
+  struct Ended {
+    JobRun& run;
+    ~Ended() {
+      run.exchange_active_ = false;
+      run.changed_.notify_all();
+    }
+  } ended{*this};
   round_costs_ = RoundCosts();
+  loop_busy_ = 0;
   // The residual a checkpoint being written reads is encoded through below.
   round_costs_.checkpoint_wait_seconds = co_await checkpoint_written();
+  if (ending_) {  // the job ended while this exchange waited: it reads nothing more
+    machine_->on_exchange_done(plan.round, plan.attempt, Status(Err::io, "the job is ending"), false);
+    co_return;
+  }
   {
     ThreadCpuTimer timer(round_costs_.feedback);
     drop_spent_residual();  // an earlier attempt's encodes that were not kept
@@ -122,8 +137,18 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   round_costs_.values_encoded = result->values_encoded;
   // On disk before the vote: a round commits only with a majority holding
   // its outcome, so a committed round survives on every site that voted.
+  // The digest pass and the write run off the event loop (a minute of work
+  // at 70B parameters, while heartbeats and peers must still be answered);
+  // meanwhile the machine is still exchanging, so nothing moves the anchor,
+  // the momentum or delta_ under them.
   Status kept;
-  Result<std::string> digest = digest_while_keeping(plan, kept);
+  Result<std::string> digest = Status(Err::internal, "the digest pass did not run");
+  try {
+    digest = co_await off_loop(passes_, [&] { return digest_while_keeping(plan, kept); });
+  } catch (const std::exception& e) {  // (a thread that could not be made): no vote, and the machine hears why
+    digest = Status(Err::internal, cat("the digest pass: ", e.what()));
+  }
+  show_round_log_bytes();
   if (digest.ok() && !kept.ok()) {
     finish(kept, true);  // this site's own failure: it sits out the next attempts
     co_return;
@@ -161,7 +186,6 @@ Result<std::string> JobRun::digest_while_keeping(const PlanMessage& plan, Status
   round_costs_.round_log += cpu;
   round_costs_.round_log_seconds = wall;
   round_costs_.round_log_wait_seconds = seconds_between(waited_from, Clock::now());
-  show_round_log_bytes();
   if (!kept.ok() && digest.ok())
     kept = Status(kept.code(),
                   cat("round ", plan.round,
@@ -181,6 +205,13 @@ Result<std::string> JobRun::exchange_digest() {
   return next_anchor_digest(*scale);
 }
 
+bool JobRun::round_in_hand() const {
+  if (!machine_) return false;
+  using W = ParticipantMachine::Where;
+  const W w = machine_->where();
+  return w == W::exchanging || w == W::unwinding || w == W::committing || w == W::applying;
+}
+
 void JobRun::drop_spent_residual() {
   if (!residual_spent_ || exchange_running_) return;
   const auto [offset, length] = *residual_spent_;
@@ -198,17 +229,16 @@ void JobRun::forget_delta() {
   delta_clip_scale_.reset();
 }
 
-diloco::ChunkedDelta JobRun::averaged_delta() const {
-  return [this](const diloco::ChunkFn& fn) { return delta_.for_each(fn); };
+diloco::PassThreads JobRun::pass_threads(double& cpu) const { return {env_.site.pass_threads(), &cpu}; }
+
+Result<float> JobRun::clip_scale_of_delta() {
+  return diloco::chunked_clip_scale(delta_.chunk_list(), spec_.outer.outer.clip_norm, pass_threads(round_costs_.clip));
 }
 
-Result<float> JobRun::clip_scale_of_delta() const {
-  return diloco::chunked_clip_scale(averaged_delta(), spec_.outer.outer.clip_norm);
-}
-
-Result<std::string> JobRun::next_anchor_digest(float scale) const {
-  auto digest = diloco::stepped_anchor_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values,
-                                              averaged_delta(), spec_.outer.outer, scale);
+Result<std::string> JobRun::next_anchor_digest(float scale) {
+  auto digest =
+      diloco::stepped_anchor_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
+                                    spec_.outer.outer, scale, pass_threads(round_costs_.digest));
   if (!digest.ok()) return digest.status();
   return digest_hex(*digest);
 }
@@ -225,7 +255,8 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
 }
 
 Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
-  finish_checkpoint();  // (the exchange waited for it already)
+  const auto started = Clock::now();  // the event loop is held from here to the round's record
+  finish_checkpoint();                // (the exchange waited for it already)
   // The scale the COMMIT's digest was computed with (the same function of
   // the same Δ, so the same bits); computed again only if it is not at hand.
   const Result<float> scale = delta_clip_scale_ ? Result<float>(*delta_clip_scale_) : clip_scale_of_delta();
@@ -240,8 +271,9 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     // The step, and in the same pass the digest it is checked against the COMMITTED one with.
     ThreadCpuTimer timer(round_costs_.outer_step);
     if (scale.ok()) {
-      auto d = diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values,
-                                          averaged_delta(), spec_.outer.outer, *scale);
+      auto d =
+          diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
+                                     spec_.outer.outer, *scale, pass_threads(round_costs_.outer_step));
       stepped = d.status();
       if (d.ok()) digest = digest_hex(*d);
     }
@@ -277,6 +309,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   }
   r.contributed = participant;
   RoundCosts costs = round_costs_;
+  costs.loop_busy_seconds = std::max(loop_busy_, seconds_between(started, Clock::now()));
   {
     ThreadCpuTimer timer(costs.history);
     keep_committed_round(c, plan_, coordinator(), std::move(r));
@@ -329,7 +362,7 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
                     " (attempt ", attempt, ")");
   const LoggedStep step = step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt,
-                                            spec_.compression, spec_.outer.outer);
+                                            spec_.compression, spec_.outer.outer, env_.site.pass_threads());
   if (step.lost) {
     state_lost = true;
     drop_lost_state();

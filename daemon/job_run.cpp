@@ -122,7 +122,7 @@ JobRun::JobRun(JobEnvironment env, job::JobSpec spec, std::string yaml, std::str
   if (env_.mesh) {  // without one (tests of the job's files) nothing is sent or received
     outbox_ = ControlOutbox::create(env_.executor, *env_.mesh, spec_.name);
     transfers_.emplace(spec_.name, id_, *env_.mesh);
-    transfers_->set_round_steps({config_hash_, spec_.compression, spec_.outer.outer});
+    transfers_->set_round_steps({config_hash_, spec_.compression, spec_.outer.outer, env_.site.pass_threads()});
   }
 }
 
@@ -374,6 +374,7 @@ asio::awaitable<void> JobRun::run() {
   phase_started_ = Clock::now();
   drive();  // JOIN, and the anchor: the checkpoint's, or asking a peer for it
   asio::co_spawn(env_.executor, ticker(), logged("the job's ticker"));
+  asio::co_spawn(env_.executor, probe_loop(), logged("the job's loop probe"));
   if (machine_->where() == ParticipantMachine::Where::awaiting_initial) {
     auto initial = co_await host_->initial_parameters();
     if (done()) co_return;
@@ -397,6 +398,17 @@ asio::awaitable<void> JobRun::run() {
   if (!feedback_ && compression::uses_error_feedback(spec_.compression) && !state_.anchor.empty())
     feedback_ = std::make_unique<compression::ErrorFeedback>(state_.anchor.size());
   co_await watch_trainer();
+}
+
+asio::awaitable<void> JobRun::probe_loop() {
+  auto keep = shared_from_this();
+  asio::steady_timer timer(env_.executor);
+  while (!done()) {
+    const auto due = Clock::now() + kLoopProbe;
+    timer.expires_at(due);
+    co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    loop_busy_ = std::max(loop_busy_, seconds_between(due, Clock::now()));
+  }
 }
 
 asio::awaitable<void> JobRun::ticker() {
@@ -436,6 +448,7 @@ asio::awaitable<void> JobRun::ticker() {
 
 asio::awaitable<void> JobRun::end_job(participant::EndJob end) {
   auto keep = shared_from_this();
+  ending_ = true;
   // The exchange in flight reads the trainer's replica in the shared segment
   // (and the anchor): give it up and let it end before either goes away.
   if (exchange_running_) {
@@ -443,6 +456,9 @@ asio::awaitable<void> JobRun::end_job(participant::EndJob end) {
                       Status(Err::io, cat("job '", spec_.name, "' is ending on ", self())));
     while (exchange_running_) co_await changed_.wait();
   }
+  // Its digest pass reads the anchor and the averaged Δ on another thread
+  // (seconds); one waiting for a checkpoint to be written gives up then.
+  while (exchange_active_) co_await changed_.wait();
   if (end.end == JobEnd::finished) {
     if (process_) {
       // A trainer that got stop with its RESULT exits on its own; one still

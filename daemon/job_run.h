@@ -47,6 +47,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/thread_pool.hpp>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -204,6 +205,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Hands each phase the trainer reports to the participant machine.
   asio::awaitable<void> watch_trainer();
   asio::awaitable<void> end_job(participant::EndJob end);
+  /// Wakes every kLoopProbe and keeps in loop_busy_ how late it woke: the
+  /// longest the event loop was held (RoundCosts::loop_busy_seconds).
+  asio::awaitable<void> probe_loop();
+  static constexpr Millis kLoopProbe{50};
 
   // One round (job_round.cpp).
   asio::awaitable<void> exchange(PlanMessage plan, bool participant);
@@ -216,6 +221,10 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// committed without it, a state installed instead): the encodes took
   /// their rounding out of it, and the same Δ will be sent again.
   void drop_spent_residual();
+  /// The machine holds a round whose outcome is open (exchanging,
+  /// unwinding, committing, applying): the residual's spent range may still
+  /// be kept with it.
+  bool round_in_hand() const;
   /// exchange_digest(), while the exchanged round's averaged Δ is made
   /// durable in the round log on another thread (round_deltas.h), both done
   /// before this site votes. `kept`: the round log's error (io: no vote then).
@@ -241,14 +250,15 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// history event and journal record, and its line in the log.
   void keep_committed_round(const CommittedMessage& committed, const PlanMessage& plan, const std::string& coordinator,
                             RoundRecord record);
-  Result<std::string> next_anchor_digest(float scale) const;
+  Result<std::string> next_anchor_digest(float scale);
   /// The values round `round` syncs: the whole model, or with streaming the
   /// fragment fragment_of_round(round) cut from the layout as the trainer's
   /// table is. Errors: invalid_argument (a layout that cannot be cut so).
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
-  Result<float> clip_scale_of_delta() const;
-  /// delta_, decoded chunk by chunk (diloco/chunked_step.h).
-  diloco::ChunkedDelta averaged_delta() const;
+  Result<float> clip_scale_of_delta();
+  /// The threads of a pass over the model (the site's step_threads), the
+  /// CPU of the others added to `cpu`.
+  diloco::PassThreads pass_threads(double& cpu) const;
 
   // STATE_SYNC and checkpoints (job_state.cpp).
   void offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker,
@@ -364,6 +374,14 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   // after this one ended).
   PlanMessage plan_;
   bool exchange_running_ = false;  ///< its all-reduce runs: it reads the replica and the anchor
+  /// exchange() has begun and not returned; after its all-reduce, its digest
+  /// pass and round-log write run on passes_ (they read the anchor, the
+  /// momentum and delta_).
+  bool exchange_active_ = false;
+  bool ending_ = false;  ///< end_job() has begun: an exchange still waiting starts nothing
+  /// The thread the exchange's digest pass runs on, off the event loop (the
+  /// pass's own helpers are its own: diloco/chunk_pass.h).
+  asio::thread_pool passes_{1};
   transport::AllReduceRequest request_;
   /// The residual's range an exchange encoded through (changing it) whose
   /// round has not been kept with this site's contribution: cleared before
@@ -377,6 +395,7 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::uint64_t delta_offset_ = 0;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
   RoundCosts round_costs_;  ///< the round in flight's, from its exchange to its record
+  double loop_busy_ = 0;    ///< probe_loop()'s longest lateness since the round's exchange began
 
   /// STATE_SYNC's offers and the transfer being received.
   std::optional<StateTransfers> transfers_;

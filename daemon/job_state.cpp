@@ -420,8 +420,8 @@ void JobRun::replay_round_log() {
   const JournalSummary journal = summarize_journal(journal_->records());
   if (journal.round <= state_.round) return;
   const std::uint64_t from = state_.round;
-  auto replayed =
-      replay_rounds(state_, *round_deltas_, journal.commits, journal.round, spec_.compression, spec_.outer.outer);
+  auto replayed = replay_rounds(state_, *round_deltas_, journal.commits, journal.round, spec_.compression,
+                                spec_.outer.outer, env_.site.pass_threads());
   if (!replayed.ok()) {
     // Stepped to no committed anchor: nothing of it is used; a peer gives the state.
     spdlog::error("[{}] the round log cannot rebuild the committed state: {}; the state comes from a peer", spec_.name,

@@ -41,6 +41,7 @@ nlohmann::json costs_json(const RoundCosts& c) {
       {"round_log_seconds", c.round_log_seconds},
       {"round_log_wait_seconds", c.round_log_wait_seconds},
       {"checkpoint_wait_seconds", c.checkpoint_wait_seconds},
+      {"loop_busy_seconds", c.loop_busy_seconds},
       {"checkpoint_seconds", c.checkpoint_seconds ? nlohmann::json(*c.checkpoint_seconds) : nlohmann::json(nullptr)},
       {"checkpoint_bytes", c.checkpoint_bytes}};
 }

@@ -4,8 +4,10 @@
 // (`geoloco status --json`, `costs`) and as metrics; not kept in the round
 // log on disk (they describe the process that ran the round).
 //
-// The stages' CPU is the daemon thread's own (thread CPU around each call),
-// except `transfer`: the process's CPU over the all-reduce, every thread
+// The stages' CPU is the thread's own that ran them (thread CPU around each
+// call: the daemon thread's, or for the digest pass the thread it runs on
+// beside the event loop) plus that of a pass's helper threads
+// (diloco/chunk_pass.h), except `transfer`: the process's CPU over the all-reduce, every thread
 // (the connections' TLS and socket work), less the encodes and decodes the
 // all-reduce did on the daemon thread.
 #pragma once
@@ -34,6 +36,10 @@ struct RoundCosts {
   double round_log_seconds = 0;        ///< wall time of the round log's append (its fsyncs), beside the digest pass
   double round_log_wait_seconds = 0;   ///< of which the vote waited after the digest was known
   double checkpoint_wait_seconds = 0;  ///< the exchange waited this long for the last checkpoint to be written
+  /// The longest the daemon's event loop was held at once from the
+  /// exchange's start to the step's end (a timer on it fired this late, or
+  /// the step on it took this long): what heartbeats and peers waited.
+  double loop_busy_seconds = 0;
   std::optional<double> checkpoint_seconds;  ///< wall time of the checkpoint after this round, if one was saved
   std::uint64_t checkpoint_bytes = 0;
 
@@ -58,8 +64,8 @@ struct CostStage {
 extern const std::array<CostStage, 10> kCostStages;
 
 /// {"cpu_seconds": {stage: s, ..., "total": s}, "decodes_per_chunk", "encodes_per_chunk",
-///  "values", "round_log_seconds", "round_log_wait_seconds", "checkpoint_wait_seconds", "checkpoint_seconds" (null:
-///  none), "checkpoint_bytes"}.
+///  "values", "round_log_seconds", "round_log_wait_seconds", "checkpoint_wait_seconds", "loop_busy_seconds",
+///  "checkpoint_seconds" (null: none), "checkpoint_bytes"}.
 nlohmann::json costs_json(const RoundCosts& costs);
 
 }  // namespace geoloco::daemon

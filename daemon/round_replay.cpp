@@ -7,25 +7,31 @@ namespace geoloco::daemon {
 
 Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
                                      const compression::PipelineSpec& pipeline,
-                                     const diloco::OuterOptimizerOptions& outer) {
+                                     const diloco::OuterOptimizerOptions& outer, unsigned threads) {
   const std::uint64_t n = state.anchor.size();
   GEOLOCO_RETURN_IF(entry.offset > n || entry.delta.values > n - entry.offset, Err::invalid_argument, "the Δ of round ",
                     entry.round, " covers values [", entry.offset, ", ", entry.offset + entry.delta.values,
                     "), the anchor holds ", state.anchor.size());
   entry.delta.pipeline = pipeline;
-  const diloco::ChunkedDelta delta = [&](const diloco::ChunkFn& fn) { return entry.delta.for_each(fn); };
-  auto scale = diloco::chunked_clip_scale(delta, outer.clip_norm);
+  const diloco::ChunkList delta = entry.delta.chunk_list();
+  auto scale = diloco::chunked_clip_scale(delta, outer.clip_norm, threads);
   GEOLOCO_RETURN_IF(!scale.ok(), Err::invalid_argument, "the Δ of round ", entry.round,
                     " does not decode: ", scale.status().message());
+  auto covered = delta.covered();
+  GEOLOCO_RETURN_IF(!covered.ok() || *covered != entry.delta.values, Err::invalid_argument, "the Δ of round ",
+                    entry.round, "'s chunks do not cover its ", entry.delta.values, " values");
   // From here on the state is changed: an error leaves it as no round's.
-  Status stepped = diloco::step_chunks(state.anchor, state.momentum, entry.offset, delta, outer, *scale);
-  GEOLOCO_RETURN_IF(!stepped.ok(), Err::mismatch, "stepping round ", entry.round, ": ", stepped.message());
-  return digest_hex(state.anchor_digest());
+  // The anchor's digest is taken in the same pass as the step.
+  auto stepped = diloco::step_chunks_digest(state.anchor, state.momentum, entry.offset, entry.delta.values, delta,
+                                            outer, *scale, threads);
+  GEOLOCO_RETURN_IF(!stepped.ok(), Err::mismatch, "stepping round ", entry.round, ": ", stepped.status().message());
+  return digest_hex(*stepped);
 }
 
 LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, std::uint64_t round,
                              const std::string& digest, std::optional<std::uint64_t> attempt,
-                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer) {
+                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer,
+                             unsigned threads) {
   LoggedStep out;
   auto read = log.read(round);
   if (!read.ok()) {
@@ -43,7 +49,7 @@ LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, s
                   ", the committed one is ", digest, attempt ? cat(" (attempt ", *attempt, ")") : std::string());
     return out;
   }
-  auto stepped = step_round_delta(state, entry, pipeline, outer);
+  auto stepped = step_round_delta(state, entry, pipeline, outer, threads);
   if (!stepped.ok()) {
     out.lost = stepped.status().code() == Err::mismatch;  // else the entry did not fit or decode: unchanged
     out.why = stepped.status().message();
@@ -64,7 +70,7 @@ LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, s
 Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas& log,
                                     const std::map<std::uint64_t, JournaledCommit>& commits, std::uint64_t target,
                                     const compression::PipelineSpec& pipeline,
-                                    const diloco::OuterOptimizerOptions& outer) {
+                                    const diloco::OuterOptimizerOptions& outer, unsigned threads) {
   ReplayOutcome out;
   out.from = out.to = state.round;
   out.digest = digest_hex(state.anchor_digest());
@@ -75,7 +81,8 @@ Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas&
       out.stopped = cat("round ", round, " is not in the journal as committed");
       break;
     }
-    const LoggedStep step = step_logged_round(state, log, round, commit->second.digest, std::nullopt, pipeline, outer);
+    const LoggedStep step =
+        step_logged_round(state, log, round, commit->second.digest, std::nullopt, pipeline, outer, threads);
     GEOLOCO_RETURN_IF(step.lost, Err::mismatch, step.why);
     if (!step.stepped) {
       out.stopped = step.why;

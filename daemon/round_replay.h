@@ -43,7 +43,7 @@ struct ReplayOutcome {
 /// unchanged), mismatch (the step failed: `state` is no round's).
 Result<std::string> step_round_delta(outer::OuterState& state, RoundDelta& entry,
                                      const compression::PipelineSpec& pipeline,
-                                     const diloco::OuterOptimizerOptions& outer);
+                                     const diloco::OuterOptimizerOptions& outer, unsigned threads = 1);
 
 /// How step_logged_round() ended.
 struct LoggedStep {
@@ -57,10 +57,12 @@ struct LoggedStep {
 /// committed with anchor `digest` (by `attempt`, when given): the entry is
 /// refused unless it is that outcome, and the stepped anchor must be
 /// `digest`. Sets the state's round once stepped; leaves `state` unchanged
-/// when the entry is missing, unreadable or another outcome's.
+/// when the entry is missing, unreadable or another outcome's. `threads`:
+/// the step's (diloco/chunk_pass.h), here and below.
 LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, std::uint64_t round,
                              const std::string& digest, std::optional<std::uint64_t> attempt,
-                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer);
+                             const compression::PipelineSpec& pipeline, const diloco::OuterOptimizerOptions& outer,
+                             unsigned threads = 1);
 
 /// Steps `state` from its round through `target` with the log's entries of
 /// the rounds `commits` lists. Errors: mismatch (a stepped anchor is not the
@@ -68,6 +70,6 @@ LoggedStep step_logged_round(outer::OuterState& state, const RoundDeltas& log, s
 Result<ReplayOutcome> replay_rounds(outer::OuterState& state, const RoundDeltas& log,
                                     const std::map<std::uint64_t, JournaledCommit>& commits, std::uint64_t target,
                                     const compression::PipelineSpec& pipeline,
-                                    const diloco::OuterOptimizerOptions& outer);
+                                    const diloco::OuterOptimizerOptions& outer, unsigned threads = 1);
 
 }  // namespace geoloco::daemon

@@ -8,6 +8,7 @@
 
 #include "common/yaml_reader.h"
 #include "common/site_name.h"
+#include "diloco/chunk_pass.h"
 
 namespace geoloco::daemon {
 
@@ -38,9 +39,15 @@ Status SiteConfig::validate() const {
   rule(heartbeat_timeout_ms <= transport.read_timeout_ms,
        cat("heartbeat.timeout (", heartbeat_timeout_ms, " ms) must exceed transport.read_timeout (",
            transport.read_timeout_ms, " ms): a dead connection must be noticed before a dead site"));
+  rule(step_threads < 0 || step_threads > 256,
+       cat("step_threads: expected 0 (a thread per core, up to 8) to 256, got ", step_threads));
   rule(transport.insecure_plaintext_for_tests, "plaintext transport exists for tests only; geolocod always uses TLS");
   if (!problems.empty()) return Status(Err::invalid_argument, problems);
   return {};
+}
+
+unsigned SiteConfig::pass_threads() const {
+  return step_threads > 0 ? static_cast<unsigned>(step_threads) : diloco::default_pass_threads();
 }
 
 std::vector<std::string> settings_needing_restart(const SiteConfig& running, const SiteConfig& loaded) {
@@ -60,6 +67,7 @@ std::vector<std::string> settings_needing_restart(const SiteConfig& running, con
   differs(running.heartbeat_interval_ms != loaded.heartbeat_interval_ms ||
               running.heartbeat_timeout_ms != loaded.heartbeat_timeout_ms,
           "heartbeat");
+  differs(running.step_threads != loaded.step_threads, "step_threads");
   return out;
 }
 
@@ -99,6 +107,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
     else if (key == "data_dir") yaml::read_string(v, "data_dir", c.data_dir, p);
     else if (key == "control_socket") yaml::read_string(v, "control_socket", c.control_socket, p);
     else if (key == "log_format") yaml::read_string(v, "log_format", c.log_format, p);
+    else if (key == "step_threads") yaml::read_number(v, "step_threads", c.step_threads, p);
     else if (key == "gpus") {
       if (!v.IsSequence()) p.add(v, "gpus: expected a list of GPU ids, e.g. [0, 1]");
       else
@@ -183,7 +192,7 @@ Result<SiteConfig> parse_site_yaml(const YAML::Node& doc, std::string_view sourc
     } else {
       p.add(kv.first, cat("unknown key '", key,
                           "' (allowed: name, listen, peers, tls, data_dir, metrics, control_socket, gpus, "
-                          "log_format, heartbeat, transport)"));
+                          "log_format, heartbeat, step_threads, transport)"));
     }
   }
   if (!doc["name"]) p.add(doc, "name: missing; every site needs a name (the one in its certificate)");

@@ -17,6 +17,7 @@
 //   gpus: [0, 1, 2, 3]
 //   log_format: text            # text | json
 //   heartbeat: {interval: 2s, timeout: 60s}
+//   step_threads: 0             # threads of the passes over the model each round; 0: a core each, up to 8
 //   transport: {connections_per_peer: 4, rate_limit: 0, io_threads: 4, read_timeout: 20s,
 //               write_timeout: 20s, keepalive_interval: 5s, connect_timeout: 10s,
 //               reconnect_max: 10s}     # longest wait between dials to a peer that is down
@@ -67,6 +68,12 @@ struct SiteConfig {
   /// coordinator counts it dead after `heartbeat_timeout_ms` of silence.
   int heartbeat_interval_ms = 2000;
   int heartbeat_timeout_ms = 60000;
+  /// Threads of the passes over the model that end each round (the COMMIT's
+  /// digest, the outer step): decoded and stepped a chunk a thread, off the
+  /// daemon's event loop. 0: one per core, at most 8 (pass_threads()).
+  int step_threads = 0;
+  /// step_threads, with 0 resolved.
+  unsigned pass_threads() const;
 
   /// Errors: invalid_argument naming each broken rule.
   Status validate() const;

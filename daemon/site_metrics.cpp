@@ -34,6 +34,8 @@ void declare_site_metrics(Metrics& metrics) {
       {"geoloco_round_decodes_per_chunk", T::gauge, "Passes over the averaged Δ that decoded it, last round."},
       {"geoloco_round_encodes_per_chunk", T::gauge,
        "Passes over this site's contribution that encoded it, last round."},
+      {"geoloco_round_loop_busy_seconds", T::gauge,
+       "The longest the daemon's event loop was held at once in the last round applied (heartbeats waited as long)."},
       {"geoloco_round_log_bytes", T::gauge,
        "Bytes of the round log on disk: the averaged Δ of each round voted for since the checkpoint."},
       {"geoloco_round_log_replayed_rounds", T::gauge,
@@ -92,6 +94,7 @@ void show_round_costs(Metrics& m, const std::string& job_name, const RoundCosts&
   const Labels job{{"job", job_name}};
   (void)m.set("geoloco_round_decodes_per_chunk", job, c.decodes_per_chunk());
   (void)m.set("geoloco_round_encodes_per_chunk", job, c.encodes_per_chunk());
+  (void)m.set("geoloco_round_loop_busy_seconds", job, c.loop_busy_seconds);
 }
 
 }  // namespace geoloco::daemon

@@ -297,7 +297,7 @@ Status StateTransfers::step_entries(OwnState own, bool& lost) {
   Status out;
   for (std::size_t i = 0; i < entries.size() && out.ok(); ++i) {
     const StateDeltaOffer& d = offer.deltas[i];
-    auto digest = step_round_delta(state, entries[i], steps_->pipeline, steps_->outer);
+    auto digest = step_round_delta(state, entries[i], steps_->pipeline, steps_->outer, steps_->threads);
     if (!digest.ok()) out = digest.status();
     else if (*digest != d.digest)
       out = Status(Err::mismatch, cat("round ", d.round, " from ", r.peer(), "'s round log gives anchor ", *digest,

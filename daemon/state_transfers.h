@@ -92,6 +92,7 @@ struct RoundSteps {
   std::string config_hash;
   compression::PipelineSpec pipeline;
   diloco::OuterOptimizerOptions outer;
+  unsigned threads = 1;  ///< the step's (the site's step_threads)
 };
 
 /// A received state put in place.

@@ -33,7 +33,8 @@
 #          small sizes and without the all-reduce; ctest runs it, so a broken
 #          step shows in CI before a GPU is lent. Its figures mean nothing.)
 #        scripts/gpu-check.sh --round-bench (a second command, for a session
-#          with device time left: bench/scale.py at 1 Gi parameters, 2 sites,
+#          with device time left: `geoloco bench step` (the passes that end a
+#          round on 1 to 16 threads), then bench/scale.py at 1 Gi parameters, 2 sites,
 #          q8 and raw, uncapped, on the host's cores; about 6 to 8 minutes,
 #          up to about 55 GB of the host's disk (each site's checkpoint of 12 GB
 #          and the one being written) and 50 GB of memory;
@@ -108,6 +109,9 @@ if [ "${round_bench}" -eq 1 ]; then
   step configure 60 cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release || { failed=1; finish; }
   step "build geolocod, geoloco, geoloco-train" 240 cmake --build "${build}" -j"${jobs}" \
     --target geolocod geoloco geoloco-train || { failed=1; finish; }
+  # The passes that end a round on 1 to 16 threads of this host (1 GiB values, 4 GB of fp32).
+  step "passes over ${params} values, 1 to 16 threads" 90 "${build}/bin/geoloco" bench step \
+    --values "${params}" --threads 1,2,4,8,16 --repeats 2 || failed=1
   step "round bench, ${params} parameters, 2 sites, uncapped" 420 /usr/bin/python3 bench/scale.py \
     --params "${params}" --sites 2 --runs q8,raw --rounds 3 --build "${build}" || failed=1
   finish

@@ -1,6 +1,7 @@
 #include "transport/allreduce.h"
 
 #include <algorithm>
+#include <atomic>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -427,22 +428,33 @@ std::uint64_t EncodedOutput::bytes() const {
   return total;
 }
 
+diloco::ChunkList EncodedOutput::chunk_list() const {
+  diloco::ChunkList list;
+  list.ranges = ranges;
+  list.decoder = [this]() -> diloco::ChunkDecoder {
+    auto made = compression::Pipeline::create(pipeline);
+    if (!made.ok()) return [status = made.status()](std::size_t, std::span<float>) { return status; };
+    return [this, codec = std::make_shared<compression::Pipeline>(std::move(*made))](std::size_t i,
+                                                                                     std::span<float> out) -> Status {
+      GEOLOCO_RETURN_IF(i >= chunks.size() || out.size() != ranges[i].size, Err::internal, "encoded output: chunk ", i,
+                        " of ", chunks.size(), " decoded into ", out.size(), " values");
+      if (Status s = codec->decode(chunks[i], out); !s.ok())
+        return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i,
+                             i < sources.size() ? cat(" (averaged by ", sources[i], ")") : std::string(), ": ",
+                             s.message());
+      std::atomic_ref<std::uint64_t>(values_decoded).fetch_add(out.size());
+      return Status();
+    };
+  };
+  return list;
+}
+
 Status EncodedOutput::for_each(const std::function<Status(std::uint64_t, std::span<const float>)>& fn) const {
   GEOLOCO_RETURN_IF(ranges.size() != chunks.size(), Err::internal, "encoded output: ", ranges.size(), " ranges for ",
                     chunks.size(), " chunks");
-  auto decoder = compression::Pipeline::create(pipeline);
-  if (!decoder.ok()) return decoder.status();
-  std::vector<float> values;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    values.resize(ranges[i].size);
-    if (Status s = decoder->decode(chunks[i], values); !s.ok())
-      return GEOLOCO_ERROR(s.code(), "encoded output, chunk ", i,
-                           i < sources.size() ? cat(" (averaged by ", sources[i], ")") : std::string(), ": ",
-                           s.message());
-    values_decoded += values.size();
-    GEOLOCO_TRY(fn(ranges[i].begin, values));
-  }
-  return {};
+  return diloco::run_chunk_pass(
+      chunk_list(), 1, {},
+      [&](std::size_t, std::uint64_t begin, std::span<const float> values) { return fn(begin, values); });
 }
 
 void EncodedOutput::clear() {

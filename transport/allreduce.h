@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "compression/error_feedback.h"
 #include "compression/pipeline_spec.h"
+#include "diloco/chunk_pass.h"
 #include "diloco/exchange.h"
 #include "transport/mesh.h"
 
@@ -56,10 +57,14 @@ struct EncodedOutput {
 
   /// Encoded bytes held.
   std::uint64_t bytes() const;
+  /// The chunks as a pass over them reads them (diloco/chunk_pass.h): each
+  /// thread decodes with a codec of its own, and a chunk that does not
+  /// decode is named with the site that averaged it. The list refers to
+  /// this output, which must outlive it.
+  diloco::ChunkList chunk_list() const;
   /// Decodes chunk after chunk, in order, into one chunk of scratch and calls
   /// fn(offset of the chunk's first value, its values). Stops at the first
-  /// error. Errors: fn's, the codec's (a chunk that does not decode, named
-  /// with the site that averaged it).
+  /// error. Errors: fn's, the codec's (as chunk_list()'s).
   Status for_each(const std::function<Status(std::uint64_t, std::span<const float>)>& fn) const;
   void clear();
 };

@@ -30,6 +30,9 @@ TEST_CASE("a round's costs: the stages summed, passes per chunk, and the JSON st
   CHECK(j["checkpoint_seconds"].is_null());
   c.checkpoint_seconds = 4.5;
   CHECK(costs_json(c)["checkpoint_seconds"] == 4.5);
+  CHECK(j["loop_busy_seconds"] == 0.0);
+  c.loop_busy_seconds = 0.75;
+  CHECK(costs_json(c)["loop_busy_seconds"] == 0.75);
 
   // An observer encodes nothing; an empty round decodes nothing.
   RoundCosts observer;

@@ -68,18 +68,14 @@ inline outer::OuterState initial_state(std::uint64_t n) {
   return std::move(*s);
 }
 
-inline diloco::ChunkedDelta chunked(const transport::EncodedOutput& d) {
-  return [&d](const diloco::ChunkFn& fn) { return d.for_each(fn); };
-}
-
 // The live round: the digest voted (computed aside), then the step applied, as geolocod does.
 inline std::string live_round(outer::OuterState& s, const transport::EncodedOutput& d, std::uint64_t offset,
                               const diloco::OuterOptimizerOptions& outer) {
-  auto scale = diloco::chunked_clip_scale(chunked(d), outer.clip_norm);
+  auto scale = diloco::chunked_clip_scale(d.chunk_list(), outer.clip_norm);
   REQUIRE(scale.ok());
-  auto voted = diloco::stepped_anchor_digest(s.anchor, s.momentum, offset, d.values, chunked(d), outer, *scale);
+  auto voted = diloco::stepped_anchor_digest(s.anchor, s.momentum, offset, d.values, d.chunk_list(), outer, *scale);
   REQUIRE(voted.ok());
-  REQUIRE(diloco::step_chunks(s.anchor, s.momentum, offset, chunked(d), outer, *scale).ok());
+  REQUIRE(diloco::step_chunks(s.anchor, s.momentum, offset, d.chunk_list(), outer, *scale).ok());
   REQUIRE(digest_hex(s.anchor_digest()) == digest_hex(*voted));
   ++s.round;
   return digest_hex(*voted);

@@ -147,8 +147,27 @@ tls: {ca: /tls/ca.pem, cert: /tls/site.pem, key: /tls/site.key}
   loaded.peers[0].port = 7401;
   loaded.transport.connections_per_peer = 8;
   loaded.heartbeat_timeout_ms = 90000;
+  loaded.step_threads = 3;
   CHECK(settings_needing_restart(*running, loaded) ==
-        std::vector<std::string>{"listen", "peers", "transport", "heartbeat"});
+        std::vector<std::string>{"listen", "peers", "transport", "heartbeat", "step_threads"});
+}
+
+TEST_CASE("step_threads: the passes' threads, 0 for a core each up to 8, a bad count refused") {
+  auto automatic = parse("name: eu-west\n");
+  REQUIRE(automatic.ok());
+  CHECK(automatic->step_threads == 0);
+  CHECK(automatic->pass_threads() >= 1);
+  CHECK(automatic->pass_threads() <= 8);
+  auto four = parse("name: eu-west\nstep_threads: 4\n");
+  REQUIRE(four.ok());
+  CHECK(four->pass_threads() == 4u);
+  auto negative = parse("name: eu-west\nstep_threads: -1\n");
+  REQUIRE_FALSE(negative.ok());
+  CHECK_THAT(negative.status().message(),
+             Catch::Contains("step_threads: expected 0 (a thread per core, up to 8) to 256, got -1"));
+  auto words = parse("name: eu-west\nstep_threads: many\n");
+  REQUIRE_FALSE(words.ok());
+  CHECK_THAT(words.status().message(), Catch::Contains("step_threads"));
 }
 
 TEST_CASE("a duration too long for its setting is refused, not wrapped around") {

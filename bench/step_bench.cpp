@@ -114,14 +114,10 @@ Result<std::vector<StepBenchRow>> run_step_bench(const StepBenchOptions& options
 
 void print_step_json(const std::vector<StepBenchRow>& rows, std::ostream& out) {
   for (const auto& r : rows)
-    out << nlohmann::json{{"threads", r.threads},
-                          {"digest_seconds", r.digest_seconds},
-                          {"step_seconds", r.step_seconds},
-                          {"digest_speedup", r.digest_speedup},
-                          {"step_speedup", r.step_speedup},
-                          {"digest_gbps", r.digest_gbps},
-                          {"step_gbps", r.step_gbps},
-                          {"anchor_digest", r.anchor_digest},
+    out << nlohmann::json{{"threads", r.threads},           {"digest_seconds", r.digest_seconds},
+                          {"step_seconds", r.step_seconds}, {"digest_speedup", r.digest_speedup},
+                          {"step_speedup", r.step_speedup}, {"digest_gbps", r.digest_gbps},
+                          {"step_gbps", r.step_gbps},       {"anchor_digest", r.anchor_digest},
                           {"same_bits", r.same_bits}}
                .dump()
         << '\n';
@@ -129,8 +125,8 @@ void print_step_json(const std::vector<StepBenchRow>& rows, std::ostream& out) {
 
 void print_step_table(const std::vector<StepBenchRow>& rows, const StepBenchOptions& options, std::ostream& out) {
   const std::uint64_t chunks = (options.values + kChunk - 1) / kChunk;
-  out << "The passes over the model that end a round: " << options.values << " values ("
-      << std::setprecision(3) << 4.0 * static_cast<double>(options.values) / 1e9 << " GB of fp32), Δ as " << chunks
+  out << "The passes over the model that end a round: " << options.values << " values (" << std::setprecision(3)
+      << 4.0 * static_cast<double>(options.values) / 1e9 << " GB of fp32), Δ as " << chunks
       << (options.raw ? " raw fp32" : " q8 + zstd") << " chunks; this machine has "
       << std::thread::hardware_concurrency() << " cores; the fastest of " << options.repeats << ".\n";
   out << std::left << std::setw(8) << "threads" << std::right << std::setw(10) << "digest s" << std::setw(8) << "GB/s"
@@ -139,9 +135,9 @@ void print_step_table(const std::vector<StepBenchRow>& rows, const StepBenchOpti
   out << std::fixed;
   for (const auto& r : rows)
     out << std::left << std::setw(8) << r.threads << std::right << std::setprecision(3) << std::setw(10)
-        << r.digest_seconds << std::setprecision(2) << std::setw(8) << r.digest_gbps << std::setw(8)
-        << r.digest_speedup << std::setprecision(3) << std::setw(10) << r.step_seconds << std::setprecision(2)
-        << std::setw(8) << r.step_gbps << std::setw(8) << r.step_speedup << "  " << r.anchor_digest << "  "
+        << r.digest_seconds << std::setprecision(2) << std::setw(8) << r.digest_gbps << std::setw(8) << r.digest_speedup
+        << std::setprecision(3) << std::setw(10) << r.step_seconds << std::setprecision(2) << std::setw(8)
+        << r.step_gbps << std::setw(8) << r.step_speedup << "  " << r.anchor_digest << "  "
         << (r.same_bits ? "yes" : "NO") << '\n';
   out << "(x 1: the one-thread pass's seconds over this row's, measured in the same run; same bits: the vote's\n"
          "digest equals the step's, and the anchor equals the one-thread anchor)\n";

@@ -25,14 +25,14 @@ struct StepBenchOptions {
 
 struct StepBenchRow {
   unsigned threads = 1;
-  double digest_seconds = 0;   ///< the vote's pass: decode, step on copies, digest
-  double step_seconds = 0;     ///< the committed pass: decode, step in place, digest
-  double digest_speedup = 0;   ///< the one-thread digest pass's seconds over this one's
-  double step_speedup = 0;     ///< the same for the step
-  double digest_gbps = 0;      ///< GB of fp32 model a second, the digest pass
-  double step_gbps = 0;        ///< the same, the step
-  std::string anchor_digest;   ///< of the anchor after one step
-  bool same_bits = false;      ///< the one-thread digest, and the vote's digest equals the step's
+  double digest_seconds = 0;  ///< the vote's pass: decode, step on copies, digest
+  double step_seconds = 0;    ///< the committed pass: decode, step in place, digest
+  double digest_speedup = 0;  ///< the one-thread digest pass's seconds over this one's
+  double step_speedup = 0;    ///< the same for the step
+  double digest_gbps = 0;     ///< GB of fp32 model a second, the digest pass
+  double step_gbps = 0;       ///< the same, the step
+  std::string anchor_digest;  ///< of the anchor after one step
+  bool same_bits = false;     ///< the one-thread digest, and the vote's digest equals the step's
 };
 
 /// Runs every thread count (1 first, as the baseline). Errors:

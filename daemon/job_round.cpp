@@ -61,6 +61,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   } ended{*this};
   round_costs_ = RoundCosts();
   loop_busy_ = 0;
+  pass_cancel_ = false;
   // The residual a checkpoint being written reads is encoded through below.
   round_costs_.checkpoint_wait_seconds = co_await checkpoint_written();
   if (ending_) {  // the job ended while this exchange waited: it reads nothing more
@@ -229,16 +230,19 @@ void JobRun::forget_delta() {
   delta_clip_scale_.reset();
 }
 
-diloco::PassThreads JobRun::pass_threads(double& cpu) const { return {env_.site.pass_threads(), &cpu}; }
+diloco::PassThreads JobRun::pass_threads(double& cpu, bool cancellable) const {
+  return {env_.site.pass_threads(), &cpu, cancellable ? &pass_cancel_ : nullptr};
+}
 
 Result<float> JobRun::clip_scale_of_delta() {
-  return diloco::chunked_clip_scale(delta_.chunk_list(), spec_.outer.outer.clip_norm, pass_threads(round_costs_.clip));
+  return diloco::chunked_clip_scale(delta_.chunk_list(), spec_.outer.outer.clip_norm,
+                                    pass_threads(round_costs_.clip, true));
 }
 
 Result<std::string> JobRun::next_anchor_digest(float scale) {
   auto digest =
       diloco::stepped_anchor_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
-                                    spec_.outer.outer, scale, pass_threads(round_costs_.digest));
+                                    spec_.outer.outer, scale, pass_threads(round_costs_.digest, true));
   if (!digest.ok()) return digest.status();
   return digest_hex(*digest);
 }
@@ -273,7 +277,7 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
     if (scale.ok()) {
       auto d =
           diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
-                                     spec_.outer.outer, *scale, pass_threads(round_costs_.outer_step));
+                                     spec_.outer.outer, *scale, pass_threads(round_costs_.outer_step, false));
       stepped = d.status();
       if (d.ok()) digest = digest_hex(*d);
     }

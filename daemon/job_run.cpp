@@ -253,6 +253,8 @@ void JobRun::execute(ParticipantAction& action) {
             env_.mesh->decline({d.round, static_cast<std::uint32_t>(d.attempt)});
           },
           [&](CancelExchange& c) {
+            // Past its all-reduce, the exchange's digest pass stops at its next chunk.
+            if (exchange_active_ && plan_.round == c.round && plan_.attempt == c.attempt) pass_cancel_ = true;
             env_.mesh->cancel({c.round, static_cast<std::uint32_t>(c.attempt)},
                               Status(Err::io, cat("the exchange of round ", c.round, " attempt ", c.attempt,
                                                   " was given up: ", c.why)));
@@ -449,6 +451,7 @@ asio::awaitable<void> JobRun::ticker() {
 asio::awaitable<void> JobRun::end_job(participant::EndJob end) {
   auto keep = shared_from_this();
   ending_ = true;
+  pass_cancel_ = true;  // the digest pass of an exchange in hand is given up
   // The exchange in flight reads the trainer's replica in the shared segment
   // (and the anchor): give it up and let it end before either goes away.
   if (exchange_running_) {

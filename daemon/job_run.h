@@ -48,6 +48,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/thread_pool.hpp>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -257,8 +258,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   Result<inner::protocol::FragmentDesc> round_range(std::uint64_t round) const;
   Result<float> clip_scale_of_delta();
   /// The threads of a pass over the model (the site's step_threads), the
-  /// CPU of the others added to `cpu`.
-  diloco::PassThreads pass_threads(double& cpu) const;
+  /// CPU of the others added to `cpu`; `cancellable`: the exchange's pass,
+  /// which CancelExchange and the job's end give up (never the step).
+  diloco::PassThreads pass_threads(double& cpu, bool cancellable) const;
 
   // STATE_SYNC and checkpoints (job_state.cpp).
   void offer_state(const std::string& peer, const std::string& reason, const std::optional<HeldState>& asker,
@@ -378,6 +380,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// pass and round-log write run on passes_ (they read the anchor, the
   /// momentum and delta_).
   bool exchange_active_ = false;
+  /// Gives up the exchange's digest pass (an ABORT, catching up, the job's end).
+  std::atomic<bool> pass_cancel_{false};
   bool ending_ = false;  ///< end_job() has begun: an exchange still waiting starts nothing
   /// The thread the exchange's digest pass runs on, off the event loop (the
   /// pass's own helpers are its own: diloco/chunk_pass.h).

@@ -57,7 +57,8 @@ class Turns {
 
 }  // namespace
 
-Status run_chunk_pass(const ChunkList& delta, const PassThreads& threads, const ChunkWork& work, const ChunkInOrder& in_order) {
+Status run_chunk_pass(const ChunkList& delta, const PassThreads& threads, const ChunkWork& work,
+                      const ChunkInOrder& in_order) {
   GEOLOCO_TRY(delta.covered().status());
   const std::size_t count = delta.ranges.size();
   if (count == 0) return {};
@@ -92,6 +93,8 @@ Status run_chunk_pass(const ChunkList& delta, const PassThreads& threads, const 
       const Range range = delta.ranges[i];
       Status status = made;
       std::span<const float> out;
+      if (status.ok() && threads.cancel && threads.cancel->load())
+        status = Status(Err::io, cat("the pass over Δ was given up at chunk ", i, " of ", count));
       // A chunk after a failure is not decoded: its turn only passes.
       if (status.ok() && !turns.failed()) {
         try {

@@ -8,6 +8,7 @@
 // one thread going through the chunks in order, whatever the thread count.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,11 +46,15 @@ using ChunkInOrder = std::function<Status(std::size_t i, std::uint64_t begin, st
 
 /// The threads a pass runs on: `count`, the caller's among them (at most
 /// one a chunk). The CPU the others use is added to `helper_cpu_seconds`
-/// when set (a stage timed on the caller's thread clock misses it).
+/// when set (a stage timed on the caller's thread clock misses it). Once
+/// `*cancel` is true (set from any thread), the chunks not yet begun are
+/// not decoded and the pass ends with an io error.
 struct PassThreads {
-  PassThreads(unsigned n = 1, double* cpu = nullptr) : count(n), helper_cpu_seconds(cpu) {}
+  PassThreads(unsigned n = 1, double* cpu = nullptr, const std::atomic<bool>* stop = nullptr)
+      : count(n), helper_cpu_seconds(cpu), cancel(stop) {}
   unsigned count;
   double* helper_cpu_seconds;
+  const std::atomic<bool>* cancel;
 };
 
 /// Runs the pass on `threads`. `work` may be empty (the decoded values go to `in_order`), as
@@ -58,7 +63,8 @@ struct PassThreads {
 /// may have had their `work` done already (a step in place: the values
 /// after a failure are no round's). Errors: the decoder's, work's,
 /// in_order's; internal (out of memory on a thread).
-Status run_chunk_pass(const ChunkList& delta, const PassThreads& threads, const ChunkWork& work, const ChunkInOrder& in_order);
+Status run_chunk_pass(const ChunkList& delta, const PassThreads& threads, const ChunkWork& work,
+                      const ChunkInOrder& in_order);
 
 /// The threads a pass over the model runs on when the site does not say:
 /// one per core, at most 8 (the passes are bound by memory bandwidth, which

@@ -237,6 +237,28 @@ TEST_CASE("run_chunk_pass calls in_order once a chunk, in order, with what work 
         });
     CHECK(in_order_thrown.message() == "a pass over Δ, at chunk 2: late");
   }
+  // Given up: from the start, nothing is decoded; midway, the pass ends there.
+  for (unsigned threads : {1u, 4u}) {
+    std::atomic<bool> cancel{true};
+    Chunks counted(values, 37);
+    std::size_t calls = 0;
+    const Status at_once = run_chunk_pass(counted, {threads, nullptr, &cancel}, {},
+                                          [&](std::size_t, std::uint64_t, std::span<const float>) {
+                                            ++calls;
+                                            return Status();
+                                          });
+    CHECK(at_once.code() == Err::io);
+    CHECK(at_once.message() == "the pass over Δ was given up at chunk 0 of 28");
+    CHECK(calls == 0);
+    cancel = false;
+    const Status midway = run_chunk_pass(counted, {threads, nullptr, &cancel}, {},
+                                         [&](std::size_t i, std::uint64_t, std::span<const float>) {
+                                           if (i == 5) cancel = true;
+                                           return Status();
+                                         });
+    CHECK(midway.code() == Err::io);
+    CHECK_THAT(midway.message(), Catch::StartsWith("the pass over Δ was given up at chunk "));
+  }
   // No chunks: nothing to do.
   CHECK(run_chunk_pass(ChunkList{{}, nullptr}, 4, {}, {}).ok());
 }

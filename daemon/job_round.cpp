@@ -61,6 +61,7 @@ asio::awaitable<void> JobRun::exchange(PlanMessage plan, bool participant) {
   } ended{*this};
   round_costs_ = RoundCosts();
   loop_busy_ = 0;
+  loop_busy_since_ = Clock::now();
   pass_cancel_ = false;
   // The residual a checkpoint being written reads is encoded through below.
   round_costs_.checkpoint_wait_seconds = co_await checkpoint_written();

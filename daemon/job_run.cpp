@@ -406,10 +406,12 @@ asio::awaitable<void> JobRun::probe_loop() {
   auto keep = shared_from_this();
   asio::steady_timer timer(env_.executor);
   while (!done()) {
-    const auto due = Clock::now() + kLoopProbe;
+    const auto armed = Clock::now();
+    const auto due = armed + kLoopProbe;
     timer.expires_at(due);
     co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    loop_busy_ = std::max(loop_busy_, seconds_between(due, Clock::now()));
+    // A probe armed before the round began measures the round before.
+    if (armed >= loop_busy_since_) loop_busy_ = std::max(loop_busy_, seconds_between(due, Clock::now()));
   }
 }
 

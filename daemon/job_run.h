@@ -398,8 +398,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   std::optional<float> delta_clip_scale_;
   std::uint64_t delta_offset_ = 0;
   std::uint64_t round_bytes_sent_ = 0, round_bytes_received_ = 0;
-  RoundCosts round_costs_;  ///< the round in flight's, from its exchange to its record
-  double loop_busy_ = 0;    ///< probe_loop()'s longest lateness since the round's exchange began
+  RoundCosts round_costs_;             ///< the round in flight's, from its exchange to its record
+  double loop_busy_ = 0;               ///< probe_loop()'s longest lateness since the round's exchange began
+  Clock::time_point loop_busy_since_;  ///< then: a probe armed before counts for the round before
 
   /// STATE_SYNC's offers and the transfer being received.
   std::optional<StateTransfers> transfers_;

@@ -375,11 +375,11 @@ void ParticipantMachine::on_applied(const Status& applied) {
   held_ = HeldState{plan.round, digest_};
   become_idle();
   if (participant) release_trainer(final);
-  if (final) {
-    finish();
-    return;
-  }
-  if (checkpoint_every_ > 0 && plan.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
+  // Asked for the state while the step ran: answered with the state it gave.
+  const auto asked = std::exchange(waiting_for_state_, {});
+  if (final) finish();
+  else if (checkpoint_every_ > 0 && plan.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
+  for (const auto& [peer, request] : asked) on_state_request(peer, request);
 }
 
 void ParticipantMachine::on_trainer_failed(const std::string& why) {

@@ -297,6 +297,10 @@ class ParticipantMachine {
   /// committed, although the same step computed aside did) ends the job
   /// here as failed, without a checkpoint of the broken state.
   void on_applied(const Status& applied);
+  /// A peer asks for the state: offered at once when this site holds a
+  /// round's; while a step is applied (which an engine may run beside its
+  /// event loop), once it is; otherwise refused with why, and offered when
+  /// this site comes to hold one.
   void on_state_request(const std::string& from, const StateRequestMessage& request = {});
   void on_state_offer(const std::string& from, const StateOfferMessage& offer, Clock::time_point now);
   /// A state frame of the transfer in progress arrived from `from`.

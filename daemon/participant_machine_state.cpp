@@ -29,6 +29,12 @@ void ParticipantMachine::on_state_request(const std::string& from, const StateRe
     act(Send{from, CommittedMessage{held_->round, held_->digest, true}});
     return;
   }
+  if (where_ == Where::applying) {
+    // The anchor and momentum are being stepped: offered once they are a
+    // round's again (on_applied()).
+    waiting_for_state_[from] = request;
+    return;
+  }
   if (holds_current()) {
     act(offer_for(from, request));
     return;

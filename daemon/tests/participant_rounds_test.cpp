@@ -423,6 +423,32 @@ TEST_CASE("the last round: applied, the trainer told to stop, the job finished; 
   CHECK((sent<CommittedMessage>(late).round == 1 && sent<CommittedMessage>(late).final));
 }
 
+TEST_CASE("a state asked for while the step is applied is offered once it is, the round it gave") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"apply"});
+  m.on_state_request("c");
+  m.on_state_request("d", StateRequestMessage{"j", 0, kDigest1, 0});
+  CHECK(kinds(m.step(t0)).empty());  // nothing reads the state while it is stepped
+  m.on_applied({});
+  auto after = m.step(t0);
+  const auto k = kinds(after);
+  REQUIRE(k.size() >= 2);
+  CHECK(std::vector<std::string>(k.end() - 2, k.end()) == std::vector<std::string>{"offer to c", "offer to d"});
+  CHECK(m.held()->round == 1);
+  // The last round: the asker gets the final state and COMMITTED.
+  auto f = joined(0);
+  to_committing(f, 1, kDigest2);
+  REQUIRE(f.on_committed("a", {1, kDigest2, true}).ok());
+  (void)f.step(t0);
+  f.on_state_request("c");
+  f.on_applied({});
+  const auto last = kinds(f.step(t0));
+  CHECK(std::vector<std::string>(last.end() - 2, last.end()) ==
+        std::vector<std::string>{"offer to c", "send committed to c"});
+}
+
 TEST_CASE("a final COMMITTED heard while catching up ends the job once the state of that round is in") {
   ParticipantMachine m(options(), std::nullopt, std::nullopt, 0, t0);
   (void)m.step(t0);

@@ -383,9 +383,6 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Gives up the exchange's digest pass (an ABORT, catching up, the job's end).
   std::atomic<bool> pass_cancel_{false};
   bool ending_ = false;  ///< end_job() has begun: an exchange still waiting starts nothing
-  /// The thread the exchange's digest pass runs on, off the event loop (the
-  /// pass's own helpers are its own: diloco/chunk_pass.h).
-  asio::thread_pool passes_{1};
   transport::AllReduceRequest request_;
   /// The residual's range an exchange encoded through (changing it) whose
   /// round has not been kept with this site's contribution: cleared before
@@ -423,6 +420,11 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// The averaged Δ of each round this site voted for since its checkpoint (deltas/).
   std::optional<RoundDeltas> round_deltas_;
   std::shared_ptr<ControlOutbox> outbox_;  ///< to peers, in order per peer
+  /// The thread the exchange's digest pass runs on, off the event loop (the
+  /// pass's own helpers are its own: diloco/chunk_pass.h). Declared last, so
+  /// destroyed first: a pass still running is joined before what it reads
+  /// (the state, delta_, the round log) goes.
+  asio::thread_pool passes_{1};
 };
 
 }  // namespace geoloco::daemon

@@ -361,6 +361,7 @@ void ParticipantMachine::on_exchange_done(std::uint64_t round, std::uint64_t att
 
 void ParticipantMachine::on_applied(const Status& applied) {
   if (where_ != Where::applying) return;
+  const auto pending = std::exchange(pending_end_, std::nullopt);
   if (!applied.ok()) {
     // The step computed aside gave the committed digest; in place it did
     // not: the state is no longer any round's. Nothing of it is saved, and
@@ -374,6 +375,10 @@ void ParticipantMachine::on_applied(const Status& applied) {
   const bool final = final_round_ && *final_round_ == plan.round;
   held_ = HeldState{plan.round, digest_};
   become_idle();
+  if (pending && !final) {  // ended while the step ran: now, with the round it gave
+    end(pending->first, pending->second);
+    return;
+  }
   if (participant) release_trainer(final);
   // Asked for the state while the step ran: answered with the state it gave.
   const auto asked = std::exchange(waiting_for_state_, {});
@@ -578,6 +583,11 @@ void ParticipantMachine::finish() {
 }
 
 void ParticipantMachine::end(JobEnd how, const std::string& reason) {
+  if (where_ == Where::applying) {
+    // The anchor and momentum are being stepped: no checkpoint of them now.
+    if (!pending_end_) pending_end_.emplace(how, reason);
+    return;
+  }
   // Only committed, current state is checkpointed (what catching up would replace is not).
   const bool checkpoint = holds_current();
   finish_waits_ = false;  // nothing is asked any more

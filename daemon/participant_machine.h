@@ -465,6 +465,9 @@ class ParticipantMachine {
   std::optional<PendingCommit> restored_vote_;
   /// applying: the round stepped from the round log (ApplyLoggedRound).
   std::optional<CommittedMessage> logged_round_;
+  /// An end asked for while a step was applied: carried out once it is
+  /// (the checkpoint then of the round it gave, or of none if it failed).
+  std::optional<std::pair<JobEnd, std::string>> pending_end_;
   /// Asking which attempt committed doubted_round(): the round asked about,
   /// when last asked, and how often.
   std::uint64_t asked_round_ = 0;

@@ -277,12 +277,19 @@ void ParticipantMachine::on_logged_applied(const Status& applied, bool state_los
   const CommittedMessage c = *logged_round_;
   logged_round_.reset();
   restored_vote_.reset();
+  const auto pending = std::exchange(pending_end_, std::nullopt);
   if (!applied.ok()) {
     if (state_lost) held_.reset();
     catch_up(cat("round ", c.round, " cannot be stepped from the round log: ", applied.message()));
+    if (pending) end(pending->first, pending->second);  // catching up: no checkpoint
     return;
   }
   held_ = HeldState{c.round, c.anchor_digest};
+  if (pending && !(final_round_ && c.round >= *final_round_)) {  // ended while the step ran
+    become_idle();
+    end(pending->first, pending->second);
+    return;
+  }
   if (current_at(c.round)) return;
   if (checkpoint_every_ > 0 && c.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
 }

@@ -159,6 +159,29 @@ TEST_CASE("a stop in every state ends the job, saving only committed, current st
     CHECK(stop(m) == saved);
     CHECK(m.held()->round == 0);  // round 1 was not applied
   }
+  SECTION("applying: the end waits for the step, and saves the round it gave") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"apply"});
+    m.on_stop(JobEnd::stopped, "geolocod stopped");
+    CHECK(kinds(m.step(t0)).empty());  // no checkpoint of a state being stepped
+    CHECK(m.where() == Where::applying);
+    m.on_applied({});
+    CHECK(kinds(m.step(t0)) == saved);
+    CHECK(m.where() == Where::ended);
+    CHECK(m.held()->round == 1);
+  }
+  SECTION("applying: a step that fails ends the job without a checkpoint, whatever end was asked") {
+    auto m = joined(0);
+    to_committing(m, 1, kDigest2);
+    REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+    (void)m.step(t0);
+    m.on_trainer_failed("gave up");
+    CHECK(kinds(m.step(t0)).empty());
+    m.on_applied(Status(Err::mismatch, "torn"));
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"end failed"});
+  }
   SECTION("unwinding") {
     auto m = joined(0);
     m.on_phase({1, 0, 640, 1.5});

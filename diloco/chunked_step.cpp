@@ -1,6 +1,7 @@
 #include "diloco/chunked_step.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/digest.h"
@@ -8,17 +9,19 @@
 namespace geoloco::diloco {
 
 namespace {
-// The chunks cover exactly the `length` values at `offset` of an anchor of `n`.
-Status check_cover(const ChunkList& delta, std::uint64_t n, std::uint64_t momentum, std::uint64_t offset,
-                   std::uint64_t length) {
+// The chunks cover the `length` values at `offset` of an anchor of `n`
+// (any length when none is given); returns the values they cover.
+Result<std::uint64_t> check_cover(const ChunkList& delta, std::uint64_t n, std::uint64_t momentum, std::uint64_t offset,
+                                  std::optional<std::uint64_t> length) {
   GEOLOCO_RETURN_IF(momentum != n, Err::invalid_argument, "the momentum has ", momentum, " values, the anchor ", n);
-  GEOLOCO_RETURN_IF(offset > n || length > n - offset, Err::invalid_argument, "the round's values [", offset, ", ",
-                    offset + length, ") lie outside the anchor's ", n);
   auto covered = delta.covered();
   if (!covered.ok()) return covered.status();
-  GEOLOCO_RETURN_IF(*covered != length, Err::invalid_argument, "the chunks of Δ end at ", *covered, " of the round's ",
-                    length, " values");
-  return {};
+  const std::uint64_t range = length.value_or(*covered);
+  GEOLOCO_RETURN_IF(offset > n || range > n - offset, Err::invalid_argument, "the round's values [", offset, ", ",
+                    offset + range, ") lie outside the anchor's ", n);
+  GEOLOCO_RETURN_IF(*covered != range, Err::invalid_argument, "the chunks of Δ end at ", *covered, " of the round's ",
+                    range, " values");
+  return *covered;
 }
 }  // namespace
 
@@ -37,7 +40,7 @@ Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::spa
                                             std::uint64_t offset, std::uint64_t length, const ChunkList& delta,
                                             const OuterOptimizerOptions& options, float scale,
                                             const PassThreads& threads) {
-  GEOLOCO_TRY(check_cover(delta, all.size(), momentum.size(), offset, length));
+  GEOLOCO_TRY(check_cover(delta, all.size(), momentum.size(), offset, length).status());
   // The values before and after the range as they are; the range stepped
   // piece by piece on copies.
   StreamingDigest digest;
@@ -62,9 +65,7 @@ Result<std::uint64_t> stepped_anchor_digest(std::span<const float> all, std::spa
 
 Status step_chunks(std::span<float> anchor, std::span<float> momentum, std::uint64_t offset, const ChunkList& delta,
                    const OuterOptimizerOptions& options, float scale, const PassThreads& threads) {
-  auto covered = delta.covered();
-  if (!covered.ok()) return covered.status();
-  GEOLOCO_TRY(check_cover(delta, anchor.size(), momentum.size(), offset, *covered));
+  GEOLOCO_TRY(check_cover(delta, anchor.size(), momentum.size(), offset, std::nullopt).status());
   return run_chunk_pass(
       delta, threads,
       [&](std::size_t, std::uint64_t begin, std::span<float> d, std::vector<float>&) -> Result<std::span<const float>> {
@@ -79,7 +80,7 @@ Result<std::uint64_t> step_chunks_digest(std::span<float> anchor, std::span<floa
                                          std::uint64_t length, const ChunkList& delta,
                                          const OuterOptimizerOptions& options, float scale,
                                          const PassThreads& threads) {
-  GEOLOCO_TRY(check_cover(delta, anchor.size(), momentum.size(), offset, length));
+  GEOLOCO_TRY(check_cover(delta, anchor.size(), momentum.size(), offset, length).status());
   StreamingDigest digest;
   digest.update(std::span<const float>(anchor.first(offset)));
   GEOLOCO_TRY(run_chunk_pass(

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 formatter=""
 for f in clang-format-14 clang-format; do
-  if command -v "$f" >/dev/null && "$f" --version | grep -q 'version 14\.'; then formatter=$f; break; fi
+  if command -v "$f" >/dev/null && "$f" --version | grep 'version 14\.' >/dev/null; then formatter=$f; break; fi
 done
 if [ -z "$formatter" ]; then
   echo "check-format: SKIPPED: needs clang-format 14 (apt-get install clang-format on Debian 12)"

@@ -146,7 +146,7 @@ fi
 
 peak=${GEOLOCO_TF32_PEAK_TFLOPS:-}
 if [ -z "${peak}" ] && command -v nvidia-smi >/dev/null \
-   && timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | grep -Eq 'H100|H200'; then
+   && timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | grep -E 'H100|H200' >/dev/null; then
   peak=494.7  # H100/H200 SXM, dense TF32 tensor cores
 fi
 step "gpt throughput benchmark" 90 "${bench_bin}" --steps 10 --warmup 2 "${bench_size[@]}" \

@@ -20,11 +20,11 @@ if [ "${rc}" -ne 0 ]; then
   fail=1
 fi
 summary='--backend cuda [0-9]+ tokens/s, --backend cpu [0-9]+ tokens/s \([0-9]+\.[0-9]x\); eval loss cuda [0-9.]+, cpu [0-9.]+$'
-if ! printf '%s\n' "${out}" | grep -Eq -- "${summary}"; then
+if ! grep -Eq -- "${summary}" <<<"${out}"; then
   echo "FAIL: no complete summary line (tokens/s of both backends, their ratio, both eval losses)"
   fail=1
 fi
-if ! printf '%s\n' "${out}" | grep -q '=== gpu-check: total [0-9]*s, PASSED'; then
+if ! grep -q '=== gpu-check: total [0-9]*s, PASSED' <<<"${out}"; then
   echo "FAIL: the script did not report PASSED"
   fail=1
 fi

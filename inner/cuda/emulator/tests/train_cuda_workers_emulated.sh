@@ -35,7 +35,7 @@ for model in mlp gpt; do
   elif [ -z "${digest2}" ] || [ "${digest2}" != "${digest1}" ]; then
     echo "FAIL ${model}: parameter digests differ: '${digest2}' (2 workers) vs '${digest1}' (1 worker, 2 micro-batches)"
     fail=1
-  elif ! printf '%s\n' "${two}" | grep -q '2 worker(s) \[nccl, launcher geoloco\], cuda backend, device 0 of 2'; then
+  elif ! grep -q '2 worker(s) \[nccl, launcher geoloco\], cuda backend, device 0 of 2' <<<"${two}"; then
     echo "FAIL ${model}: the banner does not name the NCCL group on 2 devices"
     fail=1
   fi

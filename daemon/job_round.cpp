@@ -259,9 +259,22 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
   return (*table)[diloco::fragment_of_round(round, spec_.fragments())];
 }
 
-Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
-  const auto started = Clock::now();  // the event loop is held from here to the round's record
-  finish_checkpoint();                // (the exchange waited for it already)
+asio::awaitable<void> JobRun::apply_committed(CommittedMessage c, bool participant) {
+  auto keep = shared_from_this();
+  Status applied;
+  try {
+    applied = co_await apply_round(std::move(c), participant);
+  } catch (const std::exception& e) {  // (a thread that could not be made, an allocation): the state is no round's
+    anchor_committed_ = false;
+    applied = Status(Err::internal, cat("the outer step: ", e.what()));
+  }
+  machine_->on_applied(applied);
+  drive();
+}
+
+asio::awaitable<Status> JobRun::apply_round(CommittedMessage c, bool participant) {
+  auto started = Clock::now();  // the event loop is held from here to the step, and after it to the round's record
+  finish_checkpoint();          // (the exchange waited for it already)
   // The scale the COMMIT's digest was computed with (the same function of
   // the same Δ, so the same bits); computed again only if it is not at hand.
   const Result<float> scale = delta_clip_scale_ ? Result<float>(*delta_clip_scale_) : clip_scale_of_delta();
@@ -272,32 +285,52 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   if (participant) residual_spent_.reset();
   Status stepped = scale.status();
   std::string digest;
-  {
-    // The step, and in the same pass the digest it is checked against the COMMITTED one with.
-    ThreadCpuTimer timer(round_costs_.outer_step);
-    if (scale.ok()) {
-      auto d =
-          diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
-                                     spec_.outer.outer, *scale, pass_threads(round_costs_.outer_step, false));
-      stepped = d.status();
-      if (d.ok()) digest = digest_hex(*d);
-    }
-  }
   const std::uint64_t values = delta_.values;
   // Every pass over the averaged Δ since the exchange: the clip's, the digest's, the step's.
-  round_costs_.averaged_values_decoded += delta_.values_decoded;
-  forget_delta();
-  {
-    // The round's chunks, freed on the connections' threads, leave the process too.
-    ThreadCpuTimer timer(round_costs_.outer_step);
-    return_freed_memory();
+  std::uint64_t decoded = delta_.values_decoded;
+  double on_loop = seconds_between(started, Clock::now());
+  if (scale.ok()) {
+    // The step, and in the same pass the digest it is checked against the
+    // COMMITTED one with, off the event loop (tens of seconds at 70B): the
+    // machine, applying, holds every message and request that would read
+    // the state until it ends, and the trainer's host answers nothing
+    // meanwhile (it reads the anchor to welcome a trainer).
+    step_running_ = true;
+    if (host_) host_->pause();
+    struct Resume {
+      JobRun& run;
+      ~Resume() {
+        run.step_running_ = false;
+        if (run.host_) run.host_->resume();
+      }
+    } resume{*this};
+    double cpu = 0;
+    const float s = *scale;
+    auto d = co_await off_loop(passes_, [&]() -> Result<std::uint64_t> {
+      ThreadCpuTimer timer(cpu);
+      auto stepped_digest =
+          diloco::step_chunks_digest(state_.anchor, state_.momentum, delta_offset_, delta_.values, delta_.chunk_list(),
+                                     spec_.outer.outer, s, pass_threads(cpu, false));
+      decoded = delta_.values_decoded;
+      // The round's chunks, freed on the connections' threads, leave the process too.
+      delta_.clear();
+      return_freed_memory();
+      return stepped_digest;
+    });
+    round_costs_.outer_step += cpu;
+    stepped = d.status();
+    if (d.ok()) digest = digest_hex(*d);
   }
+  round_costs_.averaged_values_decoded += decoded;
+  started = Clock::now();
+  forget_delta();
   // Stepped in place: after a failure the anchor is no committed state
   // until one is installed (the machine catches up).
   anchor_committed_ = stepped.ok() && digest == c.anchor_digest;
-  if (!stepped.ok()) return stepped;
-  GEOLOCO_RETURN_IF(digest != c.anchor_digest, Err::mismatch, "after round ", c.round, " this site's anchor is ",
-                    digest, ", the committed one ", c.anchor_digest);
+  if (!stepped.ok()) co_return stepped;
+  if (digest != c.anchor_digest)
+    co_return Status(Err::mismatch, cat("after round ", c.round, " this site's anchor is ", digest,
+                                        ", the committed one ", c.anchor_digest));
   const auto now = Clock::now();
   RoundRecord r;
   r.bytes_sent = round_bytes_sent_;
@@ -314,14 +347,15 @@ Status JobRun::apply_round(const CommittedMessage& c, bool participant) {
   }
   r.contributed = participant;
   RoundCosts costs = round_costs_;
-  costs.loop_busy_seconds = std::max(loop_busy_, seconds_between(started, Clock::now()));
   {
     ThreadCpuTimer timer(costs.history);
     keep_committed_round(c, plan_, coordinator(), std::move(r));
   }
+  on_loop += seconds_between(started, Clock::now());
+  costs.loop_busy_seconds = std::max(loop_busy_, on_loop);
   rounds_->set_costs(c.round, costs);
   if (env_.metrics) show_round_costs(*env_.metrics, spec_.name, costs);
-  return {};
+  co_return Status();
 }
 
 void JobRun::describe_round(RoundRecord& r, const PlanMessage& plan, std::uint64_t round,

@@ -268,7 +268,9 @@ void JobRun::execute(ParticipantAction& action) {
             if (host_->set_anchor(state_.anchor, m.round).ok()) machine_->on_trainer_moved(m.round);
             else late_anchor_ = std::move(kept);
           },
-          [&](ApplyRound& a) { machine_->on_applied(apply_round(a.committed, a.participant)); },
+          [&](ApplyRound& a) {
+            asio::co_spawn(env_.executor, apply_committed(a.committed, a.participant), asio::detached);
+          },
           [&](ApplyLoggedRound& a) {
             bool lost = false;
             const Status applied = apply_logged_round(a.committed, a.attempt, lost);

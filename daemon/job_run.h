@@ -230,9 +230,13 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// durable in the round log on another thread (round_deltas.h), both done
   /// before this site votes. `kept`: the round log's error (io: no vote then).
   Result<std::string> digest_while_keeping(const PlanMessage& plan, Status& kept);
-  /// Applies the exchanged round's outer step and records the round.
+  /// Applies the exchanged round's outer step and records the round; the
+  /// step runs on passes_, off the event loop, while the machine holds what
+  /// would read the state (it is applying) and the trainer's host is paused.
   /// Errors: the step's, and mismatch (the anchor is not the committed one).
-  Status apply_round(const CommittedMessage& committed, bool participant);
+  asio::awaitable<Status> apply_round(CommittedMessage committed, bool participant);
+  /// apply_round(), its outcome given to the machine.
+  asio::awaitable<void> apply_committed(CommittedMessage committed, bool participant);
   /// Steps round `committed` from the round log's entry this site wrote
   /// before its COMMIT of `attempt` (a vote from before a restart), and
   /// records the round as apply_round() does. Errors: mismatch (no such
@@ -383,6 +387,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// Gives up the exchange's digest pass (an ABORT, catching up, the job's end).
   std::atomic<bool> pass_cancel_{false};
   bool ending_ = false;  ///< end_job() has begun: an exchange still waiting starts nothing
+  /// apply_round()'s step runs on passes_: it writes the anchor and momentum and reads delta_.
+  bool step_running_ = false;
   transport::AllReduceRequest request_;
   /// The residual's range an exchange encoded through (changing it) whose
   /// round has not been kept with this site's contribution: cleared before

@@ -475,10 +475,11 @@ nlohmann::json JobRun::status() const {
     // The committed state's digest as the machine holds it; hashed again
     // only when it is not at hand (a pass over the whole anchor: seconds at
     // tens of billions of parameters, on the daemon's thread).
+    // Not while the step writes the anchor on other threads: the machine's digest then.
     const auto& held = machine_ ? machine_->held() : std::optional<HeldState>();
-    v.anchor_digest = anchor_committed_ && held && held->round == state_.round && !held->digest.empty()
-                          ? held->digest
-                          : digest_hex(state_.anchor_digest());
+    if (anchor_committed_ && held && held->round == state_.round && !held->digest.empty())
+      v.anchor_digest = held->digest;
+    else if (!step_running_) v.anchor_digest = digest_hex(state_.anchor_digest());
   }
   if (role_) v.liveness.emplace(role_->live_sites(), role_->lagging());
   v.job_dir = dir_;

@@ -1,6 +1,9 @@
 #include "daemon/participant_machine.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "common/overload.h"
 
 namespace geoloco::daemon {
 
@@ -130,6 +133,10 @@ void ParticipantMachine::on_phase(const PhaseReport& phase) {
 Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& plan) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "PLAN of round ", plan.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
+  if (where_ == Where::applying) {
+    held_messages_.emplace_back(from, plan);
+    return {};
+  }
   // The newest plan seen, whatever is done with it: what a vote reports (a
   // plan of round R proves R - 1 committed).
   if (!newest_seen_ || std::pair(plan.round, plan.attempt) > *newest_seen_) newest_seen_ = {plan.round, plan.attempt};
@@ -138,7 +145,7 @@ Status ParticipantMachine::on_plan(const std::string& from, const PlanMessage& p
     commit_in_doubt_.reset();
   // A plan of round R means round R - 1 is committed: a state older than that is of no use.
   if (plan.round > 0) known_committed_ = std::max(known_committed_, plan.round - 1);
-  if (!holds_current() || where_ == Where::finished || where_ == Where::applying) {
+  if (!holds_current() || where_ == Where::finished) {
     // Catching up: the round goes on without us. Counted on as a participant
     // (a READY from before a restart), say so at once: the others need not
     // wait for our share until their exchange times out.
@@ -255,7 +262,11 @@ void ParticipantMachine::start_plan(const PlanMessage& plan) {
 Status ParticipantMachine::on_committed(const std::string& from, const CommittedMessage& c) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "COMMITTED of round ", c.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
-  if (where_ == Where::ended || where_ == Where::finished || where_ == Where::applying) return {};
+  if (where_ == Where::applying) {
+    held_messages_.emplace_back(from, c);
+    return {};
+  }
+  if (where_ == Where::ended || where_ == Where::finished) return {};
   if (commit_in_doubt_ && c.round >= commit_in_doubt_->round) commit_in_doubt_.reset();  // its outcome is known
   if (c.final) final_round_ = c.round;
   known_committed_ = std::max(known_committed_, c.round);
@@ -307,10 +318,13 @@ Status ParticipantMachine::on_committed(const std::string& from, const Committed
 Status ParticipantMachine::on_abort(const std::string& from, const AbortMessage& a) {
   GEOLOCO_RETURN_IF(from != options_.coordinator, Err::invalid_argument, "ABORT of round ", a.round, " from ", from,
                     ", which is not the coordinator (", options_.coordinator, ")");
+  if (where_ == Where::applying) {
+    held_messages_.emplace_back(from, a);
+    return {};
+  }
   if (commit_in_doubt_ && a.round == commit_in_doubt_->round && a.attempt == commit_in_doubt_->attempt)
     commit_in_doubt_.reset();
-  if (!holds_current() || where_ == Where::finished || where_ == Where::applying || a.round != held_->round + 1)
-    return {};
+  if (!holds_current() || where_ == Where::finished || a.round != held_->round + 1) return {};
   // An ABORT of an attempt older than a PLAN already seen came late (the
   // PLAN is also sent at once, past the queue it waited in): it must not
   // void the newer attempt.
@@ -385,6 +399,19 @@ void ParticipantMachine::on_applied(const Status& applied) {
   if (final) finish();
   else if (checkpoint_every_ > 0 && plan.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
   for (const auto& [peer, request] : asked) on_state_request(peer, request);
+  take_held_messages();
+}
+
+void ParticipantMachine::take_held_messages() {
+  auto held = std::exchange(held_messages_, {});
+  if (where_ == Where::ended) return;
+  for (const auto& [from, message] : held) {
+    const Status taken = std::visit(Overload{[&](const PlanMessage& m) { return on_plan(from, m); },
+                                             [&](const CommittedMessage& m) { return on_committed(from, m); },
+                                             [&](const AbortMessage& m) { return on_abort(from, m); }},
+                                    message);
+    if (!taken.ok()) note(cat("a message held while the step was applied: ", taken.message()));
+  }
 }
 
 void ParticipantMachine::on_trainer_failed(const std::string& why) {

@@ -24,7 +24,9 @@
 //                     (ApplyRound, answered by on_applied()); or it named
 //                     the attempt and digest this site voted for before a
 //                     restart, and the round is stepped from its round log
-//                     (ApplyLoggedRound, answered by on_logged_applied())
+//                     (ApplyLoggedRound, answered by on_logged_applied());
+//                     the coordinator's messages and requests for the state
+//                     that come meanwhile are taken once the step ends
 //   finished          the job's last round is applied here
 //   ended             stopped, cancelled or failed: nothing changes any more
 //
@@ -468,6 +470,11 @@ class ParticipantMachine {
   /// An end asked for while a step was applied: carried out once it is
   /// (the checkpoint then of the round it gave, or of none if it failed).
   std::optional<std::pair<JobEnd, std::string>> pending_end_;
+  /// The coordinator's PLAN, COMMITTED and ABORT that came while a step was
+  /// applied, with their sender: taken in order once the step ends (the
+  /// state they are judged against is then a round's again).
+  std::vector<std::pair<std::string, std::variant<PlanMessage, CommittedMessage, AbortMessage>>> held_messages_;
+  void take_held_messages();
   /// Asking which attempt committed doubted_round(): the round asked about,
   /// when last asked, and how often.
   std::uint64_t asked_round_ = 0;

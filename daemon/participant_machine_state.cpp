@@ -282,6 +282,7 @@ void ParticipantMachine::on_logged_applied(const Status& applied, bool state_los
     if (state_lost) held_.reset();
     catch_up(cat("round ", c.round, " cannot be stepped from the round log: ", applied.message()));
     if (pending) end(pending->first, pending->second);  // catching up: no checkpoint
+    take_held_messages();
     return;
   }
   held_ = HeldState{c.round, c.anchor_digest};
@@ -290,8 +291,8 @@ void ParticipantMachine::on_logged_applied(const Status& applied, bool state_los
     end(pending->first, pending->second);
     return;
   }
-  if (current_at(c.round)) return;
-  if (checkpoint_every_ > 0 && c.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
+  if (!current_at(c.round) && checkpoint_every_ > 0 && c.round % checkpoint_every_ == 0) act(SaveCheckpoint{});
+  take_held_messages();
 }
 
 }  // namespace geoloco::daemon

@@ -545,3 +545,44 @@ TEST_CASE("a COMMIT whose record the journal refuses is not sent, and both are t
   CHECK(kinds(again) == std::vector<std::string>{"journal and send commit to a"});
   CHECK(first<JournalCommit>(again).pending.attempt == 1);
 }
+
+TEST_CASE("the coordinator's messages that come while the step is applied are taken once it ends, in order") {
+  auto m = joined(0);
+  to_committing(m, 1, kDigest2);
+  REQUIRE(m.on_committed("a", {1, kDigest2, false}).ok());
+  CHECK(kinds(m.step(t0)) == std::vector<std::string>{"apply"});
+  // Refused at once: only the office holder's messages are held.
+  CHECK(m.on_plan("c", plan(2, {"a", "c"}, {"b"})).code() == Err::invalid_argument);
+  SECTION("the next round's PLAN: observed once the step ends, not declined") {
+    REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+    CHECK(kinds(m.step(t0)).empty());
+    CHECK(m.where() == Where::applying);
+    m.on_applied({});
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"release 2", "observe"});
+    CHECK(m.where() == Where::exchanging);
+    CHECK(m.held()->round == 1);
+  }
+  SECTION("that PLAN and its ABORT: exchanged, then given up") {
+    REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+    REQUIRE(m.on_abort("a", {2, 0, "peer c: reset"}).ok());
+    CHECK(kinds(m.step(t0)).empty());
+    m.on_applied({});
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"release 2", "observe", "aborted 2.0", "cancel 2.0"});
+    CHECK(m.where() == Where::unwinding);
+  }
+  SECTION("a round committed without this site meanwhile: caught up after the step") {
+    REQUIRE(m.on_committed("a", {2, kDigest3, false}).ok());
+    CHECK(kinds(m.step(t0)).empty());
+    m.on_applied({});
+    auto after = m.step(t0);
+    CHECK(noted(after, "round 2 was committed without this site"));
+    CHECK(m.where() == Where::catching_up);
+    CHECK(m.held()->round == 1);
+  }
+  SECTION("a step that failed: the job ends, and nothing held is taken") {
+    REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+    m.on_applied(Status(Err::mismatch, "the anchor came out otherwise"));
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"end failed"});
+    CHECK(m.where() == Where::ended);
+  }
+}

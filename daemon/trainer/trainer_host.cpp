@@ -12,6 +12,7 @@
 #include <asio/use_awaitable.hpp>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -301,10 +302,17 @@ void TrainerHost::settle() {
   pump();
 }
 
+void TrainerHost::pause() { paused_ = true; }
+
+void TrainerHost::resume() {
+  if (!std::exchange(paused_, false)) return;
+  settle();
+}
+
 void TrainerHost::pump() {
   if (!server_) return;
   // Answering an event calls the Server, which may queue more events.
-  for (;;) {
+  while (!paused_) {
     auto events = server_->take_events();
     if (events.empty()) break;
     for (auto& e : events) handle(e);
@@ -507,7 +515,8 @@ void TrainerHost::follow_trainer_fd() {
     ++stats_.refusals;
     spdlog::error("[{}] trainer: {}", options_.job, sd.status().message());
     server_->drop_trainer(Err::io, "the daemon cannot serve another connection now");
-    for (auto& e : server_->take_events()) handle(e);
+    if (!paused_)  // else taken once resumed
+      for (auto& e : server_->take_events()) handle(e);
     return;
   }
   trainer_sd_ = std::move(*sd);

@@ -123,6 +123,15 @@ class TrainerHost {
   /// changes through finish_round(); a size that differs from the layout; a
   /// new round while a trainer was already welcomed for another; stopped).
   Status set_anchor(std::span<const float> anchor, std::uint64_t round);
+
+  /// While paused, what the trainer sends (a HELLO, a SYNC, its hang-up)
+  /// waits, unanswered, in the order it came: every answer that reads the
+  /// anchor (a welcome, a fragment given back, a round released) is left
+  /// until resume(), so the engine may step the anchor in place on other
+  /// threads meanwhile. Connections are still accepted and read.
+  void pause();
+  void resume();
+  bool paused() const { return paused_; }
   /// The job's layout, once known from a peer's state: a trainer waiting to
   /// be welcomed with another is refused, naming the first tensor that
   /// differs, and so is every later one. Errors: as Server::expect_layout.
@@ -230,6 +239,7 @@ class TrainerHost {
   ino_t trainer_ino_ = 0;         ///< socket inode of trainer_sd_: tells a new trainer on a reused fd number
   std::uint64_t generation_ = 0;  ///< bumped when the trainer's descriptor changes; stale loops exit
   bool write_armed_ = false;
+  bool paused_ = false;  ///< pause(): events wait in the Server's queue
   pid_t trainer_pid_ = -1;
 
   std::vector<float> anchor_;  ///< own copy when options_.anchor_view is unset

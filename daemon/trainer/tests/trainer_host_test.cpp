@@ -251,6 +251,59 @@ TEST_CASE("with anchor_view the host welcomes trainers from the engine's own anc
   CHECK(b.stopped);
 }
 
+namespace {
+
+// Paused while the engine steps its anchor in place: a trainer that comes
+// meanwhile is welcomed after, with the stepped anchor, never a half-stepped one.
+asio::awaitable<void> engine_stepping_while_paused(TrainerHost& host, std::vector<float>& anchor) {
+  host.pause();
+  std::function<bool()> hello_in = [&] { return host.snapshot().phase == protocol::Phase::hello_pending; };
+  const bool came = co_await eventually(hello_in, 10s);
+  REQUIRE(came);
+  asio::steady_timer turns(co_await asio::this_coro::executor);
+  turns.expires_after(200ms);  // the loop turns; the HELLO waits
+  co_await turns.async_wait(asio::use_awaitable);
+  CHECK(host.stats().hellos == 0);
+  CHECK(host.stats().welcomes == 0);
+  for (float& x : anchor) x = 8.0f;  // the step, on the engine's threads
+  host.resume();
+  CHECK(host.stats().welcomes == 1);
+  auto phase = co_await host.next_phase();
+  REQUIRE(phase.ok());
+  CHECK(phase->round == 7);
+  CHECK(std::vector<float>(phase->replica.begin(), phase->replica.end()) == std::vector<float>(9, 9.0f));
+  REQUIRE(host.finish_round(anchor, true).ok());
+}
+
+}  // namespace
+
+TEST_CASE("paused, the host answers nothing that reads the anchor; resumed, it welcomes from the anchor then",
+          "[daemon][trainer]") {
+  std::vector<std::jthread> threads;
+  asio::io_context io;
+  std::vector<float> anchor(9, 3.0f);
+  TrainerHostOptions o;
+  o.anchor_view = [&anchor] { return std::span<const float>(anchor); };
+  auto host = open_host(io, o);
+  REQUIRE(host.ok());
+  REQUIRE((*host)->set_anchor(anchor, 7).ok());
+  const std::string path = (*host)->options().socket_path;
+  TrainerLog a;
+  threads.emplace_back([&] {
+    auto client = protocol::Client::connect(path, "job-a", layout(), client_options());
+    if (!client.ok()) return void(a.status = client.status());
+    record_welcome(**client, a);
+    a.status = train(**client, 1, a);
+  });
+  test::run_on(io, engine_stepping_while_paused(**host, anchor), 30s);
+  host->reset();
+  threads.clear();
+  INFO(a.status.to_string());
+  REQUIRE(a.status.ok());
+  CHECK(a.welcomed == std::vector<float>(9, 8.0f));
+  CHECK(a.stopped);
+}
+
 // --- Streaming DiLoCo: one fragment per round ----------------------------------
 
 namespace {

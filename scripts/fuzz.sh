@@ -28,7 +28,7 @@ mapfile -t tests < <(ctest --test-dir "$build" -L fuzz -N | sed -n 's/^ *Test *#
 [ ${#tests[@]} -gt 0 ] || { echo "fuzz.sh: no fuzzers in $build (it needs clang: GEOLOCO_FUZZ=ON)" >&2; exit 2; }
 failed=0
 for name in "${tests[@]}"; do
-  binary=$(find "$build" -type f -name "$name" -perm -u+x | head -1)
+  binary=$(find "$build" -type f -name "$name" -perm -u+x -print -quit)
   corpus=$(ctest --test-dir "$build" -R "^$name\$" --show-only=json-v1 |
            python3 -c 'import json,sys; print(json.load(sys.stdin)["tests"][0]["command"][-1].split()[-1])')
   out="$build/fuzz-runs/$name"

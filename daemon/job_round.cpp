@@ -261,15 +261,26 @@ Result<inner::protocol::FragmentDesc> JobRun::round_range(std::uint64_t round) c
 
 asio::awaitable<void> JobRun::apply_committed(CommittedMessage c, bool participant) {
   auto keep = shared_from_this();
-  Status applied;
+  // The machine hears how the step went whatever happens: applying, it
+  // holds the job's end and every message of the office until it does.
+  Status applied = Status(Err::internal, "the outer step did not finish");
   try {
     applied = co_await apply_round(std::move(c), participant);
   } catch (const std::exception& e) {  // (a thread that could not be made, an allocation): the state is no round's
     anchor_committed_ = false;
     applied = Status(Err::internal, cat("the outer step: ", e.what()));
+  } catch (...) {
+    anchor_committed_ = false;
+    applied = Status(Err::internal, "the outer step stopped on an unknown exception");
   }
+  resume_after_step();
   machine_->on_applied(applied);
   drive();
+}
+
+void JobRun::resume_after_step() {
+  if (!std::exchange(step_running_, false)) return;
+  if (host_) host_->resume();  // what the trainer sent meanwhile is answered from the stepped anchor
 }
 
 asio::awaitable<Status> JobRun::apply_round(CommittedMessage c, bool participant) {
@@ -295,15 +306,8 @@ asio::awaitable<Status> JobRun::apply_round(CommittedMessage c, bool participant
     // machine, applying, holds every message and request that would read
     // the state until it ends, and the trainer's host answers nothing
     // meanwhile (it reads the anchor to welcome a trainer).
-    step_running_ = true;
+    step_running_ = true;  // resume_after_step() ends it, once the machine is to hear of the step
     if (host_) host_->pause();
-    struct Resume {
-      JobRun& run;
-      ~Resume() {
-        run.step_running_ = false;
-        if (run.host_) run.host_->resume();
-      }
-    } resume{*this};
     double cpu = 0;
     const float s = *scale;
     auto d = co_await off_loop(passes_, [&]() -> Result<std::uint64_t> {

@@ -269,7 +269,7 @@ void JobRun::execute(ParticipantAction& action) {
             else late_anchor_ = std::move(kept);
           },
           [&](ApplyRound& a) {
-            asio::co_spawn(env_.executor, apply_committed(a.committed, a.participant), asio::detached);
+            asio::co_spawn(env_.executor, apply_committed(a.committed, a.participant), logged("the outer step"));
           },
           [&](ApplyLoggedRound& a) {
             bool lost = false;

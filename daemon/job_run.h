@@ -237,6 +237,8 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   asio::awaitable<Status> apply_round(CommittedMessage committed, bool participant);
   /// apply_round(), its outcome given to the machine.
   asio::awaitable<void> apply_committed(CommittedMessage committed, bool participant);
+  /// The step is over: the trainer's host answers again.
+  void resume_after_step();
   /// Steps round `committed` from the round log's entry this site wrote
   /// before its COMMIT of `attempt` (a vote from before a restart), and
   /// records the round as apply_round() does. Errors: mismatch (no such

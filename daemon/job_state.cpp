@@ -185,10 +185,12 @@ void JobRun::on_state_frame(const std::string& peer, const transport::FrameHeade
   // step (what the machine's KeepTrainerAnchor at install would keep).
   // Only while the machine catches up, so that a complete transfer is
   // installed at once.
+  // Outside catching up no transfer is received (and a step may be writing
+  // the state on other threads): the state is not offered to the frames.
   const bool trainer_base = machine_->trainer_round() == state_.round + 1;
-  OwnState own{&state_,
-               machine_->where() == ParticipantMachine::Where::catching_up && !exchange_running_ &&
-                   !checkpoint_write_ && (!trainer_base || late_anchor_.empty()),
+  const bool catching_up = machine_->where() == ParticipantMachine::Where::catching_up;
+  OwnState own{catching_up ? &state_ : nullptr,
+               catching_up && !exchange_running_ && !checkpoint_write_ && (!trainer_base || late_anchor_.empty()),
                {}};
   if (own.in_place && trainer_base)
     own.before_step = [this] {

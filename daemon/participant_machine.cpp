@@ -422,6 +422,10 @@ void ParticipantMachine::on_trainer_failed(const std::string& why) {
 void ParticipantMachine::on_office(const std::string& coordinator) {
   if (coordinator == options_.coordinator) return;
   options_.coordinator = coordinator;
+  // Held while a step was applied, from an office that has changed hands
+  // since (perhaps in an epoch now fenced off): void. The new office plans
+  // and commits afresh, and this site tells it where it stands.
+  held_messages_.clear();
   ready_round_ = 0;         // READY again at once
   commit_sent_at_.reset();  // COMMIT again at once
   doubt_asked_at_.reset();

@@ -579,6 +579,14 @@ TEST_CASE("the coordinator's messages that come while the step is applied are ta
     CHECK(m.where() == Where::catching_up);
     CHECK(m.held()->round == 1);
   }
+  SECTION("the office changed hands meanwhile (even back to the same site): what was held is void") {
+    REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
+    m.on_office("");
+    m.on_office("a");
+    m.on_applied({});
+    CHECK(kinds(m.step(t0)) == std::vector<std::string>{"release 2"});
+    CHECK(m.where() == Where::idle);
+  }
   SECTION("a step that failed: the job ends, and nothing held is taken") {
     REQUIRE(m.on_plan("a", plan(2, {"a", "c"}, {"b"})).ok());
     m.on_applied(Status(Err::mismatch, "the anchor came out otherwise"));

@@ -307,6 +307,7 @@ void TrainerHost::pause() { paused_ = true; }
 void TrainerHost::resume() {
   if (!std::exchange(paused_, false)) return;
   settle();
+  answer_hello();  // a HELLO that came before the pause, which an anchor set meanwhile would have answered
 }
 
 void TrainerHost::pump() {
@@ -348,7 +349,7 @@ void TrainerHost::on_hello(const protocol::HelloEvent& hello) {
 }
 
 void TrainerHost::answer_hello() {
-  if (!server_) return;
+  if (!server_ || paused_) return;  // paused: resume() answers
   const protocol::ServerSnapshot snap = server_->snapshot();
   if (snap.phase != protocol::Phase::hello_pending) return;
   // The previous trainer's last round is still with the engine: the new one

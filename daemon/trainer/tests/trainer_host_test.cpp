@@ -265,6 +265,8 @@ asio::awaitable<void> engine_stepping_while_paused(TrainerHost& host, std::vecto
   co_await turns.async_wait(asio::use_awaitable);
   CHECK(host.stats().hellos == 0);
   CHECK(host.stats().welcomes == 0);
+  REQUIRE(host.set_anchor(anchor, 7).ok());  // which welcomes a waiting trainer, but not while paused
+  CHECK(host.stats().welcomes == 0);
   for (float& x : anchor) x = 8.0f;  // the step, on the engine's threads
   host.resume();
   CHECK(host.stats().welcomes == 1);

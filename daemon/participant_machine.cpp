@@ -437,7 +437,9 @@ void ParticipantMachine::on_office(const std::string& coordinator) {
 void ParticipantMachine::on_commit_unjournaled() { commit_journaled_.reset(); }
 
 std::optional<PendingCommit> ParticipantMachine::pending_commit() const {
-  if (where_ == Where::committing && plan_)
+  // Applying, the vote stays journaled until the round it committed is
+  // (the step runs off the loop meanwhile): the journal never holds neither.
+  if ((where_ == Where::committing || (where_ == Where::applying && !logged_round_)) && plan_)
     return PendingCommit{plan_->round, plan_->attempt, digest_, plan_->tokens, participant_};
   if (commit_in_doubt_ && !(held_ && holds_current() && held_->round >= commit_in_doubt_->round))
     return commit_in_doubt_;

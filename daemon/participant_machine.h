@@ -370,7 +370,9 @@ class ParticipantMachine {
   /// What HEARTBEAT says: exchange, ready, inner or idle.
   std::string_view heartbeat_phase() const;
   /// The COMMIT this site sent (as a participant or an observer) for a
-  /// round whose outcome it has not learned, if any: what its VOTE reports.
+  /// round whose outcome it has not learned, or is still applying, if any:
+  /// what its VOTE reports, and what its journal keeps until the round's
+  /// commit is journaled.
   std::optional<PendingCommit> pending_commit() const;
   /// The journal refused the record of a JournalCommit: its COMMIT was not
   /// sent. Both are tried again at the next resend.

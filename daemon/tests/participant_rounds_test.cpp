@@ -46,7 +46,11 @@ TEST_CASE("a round: READY (resent until a PLAN), the exchange, COMMIT, COMMITTED
   CHECK(kinds(apply) == std::vector<std::string>{"apply"});
   CHECK(first<ApplyRound>(apply).participant);
   CHECK(m.where() == Where::applying);
+  // The vote stays pending (journaled) while the step runs, until the round is recorded.
+  REQUIRE(m.pending_commit());
+  CHECK((m.pending_commit()->round == 3 && m.pending_commit()->anchor_digest == kDigest2));
   m.on_applied({});
+  CHECK_FALSE(m.pending_commit());
   CHECK(kinds(m.step(t0 + 2400ms)) == std::vector<std::string>{"release 4"});
   CHECK(m.where() == Where::idle);
   CHECK(m.held()->round == 3);

@@ -396,21 +396,51 @@ void JobRun::keep_committed_round(const CommittedMessage& c, const PlanMessage& 
   set_state(JobState::running, cat("round ", c.round, " committed"));
 }
 
-Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attempt, bool& state_lost) {
+asio::awaitable<void> JobRun::apply_logged(CommittedMessage c, std::uint64_t attempt) {
+  auto keep = shared_from_this();
+  bool lost = false;
+  Status applied = Status(Err::internal, "the step from the round log did not finish");
+  try {
+    applied = co_await apply_logged_round(c, attempt, lost);
+  } catch (const std::exception& e) {  // during the step, the state may be half stepped: no round's
+    applied = Status(Err::internal, cat("the step from the round log: ", e.what()));
+    lost = lost || step_running_;
+  } catch (...) {
+    applied = Status(Err::internal, "the step from the round log stopped on an unknown exception");
+    lost = lost || step_running_;
+  }
+  resume_after_step();
+  if (lost && !state_.anchor.empty()) drop_lost_state();
+  // Nothing moved: a copy of the held anchor kept for this step is the
+  // held anchor again (a later install keeps it afresh).
+  if (!applied.ok() && !lost && late_anchor_ == state_.anchor) late_anchor_ = std::vector<float>();
+  machine_->on_logged_applied(applied, lost);
+  drive();
+}
+
+asio::awaitable<Status> JobRun::apply_logged_round(CommittedMessage c, std::uint64_t attempt, bool& state_lost) {
   state_lost = false;
   finish_checkpoint();
-  GEOLOCO_RETURN_IF(!round_deltas_ || !journal_, Err::internal, "no round log is open");
+  if (!round_deltas_ || !journal_) co_return Status(Err::internal, "no round log is open");
   std::string voted_to;  // unused: the round is recorded as committed by the sender of COMMITTED
   const auto plan = journaled_plan(journal_->records(), c.round, attempt, voted_to);
-  GEOLOCO_RETURN_IF(!plan, Err::mismatch, "the journal keeps no plan with this site's vote of round ", c.round,
-                    " (attempt ", attempt, ")");
-  const LoggedStep step = step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt,
-                                            spec_.compression, spec_.outer.outer, env_.site.pass_threads());
+  if (!plan)
+    co_return Status(Err::mismatch, cat("the journal keeps no plan with this site's vote of round ", c.round,
+                                        " (attempt ", attempt, ")"));
+  // Off the event loop, as apply_round()'s step: the machine is applying,
+  // and the trainer's host is paused until the step ends.
+  step_running_ = true;
+  if (host_) host_->pause();
+  const LoggedStep step = co_await off_loop(passes_, [&] {
+    return step_logged_round(state_, *round_deltas_, c.round, c.anchor_digest, attempt, spec_.compression,
+                             spec_.outer.outer, env_.site.pass_threads());
+  });
+  resume_after_step();
   if (step.lost) {
     state_lost = true;
     drop_lost_state();
   }
-  GEOLOCO_RETURN_IF(!step.stepped, Err::mismatch, step.why);
+  if (!step.stepped) co_return Status(Err::mismatch, step.why);
   anchor_committed_ = true;
   RoundRecord r;
   r.contributed = std::find(plan->participants.begin(), plan->participants.end(), self()) != plan->participants.end();
@@ -422,7 +452,7 @@ Status JobRun::apply_logged_round(const CommittedMessage& c, std::uint64_t attem
   r.installed_from = "round log";
   // Recorded as committed by the office that sent COMMITTED, as apply_round() does.
   keep_committed_round(c, *plan, coordinator(), std::move(r));
-  return {};
+  co_return Status();
 }
 
 void JobRun::drop_lost_state() {

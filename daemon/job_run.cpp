@@ -272,12 +272,7 @@ void JobRun::execute(ParticipantAction& action) {
             asio::co_spawn(env_.executor, apply_committed(a.committed, a.participant), logged("the outer step"));
           },
           [&](ApplyLoggedRound& a) {
-            bool lost = false;
-            const Status applied = apply_logged_round(a.committed, a.attempt, lost);
-            // Nothing moved: a copy of the held anchor kept for this step is
-            // the held anchor again (a later install keeps it afresh).
-            if (!applied.ok() && !lost && late_anchor_ == state_.anchor) late_anchor_ = std::vector<float>();
-            machine_->on_logged_applied(applied, lost);
+            asio::co_spawn(env_.executor, apply_logged(a.committed, a.attempt), logged("the round log's step"));
           },
           [&](KeepTrainerAnchor& k) {
             // Copied already, just before the rounds of the install were stepped in place.

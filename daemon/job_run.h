@@ -244,7 +244,9 @@ class JobRun : public std::enable_shared_from_this<JobRun> {
   /// records the round as apply_round() does. Errors: mismatch (no such
   /// entry or plan; or the step gave another anchor, and then
   /// `state_lost`: the state is dropped), the entry's read and decode.
-  Status apply_logged_round(const CommittedMessage& committed, std::uint64_t attempt, bool& state_lost);
+  asio::awaitable<Status> apply_logged_round(CommittedMessage committed, std::uint64_t attempt, bool& state_lost);
+  /// apply_logged_round(), its outcome given to the machine.
+  asio::awaitable<void> apply_logged(CommittedMessage committed, std::uint64_t attempt);
   /// This site's state was stepped to no committed round: it is dropped
   /// (anchor, momentum, residual, the checkpoint offered from), and the
   /// whole state comes from a peer.

@@ -15,7 +15,9 @@ void ParticipantMachine::on_round_outcome(const std::string& from, const RoundOu
   // Only the round asked about: an answer about any other (a stray or a
   // forged one, or the round in hand) would settle what only its own
   // COMMITTED may. When this site holds that very round, the digest must be its.
-  if (std::find(options_.sites.begin(), options_.sites.end(), from) == options_.sites.end() || doubted_round() != outcome.round) return;
+  if (std::find(options_.sites.begin(), options_.sites.end(), from) == options_.sites.end() ||
+      doubted_round() != outcome.round)
+    return;
   if (held_ && holds_current() && held_->round == outcome.round && held_->digest != outcome.anchor_digest) {
     note(cat(from, " says round ", outcome.round, " committed anchor ", outcome.anchor_digest, "; this site holds ",
              held_->digest, ": the answer is not taken"));

@@ -85,6 +85,16 @@ asio::awaitable<void> engine_after_partial_round(TrainerHost& host, std::atomic<
   REQUIRE(host.finish_round(std::vector<float>(9, 6.0f), true).ok());
 }
 
+// A host that reads the engine's anchor (anchor_view), set for `round`.
+Result<std::unique_ptr<TrainerHost>> host_viewing(asio::io_context& io, std::vector<float>& anchor,
+                                                  std::uint64_t round) {
+  TrainerHostOptions o;
+  o.anchor_view = [&anchor] { return std::span<const float>(anchor); };
+  auto host = open_host(io, o);
+  if (host.ok()) GEOLOCO_TRY((*host)->set_anchor(anchor, round));
+  return host;
+}
+
 // The engine owns the anchor (anchor_view): the host reads it only to welcome a trainer.
 asio::awaitable<void> engine_owning_the_anchor(TrainerHost& host, std::vector<float>& anchor,
                                                std::atomic<bool>& a_gone) {
@@ -217,11 +227,8 @@ TEST_CASE("with anchor_view the host welcomes trainers from the engine's own anc
   std::vector<std::jthread> threads;
   asio::io_context io;
   std::vector<float> anchor(9, 3.0f);
-  TrainerHostOptions o;
-  o.anchor_view = [&anchor] { return std::span<const float>(anchor); };
-  auto host = open_host(io, o);
+  auto host = host_viewing(io, anchor, 7);
   REQUIRE(host.ok());
-  REQUIRE((*host)->set_anchor(anchor, 7).ok());
   const std::string path = (*host)->options().socket_path;
   std::atomic<bool> a_gone{false};
   TrainerLog a, b;
@@ -284,11 +291,8 @@ TEST_CASE("paused, the host answers nothing that reads the anchor; resumed, it w
   std::vector<std::jthread> threads;
   asio::io_context io;
   std::vector<float> anchor(9, 3.0f);
-  TrainerHostOptions o;
-  o.anchor_view = [&anchor] { return std::span<const float>(anchor); };
-  auto host = open_host(io, o);
+  auto host = host_viewing(io, anchor, 7);
   REQUIRE(host.ok());
-  REQUIRE((*host)->set_anchor(anchor, 7).ok());
   const std::string path = (*host)->options().socket_path;
   TrainerLog a;
   threads.emplace_back([&] {
